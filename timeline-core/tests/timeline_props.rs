@@ -1,0 +1,410 @@
+//! Property tests of the client timeline over random interleavings of host writes,
+//! settlement, latest-window loads, older pages, pending sends and relay events that are
+//! lost, duplicated and reordered (TL-02, TL-03, TL-06, TL-07, TL-08).
+//!
+//! Invariants checked after every step:
+//! - never two rows with one key; rows always in canonical order; the incremental view
+//!   equals a full rebuild from the held inputs;
+//! - a history copy always wins over a live copy;
+//! - a pending echo shows exactly while no row carries its operation ID;
+//! - a live row never disappears until the client has shown its history copy (or a
+//!   window that does not join the held rows moved past it, so it is older history);
+//! - a live update with a newer epoch never removes a visible row;
+//! - within an epoch a lower revision never changes the view;
+//! - applying the same live update twice changes nothing;
+//! - a latest window answered at once shows exactly the host's view.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use fixtures::sim_host::SimHost;
+use proptest::prelude::*;
+use timeline_core::key::{BlockKey, BlockType, OperationId};
+use timeline_core::time::Millis;
+use timeline_core::timeline::{
+    ClientMode, Effect, Origin, Outcome, PendingSend, RequestTag, Timeline,
+};
+use timeline_core::wire::{LiveOverlay, OlderPage, TimelineWindow};
+
+#[derive(Clone, Debug)]
+enum Step {
+    AppendHistory(usize),
+    StreamLive(u8),
+    StreamUser(u8),
+    SaveLive(prop::sample::Index),
+    LoadLatest,
+    DeliverLatest(prop::sample::Index),
+    LoadOlder,
+    DeliverOlder(prop::sample::Index),
+    DeliverRelay(prop::sample::Index, bool),
+    DropRelay(prop::sample::Index),
+    AddPending(u8),
+    RemovePending(u8),
+    ConfirmPending(u8),
+    Advance(u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => (1usize..4).prop_map(Step::AppendHistory),
+        4 => (0u8..10).prop_map(Step::StreamLive),
+        2 => (0u8..4).prop_map(Step::StreamUser),
+        3 => any::<prop::sample::Index>().prop_map(Step::SaveLive),
+        2 => Just(Step::LoadLatest),
+        3 => any::<prop::sample::Index>().prop_map(Step::DeliverLatest),
+        2 => Just(Step::LoadOlder),
+        2 => any::<prop::sample::Index>().prop_map(Step::DeliverOlder),
+        6 => (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, d)| Step::DeliverRelay(i, d)),
+        1 => any::<prop::sample::Index>().prop_map(Step::DropRelay),
+        1 => (0u8..4).prop_map(Step::AddPending),
+        1 => (0u8..4).prop_map(Step::RemovePending),
+        1 => (0u8..4).prop_map(Step::ConfirmPending),
+        1 => (1u64..200_000).prop_map(Step::Advance),
+    ]
+}
+
+fn op(n: u8) -> OperationId {
+    OperationId::new(format!("op-{n}")).unwrap()
+}
+
+struct World {
+    host: SimHost,
+    client: Timeline,
+    now: Millis,
+    /// Latest-window answers on their way: (tag, answer).
+    latest: Vec<(RequestTag, TimelineWindow)>,
+    older: Vec<(RequestTag, OlderPage)>,
+    relay: Vec<LiveOverlay>,
+    /// Keys the client has shown as history at least once.
+    shown_as_history: HashSet<BlockKey>,
+    pending: BTreeSet<OperationId>,
+}
+
+type View = Vec<(Origin, BlockKey)>;
+
+fn view(t: &Timeline) -> View {
+    t.rows().map(|r| (r.origin, r.block.key())).collect()
+}
+
+impl World {
+    fn new(mode: ClientMode) -> World {
+        let host = SimHost::new("session-1");
+        let mut client = Timeline::new(mode);
+        client.open_target(host.target().clone(), Millis(0));
+        let mut w = World {
+            host,
+            client,
+            now: Millis(0),
+            latest: Vec::new(),
+            older: Vec::new(),
+            relay: Vec::new(),
+            shown_as_history: HashSet::new(),
+            pending: BTreeSet::new(),
+        };
+        w.drain_effects().unwrap();
+        w
+    }
+
+    /// Carries out the client's effects: the host builds each answer now; the answer
+    /// travels until a Deliver step.
+    fn drain_effects(&mut self) -> Result<(), TestCaseError> {
+        while let Some(e) = self.client.poll_effect() {
+            match e {
+                Effect::LoadLatestWindow { tag, page_size, .. } => {
+                    let (window, emitted) = self.host.latest_window_sized(page_size);
+                    self.relay.extend(emitted);
+                    self.latest.push((tag, window));
+                }
+                Effect::LoadOlderPage { tag, cursor, .. } => {
+                    let page = self.host.older_page(&cursor);
+                    self.older.push((tag, page));
+                }
+                Effect::StopPaging { cursor } => {
+                    prop_assert_eq!(self.client.mode(), ClientMode::Desktop, "{}", cursor);
+                }
+                other => panic!("unexpected effect {other:?}"),
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&mut self, before: &View) -> Result<(), TestCaseError> {
+        let rows: Vec<_> = self.client.rows().collect();
+        // One row per key, canonical order, incremental == full rebuild.
+        let keys: HashSet<BlockKey> = rows.iter().map(|r| r.block.key()).collect();
+        prop_assert_eq!(keys.len(), rows.len(), "two rows with one key");
+        for w in rows.windows(2) {
+            prop_assert!(
+                w[0].block.order_key() < w[1].block.order_key(),
+                "rows out of order"
+            );
+        }
+        let rebuilt: Vec<(Origin, BlockKey)> = self
+            .client
+            .full_rebuild()
+            .into_iter()
+            .map(|(o, b)| (o, b.key()))
+            .collect();
+        prop_assert_eq!(&view(&self.client), &rebuilt);
+        for r in &rows {
+            if r.origin == Origin::History {
+                self.shown_as_history.insert(r.block.key());
+            }
+        }
+        // TL-03: a pending echo shows exactly while no row carries its operation.
+        let carried: HashSet<&OperationId> = rows
+            .iter()
+            .filter(|r| r.origin != Origin::Pending)
+            .filter_map(|r| r.block.operation_id.as_ref())
+            .collect();
+        for r in &rows {
+            if r.origin == Origin::Pending {
+                let o = r.block.operation_id.as_ref().unwrap();
+                prop_assert!(
+                    !carried.contains(o),
+                    "echo of {o} shown beside a row carrying it"
+                );
+                prop_assert!(self.pending.contains(o));
+            }
+        }
+        for o in &self.pending {
+            let shown = rows
+                .iter()
+                .any(|r| r.block.operation_id.as_ref() == Some(o));
+            prop_assert!(
+                shown || self.client.newer_cursor().is_some(),
+                "{o} vanished"
+            );
+        }
+        // A live row never disappears before its history copy showed, unless a new
+        // window that does not join the held rows moved past it: then it is saved
+        // history above the window, where paging reaches it.
+        let now: HashSet<BlockKey> = rows.iter().map(|r| r.block.key()).collect();
+        let oldest_history = rows
+            .iter()
+            .find(|r| r.origin == Origin::History)
+            .map(|r| r.block.order_key());
+        for (origin, k) in before {
+            if *origin == Origin::Live && !now.contains(k) && !self.shown_as_history.contains(k) {
+                let saved = self.host.history().iter().find(|b| &b.key() == k);
+                let above_window = match (saved, &oldest_history) {
+                    (Some(b), Some(oldest)) => b.order_key() < *oldest,
+                    _ => false,
+                };
+                prop_assert!(above_window, "live row {k} disappeared");
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, s: Step) -> Result<(), TestCaseError> {
+        let before = view(&self.client);
+        match s {
+            Step::AppendHistory(n) => self.host.append_history(n),
+            Step::StreamLive(n) => {
+                let key = BlockKey::parse(BlockType::AgentReply, &format!("live-{n}")).unwrap();
+                if !self.host.history().iter().any(|b| b.key() == key) {
+                    let snap = self.host.stream_live(key, None);
+                    self.relay.push(snap);
+                }
+            }
+            Step::StreamUser(n) => {
+                let key = BlockKey::user_message(&op(n));
+                if !self.host.history().iter().any(|b| b.key() == key) {
+                    let snap = self.host.stream_user_message(&op(n));
+                    self.relay.push(snap);
+                }
+            }
+            Step::SaveLive(i) => {
+                let live = self.host.live_keys();
+                if !live.is_empty() {
+                    self.host.save_to_history(&live[i.index(live.len())]);
+                }
+            }
+            Step::LoadLatest => self.client.reload(self.now),
+            Step::DeliverLatest(i) => {
+                if !self.latest.is_empty() {
+                    let (tag, window) = self.latest.remove(i.index(self.latest.len()));
+                    let fresh = self.latest.is_empty() && self.relay.is_empty();
+                    let host_view = window.clone();
+                    let outcome = self.client.handle_latest_window(&tag, Ok(window), self.now);
+                    if fresh
+                        && outcome == Outcome::Applied
+                        && host_view.live_overlay == Some(self.host.snapshot())
+                    {
+                        // Answered with nothing else in flight: the client shows the
+                        // host's view (page + overlay), plus older rows it kept.
+                        for b in host_view
+                            .blocks
+                            .iter()
+                            .chain(&host_view.live_overlay.unwrap().blocks)
+                        {
+                            prop_assert!(
+                                self.client.row(&b.key()).is_some(),
+                                "{} missing",
+                                b.key()
+                            );
+                        }
+                        for r in self.client.rows() {
+                            if r.origin == Origin::Live {
+                                prop_assert!(self.host.live_keys().contains(&r.block.key()));
+                            }
+                        }
+                    }
+                }
+            }
+            Step::LoadOlder => {
+                self.client.load_older(self.now);
+            }
+            Step::DeliverOlder(i) => {
+                if !self.older.is_empty() {
+                    let (tag, page) = self.older.remove(i.index(self.older.len()));
+                    self.client.handle_older_page(&tag, Ok(page), self.now);
+                }
+            }
+            Step::DeliverRelay(i, twice) => {
+                if !self.relay.is_empty() {
+                    let snap = self.relay.remove(i.index(self.relay.len()));
+                    let held = self.client.overlay_version();
+                    let target = self.host.target().clone();
+                    self.client
+                        .handle_live_update(&target, snap.clone(), self.now);
+                    let after = view(&self.client);
+                    if let Some((epoch, rev)) = held {
+                        if snap.settlement_epoch > epoch {
+                            // TL-06: refused, rows kept.
+                            prop_assert_eq!(&after, &before);
+                        }
+                        if snap.settlement_epoch == epoch && snap.revision < rev {
+                            prop_assert_eq!(&after, &before);
+                        }
+                    }
+                    if twice {
+                        let again = self.client.handle_live_update(&target, snap, self.now);
+                        prop_assert!(
+                            matches!(
+                                again,
+                                Outcome::Unchanged
+                                    | Outcome::Ignored(_)
+                                    | Outcome::ReloadRequired(_)
+                            ),
+                            "{again:?}"
+                        );
+                        prop_assert_eq!(&view(&self.client), &after);
+                    }
+                }
+            }
+            Step::DropRelay(i) => {
+                if !self.relay.is_empty() {
+                    self.relay.remove(i.index(self.relay.len()));
+                }
+            }
+            Step::AddPending(n) => {
+                self.client.add_pending(PendingSend {
+                    operation_id: op(n),
+                    created_at: self.now,
+                    data: serde_json::json!({"text": "same text"}),
+                });
+                self.pending.insert(op(n));
+            }
+            Step::RemovePending(n) => {
+                self.client.remove_pending(&op(n));
+                self.pending.remove(&op(n));
+            }
+            Step::ConfirmPending(n) => {
+                self.client.confirm_pending(&op(n));
+            }
+            Step::Advance(ms) => {
+                self.now = self.now.saturating_add(Millis(ms));
+                self.client.handle_timeout(self.now);
+            }
+        }
+        self.drain_effects()?;
+        self.check(&before)
+    }
+}
+
+fn run_world(mode: ClientMode, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let mut w = World::new(mode);
+    w.host.append_history(3);
+    for s in steps {
+        w.run(s)?;
+    }
+    // Converge: drop everything in flight, load a fresh window, deliver it at once.
+    w.latest.clear();
+    w.relay.clear();
+    w.client.reload(w.now);
+    w.drain_effects()?;
+    let (tag, window) = w.latest.pop().unwrap();
+    w.relay.clear();
+    let outcome = w
+        .client
+        .handle_latest_window(&tag, Ok(window.clone()), w.now);
+    prop_assert_eq!(outcome, Outcome::Applied);
+    let mut expect: BTreeMap<BlockKey, Origin> = BTreeMap::new();
+    for b in &window.live_overlay.as_ref().unwrap().blocks {
+        expect.insert(b.key(), Origin::Live);
+    }
+    for b in &window.blocks {
+        expect.insert(b.key(), Origin::History);
+    }
+    for (k, o) in &expect {
+        prop_assert_eq!(w.client.row(k).map(|r| r.origin), Some(*o), "{}", k);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+    // TL-02, TL-03, TL-06, TL-07, TL-08
+    #[test]
+    fn phone_timeline_invariants(steps in prop::collection::vec(step(), 1..80)) {
+        run_world(ClientMode::Phone, steps)?;
+    }
+
+    // TL-02, TL-03, TL-06, TL-07, TL-08
+    #[test]
+    fn desktop_timeline_invariants(steps in prop::collection::vec(step(), 1..80)) {
+        run_world(ClientMode::Desktop, steps)?;
+    }
+
+    // TL-02, TL-04: whatever blocks arrive in whatever order, the view is the sorted,
+    // de-duplicated union with history over live over pending.
+    #[test]
+    fn view_is_independent_of_arrival_order(
+        history in prop::collection::vec(fixtures::strategies::block(), 0..12),
+        live in prop::collection::vec(fixtures::strategies::block(), 0..12),
+    ) {
+        let dedup = |v: Vec<timeline_core::block::Block>| {
+            let mut m = BTreeMap::new();
+            for b in v { m.insert(b.key(), b); }
+            m.into_values().collect::<Vec<_>>()
+        };
+        let (history, live) = (dedup(history), dedup(live));
+        let mut views = Vec::new();
+        for reverse in [false, true] {
+            let mut t = Timeline::new(ClientMode::Phone);
+            let target = timeline_core::key::TargetId::new("t").unwrap();
+            t.open_target(target.clone(), Millis(0));
+            let Some(Effect::LoadLatestWindow { tag, .. }) = t.poll_effect() else { panic!() };
+            let (mut h, mut l) = (history.clone(), live.clone());
+            if reverse { h.reverse(); l.reverse(); }
+            let w = TimelineWindow {
+                blocks: h, oldest_cursor: None,
+                boundary_token: timeline_core::cursor::BoundaryToken::claude("t"),
+                window_revision: 1,
+                live_overlay: Some(LiveOverlay { settlement_epoch: 1, revision: 1, blocks: l }),
+                anchor_row: None, anchor_notice: None, newer_cursor: None,
+            };
+            prop_assert_eq!(t.handle_latest_window(&tag, Ok(w), Millis(1)), Outcome::Applied);
+            for r in t.rows() {
+                if history.iter().any(|b| b.key() == r.block.key()) {
+                    prop_assert_eq!(r.origin, Origin::History);
+                }
+            }
+            views.push(view(&t));
+        }
+        prop_assert_eq!(&views[0], &views[1]);
+    }
+}

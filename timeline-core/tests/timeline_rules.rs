@@ -1,0 +1,534 @@
+//! One named test per rule branch of the client timeline.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use timeline_core::anchor::{Anchor, AnchorError};
+use timeline_core::block::{Block, CommandOutput, CommandRowData};
+use timeline_core::key::BlockType;
+use timeline_core::policy::{ANCHORED_PAGE_SIZE, OLDER_PAGE_SIZE};
+use timeline_core::time::Millis;
+use timeline_core::timeline::{
+    ClientMode, DropReason, Effect, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin,
+    Outcome, PendingSend, Timeline,
+};
+use timeline_core::wire::{OlderPage, ResponseError, TimelineWindow};
+
+fn pending(id: &str, at: u64) -> PendingSend {
+    PendingSend {
+        operation_id: op(id),
+        created_at: Millis(at),
+        data: serde_json::json!({ "text": "run it again" }),
+    }
+}
+
+// TL-02
+#[test]
+fn history_copy_wins_over_live_copy() {
+    let mut l = live("item-9", 5, 1);
+    l.data = serde_json::json!({"text": "streaming"});
+    let t = opened(
+        ClientMode::Phone,
+        window(
+            vec![hist("item-9", 5)],
+            overlay(1, 2, vec![l, live("item-10", 6, 2)]),
+        ),
+    );
+    assert_eq!(
+        ids(&t),
+        [
+            (Origin::History, "item-9".into()),
+            (Origin::Live, "item-10".into())
+        ]
+    );
+    assert_eq!(
+        t.row(&reply("item-9")).unwrap().block.data,
+        serde_json::Value::Null
+    );
+}
+
+// TL-03
+#[test]
+fn equal_text_sends_are_two_rows_and_an_echo_hides_when_a_row_carries_its_operation() {
+    let mut t = opened(ClientMode::Phone, window(vec![], overlay(1, 1, vec![])));
+    t.add_pending(pending("op-41", 10));
+    t.add_pending(pending("op-42", 10));
+    assert_eq!(t.len(), 2, "same text, different operation IDs");
+    assert_eq!(t.add_pending(pending("op-41", 10)), Outcome::Unchanged);
+    // A live row under a different key that carries op-41 hides its echo.
+    let carrier =
+        Block::new(key(BlockType::User, "codex-item-3"), Millis(11)).with_operation(op("op-41"));
+    let target = target("s");
+    t.handle_live_update(&target, overlay(1, 2, vec![carrier]), Millis(2));
+    let rows = ids(&t);
+    assert_eq!(
+        rows,
+        [
+            (Origin::Pending, "user-message::op-42".into()),
+            (Origin::Live, "codex-item-3".into()),
+        ]
+    );
+    assert_eq!(t.confirm_pending(&op("op-42")), Outcome::Applied);
+    assert_eq!(t.is_pending_confirmed(&op("op-42")), Some(true));
+    assert_eq!(t.remove_pending(&op("op-42")), Outcome::Applied);
+    assert_eq!(t.len(), 1);
+}
+
+// TL-06
+#[test]
+fn a_higher_revision_replaces_the_whole_overlay_and_a_lower_one_is_ignored() {
+    let mut t = opened(
+        ClientMode::Phone,
+        window(
+            vec![],
+            overlay(3, 10, vec![live("a", 1, 1), live("b", 2, 2)]),
+        ),
+    );
+    let s = target("s");
+    assert_eq!(
+        t.handle_live_update(&s, overlay(3, 11, vec![live("c", 3, 3)]), Millis(2)),
+        Outcome::Applied
+    );
+    assert_eq!(ids(&t), [(Origin::Live, "c".into())]);
+    assert_eq!(
+        t.handle_live_update(&s, overlay(3, 9, vec![live("a", 1, 1)]), Millis(2)),
+        Outcome::Ignored(IgnoreReason::StaleRevision)
+    );
+    assert_eq!(
+        t.handle_live_update(&s, overlay(2, 99, vec![]), Millis(2)),
+        Outcome::Ignored(IgnoreReason::StaleEpoch)
+    );
+    // Within the epoch, an empty higher revision clears the overlay.
+    assert_eq!(
+        t.handle_live_update(&s, overlay(3, 12, vec![]), Millis(2)),
+        Outcome::Applied
+    );
+    assert!(t.is_empty());
+    assert!(effects(&mut t).is_empty());
+}
+
+// TL-06
+#[test]
+fn the_same_revision_is_a_no_op_with_the_same_rows_and_a_reload_with_other_rows() {
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![], overlay(3, 10, vec![live("a", 1, 1)])),
+    );
+    let s = target("s");
+    assert_eq!(
+        t.handle_live_update(&s, overlay(3, 10, vec![live("a", 1, 1)]), Millis(2)),
+        Outcome::Unchanged
+    );
+    assert_eq!(
+        t.handle_live_update(&s, overlay(3, 10, vec![live("z", 1, 1)]), Millis(2)),
+        Outcome::ReloadRequired(LoadReason::RevisionConflict)
+    );
+    assert_eq!(ids(&t), [(Origin::Live, "a".into())], "rows kept");
+    let e = effects(&mut t);
+    assert!(matches!(
+        e.as_slice(),
+        [Effect::LoadLatestWindow {
+            reason: LoadReason::RevisionConflict,
+            ..
+        }]
+    ));
+}
+
+// TL-06
+#[test]
+fn a_higher_epoch_comes_only_from_a_latest_window() {
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![], overlay(3, 10, vec![live("a", 1, 1)])),
+    );
+    let s = target("s");
+    assert_eq!(
+        t.handle_live_update(&s, overlay(4, 11, vec![]), Millis(2)),
+        Outcome::ReloadRequired(LoadReason::EpochAdvanced)
+    );
+    assert_eq!(ids(&t), [(Origin::Live, "a".into())], "rows kept");
+    // A second refused update does not ask again while the reload is on its way.
+    t.handle_live_update(&s, overlay(4, 12, vec![]), Millis(3));
+    let e = effects(&mut t);
+    assert_eq!(e.len(), 1);
+    let tag = latest_tag(&e);
+    let w = window(vec![hist("a", 1)], overlay(4, 11, vec![]));
+    assert_eq!(
+        t.handle_latest_window(&tag, Ok(w), Millis(4)),
+        Outcome::Applied
+    );
+    assert_eq!(t.overlay_version(), Some((4, 11)));
+    assert_eq!(ids(&t), [(Origin::History, "a".into())]);
+}
+
+// TL-06
+#[test]
+fn a_live_update_before_any_window_or_for_another_target_is_ignored() {
+    let mut t = Timeline::new(ClientMode::Desktop);
+    t.open_target(target("s"), Millis(0));
+    assert_eq!(
+        t.handle_live_update(&target("s"), overlay(1, 1, vec![]), Millis(0)),
+        Outcome::Ignored(IgnoreReason::NotLoaded)
+    );
+    assert_eq!(
+        t.handle_live_update(&target("other"), overlay(1, 1, vec![]), Millis(0)),
+        Outcome::Ignored(IgnoreReason::StaleTarget)
+    );
+}
+
+// TL-06: malformed numbers are a typed error, rows kept.
+#[test]
+fn an_overlay_past_the_exact_integer_range_is_malformed() {
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![], overlay(1, 1, vec![live("a", 1, 1)])),
+    );
+    let out = t.handle_live_update(
+        &target("s"),
+        overlay(1, 9_007_199_254_740_992, vec![]),
+        Millis(1),
+    );
+    assert_eq!(
+        out,
+        Outcome::Failed(LoadFailure::Malformed(ResponseError::NumberOutOfRange(
+            "revision"
+        )))
+    );
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        t.handle_live_update(
+            &target("s"),
+            overlay(1, 9_007_199_254_740_991, vec![]),
+            Millis(1)
+        ),
+        Outcome::Applied
+    );
+}
+
+// TL-07
+#[test]
+fn a_latest_window_settles_in_one_step() {
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![], overlay(1, 5, vec![live("a", 1, 1)])),
+    );
+    t.reload(Millis(2));
+    let tag = latest_tag(&effects(&mut t));
+    // The window holds A in history and an overlay without A, one epoch higher.
+    let w = window(vec![hist("a", 1)], overlay(2, 6, vec![live("b", 2, 2)]));
+    assert_eq!(
+        t.handle_latest_window(&tag, Ok(w), Millis(3)),
+        Outcome::Applied
+    );
+    assert_eq!(
+        ids(&t),
+        [(Origin::History, "a".into()), (Origin::Live, "b".into())]
+    );
+}
+
+fn older_page(blocks: Vec<Block>, seam: &str, rev: u64, next: Option<&str>) -> OlderPage {
+    let keys: Vec<_> = blocks.iter().map(Block::key).collect();
+    OlderPage {
+        ordered_block_keys: keys.into_iter().chain([reply(seam)]).collect(),
+        blocks,
+        boundary_block_keys: vec![reply(seam)],
+        window_revision: rev,
+        oldest_cursor: next.map(str::to_owned),
+        reload_required: false,
+    }
+}
+
+fn paged(mode: ClientMode) -> Timeline {
+    let mut w = window(
+        vec![hist("item-120", 120), hist("item-121", 121)],
+        overlay(1, 1, vec![]),
+    );
+    w.oldest_cursor = Some("cursor-120".into());
+    w.window_revision = 1;
+    opened(mode, w)
+}
+
+fn older_tag(t: &mut Timeline) -> timeline_core::timeline::RequestTag {
+    assert!(t.load_older(Millis(10)));
+    match effects(t).as_slice() {
+        [Effect::LoadOlderPage {
+            tag,
+            page_size,
+            cursor,
+            ..
+        }] => {
+            assert_eq!(*page_size, OLDER_PAGE_SIZE);
+            assert_eq!(cursor, "cursor-120");
+            tag.clone()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+// TL-08
+#[test]
+fn an_older_page_splices_above_its_seam_and_moves_the_cursor() {
+    let mut t = paged(ClientMode::Phone);
+    let tag = older_tag(&mut t);
+    let page = older_page(
+        vec![
+            hist("item-117", 117),
+            hist("item-118", 118),
+            hist("item-119", 119),
+        ],
+        "item-120",
+        2,
+        Some("cursor-117"),
+    );
+    assert_eq!(
+        t.handle_older_page(&tag, Ok(page.clone()), Millis(11)),
+        Outcome::Applied
+    );
+    assert_eq!(t.len(), 5);
+    assert_eq!(t.oldest_cursor(), Some("cursor-117"));
+    assert_eq!(t.window_revision(), 2);
+    // The same page again is not waited for.
+    assert_eq!(
+        t.handle_older_page(&tag, Ok(page), Millis(12)),
+        Outcome::Ignored(IgnoreReason::NotInFlight)
+    );
+}
+
+// TL-08
+#[test]
+fn a_page_whose_revision_is_not_newer_is_dropped() {
+    let mut t = paged(ClientMode::Desktop);
+    let tag = older_tag(&mut t);
+    let page = older_page(vec![hist("item-119", 119)], "item-120", 1, None);
+    assert_eq!(
+        t.handle_older_page(&tag, Ok(page), Millis(11)),
+        Outcome::Dropped(DropReason::RevisionNotNewer)
+    );
+    assert_eq!(t.len(), 2);
+}
+
+// TL-08
+#[test]
+fn desktop_stops_paging_from_a_cursor_whose_seam_is_gone() {
+    let mut t = paged(ClientMode::Desktop);
+    let tag = older_tag(&mut t);
+    let page = older_page(vec![hist("item-99", 99)], "item-100", 2, None);
+    assert_eq!(
+        t.handle_older_page(&tag, Ok(page), Millis(11)),
+        Outcome::Dropped(DropReason::SeamMoved)
+    );
+    assert_eq!(
+        effects(&mut t),
+        [Effect::StopPaging {
+            cursor: "cursor-120".into()
+        }]
+    );
+    assert_eq!(t.oldest_cursor(), None);
+    assert!(!t.load_older(Millis(12)));
+}
+
+// TL-08
+#[test]
+fn phone_reloads_when_the_seam_is_not_the_oldest_row() {
+    let mut t = paged(ClientMode::Phone);
+    let tag = older_tag(&mut t);
+    // The seam item-121 is in the window but not the oldest row: a desktop would
+    // accept it, a phone reloads.
+    let page = older_page(vec![hist("item-119", 119)], "item-121", 2, None);
+    assert_eq!(
+        t.handle_older_page(&tag, Ok(page.clone()), Millis(11)),
+        Outcome::ReloadRequired(LoadReason::PageDropped)
+    );
+    assert_eq!(t.len(), 2);
+    assert!(matches!(
+        effects(&mut t).as_slice(),
+        [Effect::LoadLatestWindow {
+            reason: LoadReason::PageDropped,
+            ..
+        }]
+    ));
+    let mut d = paged(ClientMode::Desktop);
+    let tag = older_tag(&mut d);
+    assert_eq!(
+        d.handle_older_page(&tag, Ok(page), Millis(11)),
+        Outcome::Applied
+    );
+}
+
+// TL-08, TL-09
+#[test]
+fn reload_required_reloads_and_a_malformed_page_keeps_rows() {
+    let mut t = paged(ClientMode::Desktop);
+    let tag = older_tag(&mut t);
+    assert_eq!(
+        t.handle_older_page(&tag, Ok(OlderPage::reload_required()), Millis(11)),
+        Outcome::ReloadRequired(LoadReason::ReloadRequired)
+    );
+    let mut t = paged(ClientMode::Desktop);
+    let tag = older_tag(&mut t);
+    let mut bad = older_page(vec![hist("item-119", 119)], "item-120", 2, None);
+    bad.ordered_block_keys.reverse();
+    assert_eq!(
+        t.handle_older_page(&tag, Ok(bad), Millis(11)),
+        Outcome::Failed(LoadFailure::Malformed(ResponseError::OrderedKeysMismatch))
+    );
+    assert_eq!(t.len(), 2);
+    // Paging can be tried again.
+    assert!(t.load_older(Millis(12)));
+}
+
+// TL-12
+#[test]
+fn an_anchored_load_asks_for_40_rows_and_needs_exactly_one_of_row_and_notice() {
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![hist("a", 1)], overlay(1, 1, vec![])),
+    );
+    assert!(matches!(
+        t.load_anchored(Anchor::Link { token: " ".into() }, Millis(1)),
+        Err(AnchorError::InvalidParams(_))
+    ));
+    t.load_anchored(Anchor::row(&reply("a")), Millis(1))
+        .unwrap();
+    let tag = match effects(&mut t).as_slice() {
+        [Effect::LoadAnchored { tag, page_size, .. }] => {
+            assert_eq!(*page_size, ANCHORED_PAGE_SIZE);
+            tag.clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    let mut both = window(vec![hist("a", 1)], overlay(1, 1, vec![]));
+    both.anchor_row = Some(reply("a"));
+    both.anchor_notice = Some("This row is not in the saved history.".into());
+    assert_eq!(
+        t.handle_anchored(&tag, Ok(both)),
+        Outcome::Failed(LoadFailure::Malformed(ResponseError::AnchorFields))
+    );
+    t.load_anchored(Anchor::row(&reply("a")), Millis(1))
+        .unwrap();
+    let tag = match effects(&mut t).as_slice() {
+        [Effect::LoadAnchored { tag, .. }] => tag.clone(),
+        other => panic!("{other:?}"),
+    };
+    let mut neither = window(vec![hist("a", 1)], overlay(1, 1, vec![]));
+    neither.anchor_row = Some(reply("zzz"));
+    assert_eq!(
+        t.handle_anchored(&tag, Ok(neither)),
+        Outcome::Failed(LoadFailure::Malformed(ResponseError::AnchorRowMissing))
+    );
+}
+
+// TL-13
+#[test]
+fn an_initial_load_retries_three_times_with_backoff_then_offers_recovery() {
+    let mut t = Timeline::new(ClientMode::Phone);
+    t.open_target(target("s"), Millis(0));
+    let mut tag = latest_tag(&effects(&mut t));
+    let mut now = Millis(0);
+    for (retry, delay) in [(1, 750), (2, 1500), (3, 3000)] {
+        let out = t.handle_latest_window(&tag, Err(LoadFailure::Unavailable), now);
+        assert_eq!(out, Outcome::Failed(LoadFailure::Unavailable));
+        assert_eq!(t.poll_timeout(), Some(Millis(now.as_u64() + delay)));
+        t.handle_timeout(Millis(now.as_u64() + delay - 1));
+        assert!(effects(&mut t).is_empty(), "not before the delay");
+        now = Millis(now.as_u64() + delay);
+        t.handle_timeout(now);
+        t.handle_timeout(now); // twice is harmless
+        let e = effects(&mut t);
+        assert!(
+            matches!(e.as_slice(), [Effect::LoadLatestWindow { reason: LoadReason::Retry(r), .. }] if *r == retry)
+        );
+        tag = latest_tag(&e);
+        assert_eq!(t.load_state(), &LoadState::Loading { retry });
+    }
+    t.handle_latest_window(&tag, Err(LoadFailure::SnapshotTooLarge), now);
+    assert_eq!(
+        t.load_state(),
+        &LoadState::Failed(LoadFailure::SnapshotTooLarge)
+    );
+    assert_eq!(t.poll_timeout(), None);
+    t.recover(now);
+    assert!(matches!(
+        effects(&mut t).as_slice(),
+        [Effect::LoadLatestWindow {
+            reason: LoadReason::Requested,
+            ..
+        }]
+    ));
+}
+
+// TL-13
+#[test]
+fn loads_time_out_at_115_and_60_seconds() {
+    let mut t = Timeline::new(ClientMode::Phone);
+    t.open_target(target("s"), Millis(0));
+    let tag = latest_tag(&effects(&mut t));
+    assert_eq!(t.poll_timeout(), Some(Millis(115_000)));
+    t.handle_timeout(Millis(115_000));
+    assert_eq!(t.poll_timeout(), Some(Millis(115_750)), "retry scheduled");
+    // The late answer is no longer waited for.
+    let w = window(vec![], overlay(1, 1, vec![]));
+    assert_eq!(
+        t.handle_latest_window(&tag, Ok(w), Millis(115_001)),
+        Outcome::Ignored(IgnoreReason::NotInFlight)
+    );
+    let mut t = paged(ClientMode::Desktop);
+    assert!(t.load_older(Millis(1_000)));
+    let _ = effects(&mut t);
+    assert_eq!(t.poll_timeout(), Some(Millis(61_000)));
+    t.handle_timeout(Millis(61_000));
+    assert!(t.load_older(Millis(61_001)), "paging can start again");
+}
+
+// TL-14
+#[test]
+fn command_rows_carry_a_descriptor_and_the_reducer_never_looks_inside() {
+    let data = CommandRowData {
+        command: "npm test".into(),
+        output: Some(CommandOutput::Artifact {
+            artifact_id: "artifact-1".into(),
+            byte_length: 52_428_800,
+        }),
+    };
+    let json = serde_json::to_value(&data).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"command": "npm test", "output": {"kind": "artifact", "artifactId": "artifact-1", "byteLength": 52428800}})
+    );
+    let b = Block::new(key(BlockType::Activity, "cmd-1"), Millis(1)).with_data(json.clone());
+    let t = opened(ClientMode::Phone, window(vec![b], overlay(1, 1, vec![])));
+    assert_eq!(t.rows().next().unwrap().block.data, json);
+    let back: CommandRowData = serde_json::from_value(json).unwrap();
+    assert_eq!(back, data);
+    let retained: CommandRowData =
+        serde_json::from_str(r#"{"command":"ls","output":{"kind":"retained","text":"a\nb"}}"#)
+            .unwrap();
+    assert_eq!(
+        retained.output,
+        Some(CommandOutput::Retained {
+            text: "a\nb".into()
+        })
+    );
+}
+
+// Unknown fields from a newer peer are ignored; malformed known fields are typed errors.
+#[test]
+fn unknown_fields_are_ignored_and_malformed_known_fields_fail() {
+    let json = r#"{"blocks":[{"type":"user","id":"u1","timestamp":5,"future":1}],
+        "boundaryToken":"s","windowRevision":1,"newField":{"x":1},
+        "liveOverlay":{"settlementEpoch":1,"revision":2,"blocks":[]}}"#;
+    let w = TimelineWindow::from_json(json).unwrap();
+    assert_eq!(w.blocks.len(), 1);
+    let bad = json.replace("\"timestamp\":5", "\"timestamp\":\"5\"");
+    assert!(matches!(
+        TimelineWindow::from_json(&bad),
+        Err(ResponseError::Decode(_))
+    ));
+    let dup = r#"{"blocks":[{"type":"user","id":"u1","timestamp":5},{"type":"user","id":"u1","timestamp":6}],
+        "boundaryToken":"s"}"#;
+    assert!(matches!(
+        TimelineWindow::from_json(dup),
+        Err(ResponseError::DuplicateKey(_))
+    ));
+}
