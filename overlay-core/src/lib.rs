@@ -1,5 +1,25 @@
 //! # overlay-core
 //!
-//! The host side of the timeline: the live overlay store and settlement, latest windows,
-//! older pages and anchored windows, live delivery to windows, progress and the relay,
-//! and the per-session replay buffer. Pure state machines over storage traits.
+//! The host side of the timeline, as pure functions and sans-IO state machines over
+//! storage traits:
+//!
+//! - [`store`]: storage traits for overlay snapshots, the global revision counter and the
+//!   terminal-cleanup journal, with the in-memory reference implementation (OV-01, OV-02).
+//! - [`overlay`]: row classes, settlement and the epoch rule, the compare-and-set write
+//!   loop, live sequence numbers (OV-03, OV-04, TL-05).
+//! - [`source`]: history sources behind a trait, with an in-memory source.
+//! - [`window`]: latest windows and the multi-session reconcile, older pages, anchored
+//!   windows (OV-05, TL-08, TL-12 host side).
+//! - [`scan`]: the Codex exact scan after a run's terminal event (OV-06).
+//! - [`live`]: one emit entry point feeding the window, progress and relay sinks, relay
+//!   repair and the agent-threads throttle (OV-07 to OV-09).
+//!
+//! Nothing here reads a clock, sleeps or touches IO: time is an argument, deadlines come
+//! out of `poll_timeout`, and work for the outside comes out as values.
+
+pub mod live;
+pub mod overlay;
+pub mod scan;
+pub mod source;
+pub mod store;
+pub mod window;

@@ -141,6 +141,39 @@ string_id!(
     TargetId,
     "timeline target ID"
 );
+string_id!(
+    /// An app session: one conversation of the host, owner of an outbox and overlays.
+    SessionId,
+    "session ID"
+);
+string_id!(
+    /// One run of an agent in a session (`run-<uuid>-<milliseconds>` when the host makes
+    /// it with [`RunId::generate`]).
+    RunId,
+    "run ID"
+);
+
+impl RunId {
+    /// `run-<uuid>-<startedAtMs>`. The UUID comes from the host (the cores draw no
+    /// randomness).
+    pub fn generate(uuid: &str, started_at: crate::time::Millis) -> RunId {
+        RunId(format!("run-{uuid}-{}", started_at.as_u64()))
+    }
+
+    /// The milliseconds at the end of a generated run ID, if it has that form.
+    pub fn started_at(&self) -> Option<crate::time::Millis> {
+        let rest = self.0.strip_prefix("run-")?;
+        let (_, ms) = rest.rsplit_once('-')?;
+        ms.parse().ok().map(crate::time::Millis)
+    }
+}
+
+impl TargetId {
+    /// The target of a session's main conversation: the session itself.
+    pub fn main(session: &SessionId) -> TargetId {
+        TargetId(session.0.clone())
+    }
+}
 
 /// The identity of a block: its type and its ID. Two blocks with the same key are two
 /// copies of one row.

@@ -1,0 +1,307 @@
+//! The Codex exact scan after a run's terminal event (OV-06), as a sans-IO machine.
+//!
+//! When a Codex run ends, the host first writes a journal row (session, run), then scans
+//! history for the exact keys of that run in every target of the session: at +0, then
+//! +100 ms and +250 ms after the terminal event while keys are still missing (three
+//! scans in all), within a 2-minute budget for the whole cleanup. When every key is
+//! settled the journal row goes; on failure, when the budget runs out, or when the app
+//! quits, the row stays, and the same scans run again when a Codex target of that session
+//! opens ([`ExactScans::target_opened`]). Claude has no such path: its rows wait for the
+//! next latest window.
+//!
+//! # Drive loop
+//!
+//! ```
+//! use overlay_core::scan::{ExactScans, ScanEffect, ScanReport};
+//! use timeline_core::key::{RunId, SessionId};
+//! use timeline_core::time::Millis;
+//!
+//! let (s, r) = (SessionId::new("s").unwrap(), RunId::new("run-1").unwrap());
+//! let mut scans = ExactScans::new();
+//! scans.run_ended(s.clone(), r.clone(), Millis(0));
+//! assert_eq!(scans.poll_effect(), Some(ScanEffect::WriteJournal { session: s.clone(), run: r.clone() }));
+//! scans.journal_written(&s, &r, Millis(1));
+//! assert_eq!(scans.poll_effect(), Some(ScanEffect::Scan { session: s.clone(), run: r.clone(), attempt: 1 }));
+//! // The embedding scans (see `settle_run`) and reports:
+//! scans.handle_scan_result(&s, &r, Ok(ScanReport { all_settled: true }), Millis(5));
+//! assert_eq!(scans.poll_effect(), Some(ScanEffect::RemoveJournal { session: s, run: r }));
+//! assert_eq!(scans.poll_timeout(), None);
+//! ```
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use timeline_core::key::{BlockKey, RunId, SessionId};
+use timeline_core::time::Millis;
+
+use crate::overlay::{self, Change};
+use crate::store::{OverlayStore, RowClass, StoreError, StoredOverlay};
+
+/// Scans in all.
+pub const SCAN_ATTEMPTS: u32 = 3;
+/// When the second and third scan are due, after the terminal event.
+pub const SCAN_DELAYS: [Millis; 2] = [Millis(100), Millis(250)];
+/// The budget of the whole cleanup.
+pub const CLEANUP_BUDGET: Millis = Millis(120_000);
+
+/// What the scan machine wants done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ScanEffect {
+    /// Write the journal row, then call [`ExactScans::journal_written`].
+    WriteJournal {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+    },
+    /// Scan history for the run's keys (see [`settle_run`]), then call
+    /// [`ExactScans::handle_scan_result`].
+    Scan {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+        /// 1, 2 or 3.
+        attempt: u32,
+    },
+    /// Every key settled: remove the journal row.
+    RemoveJournal {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+    },
+    /// The scans ended without settling everything; the journal row stays for the
+    /// restart repair.
+    GaveUp {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+    },
+}
+
+/// The result of one scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanReport {
+    /// True when no ordinary row of the run is left in any target of the session.
+    pub all_settled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// Waiting for the journal write.
+    Journaling { started: Millis },
+    /// A scan is running.
+    Scanning { started: Millis, attempt: u32 },
+    /// Waiting for the next scan.
+    Waiting {
+        started: Millis,
+        attempt: u32,
+        at: Millis,
+    },
+}
+
+impl State {
+    fn started(&self) -> Millis {
+        match self {
+            State::Journaling { started }
+            | State::Scanning { started, .. }
+            | State::Waiting { started, .. } => *started,
+        }
+    }
+}
+
+/// Every exact scan in progress, keyed by (session, run).
+#[derive(Debug, Default)]
+pub struct ExactScans {
+    scans: BTreeMap<(SessionId, RunId), State>,
+    effects: VecDeque<ScanEffect>,
+}
+
+impl ExactScans {
+    /// No scans.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// True while a cleanup of (session, run) is in progress.
+    pub fn is_active(&self, session: &SessionId, run: &RunId) -> bool {
+        self.scans.contains_key(&(session.clone(), run.clone()))
+    }
+
+    /// A Codex run ended: journal first, then scan.
+    pub fn run_ended(&mut self, session: SessionId, run: RunId, now: Millis) {
+        let k = (session.clone(), run.clone());
+        if self.scans.contains_key(&k) {
+            return;
+        }
+        self.scans.insert(k, State::Journaling { started: now });
+        self.effects
+            .push_back(ScanEffect::WriteJournal { session, run });
+    }
+
+    /// The journal row is written: the first scan starts at once.
+    pub fn journal_written(&mut self, session: &SessionId, run: &RunId, now: Millis) {
+        let k = (session.clone(), run.clone());
+        if let Some(State::Journaling { started }) = self.scans.get(&k).cloned() {
+            self.start_scan(k, started, 1, now);
+        }
+    }
+
+    /// A Codex target of `session` opened: restart the scans of every journal row the
+    /// store still holds for it (`pending`, from [`crate::store::CleanupJournal`]).
+    pub fn target_opened(&mut self, session: &SessionId, pending: &[RunId], now: Millis) {
+        for run in pending {
+            let k = (session.clone(), run.clone());
+            if !self.scans.contains_key(&k) {
+                self.start_scan(k, now, 1, now);
+            }
+        }
+    }
+
+    fn start_scan(&mut self, k: (SessionId, RunId), started: Millis, attempt: u32, now: Millis) {
+        let _ = now;
+        self.effects.push_back(ScanEffect::Scan {
+            session: k.0.clone(),
+            run: k.1.clone(),
+            attempt,
+        });
+        self.scans.insert(k, State::Scanning { started, attempt });
+    }
+
+    /// The result of a scan. `Err` (the read failed) counts like a miss.
+    pub fn handle_scan_result(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        result: Result<ScanReport, ()>,
+        now: Millis,
+    ) {
+        let k = (session.clone(), run.clone());
+        let Some(State::Scanning { started, attempt }) = self.scans.get(&k).cloned() else {
+            return;
+        };
+        if result == Ok(ScanReport { all_settled: true }) {
+            self.scans.remove(&k);
+            self.effects.push_back(ScanEffect::RemoveJournal {
+                session: k.0,
+                run: k.1,
+            });
+            return;
+        }
+        if attempt >= SCAN_ATTEMPTS || now >= started.saturating_add(CLEANUP_BUDGET) {
+            self.give_up(k);
+            return;
+        }
+        let at = started.saturating_add(SCAN_DELAYS[(attempt - 1) as usize]);
+        if at <= now {
+            self.start_scan(k, started, attempt + 1, now);
+        } else {
+            self.scans.insert(
+                k,
+                State::Waiting {
+                    started,
+                    attempt,
+                    at,
+                },
+            );
+        }
+    }
+
+    fn give_up(&mut self, k: (SessionId, RunId)) {
+        self.scans.remove(&k);
+        self.effects.push_back(ScanEffect::GaveUp {
+            session: k.0,
+            run: k.1,
+        });
+    }
+
+    /// The next deadline: a scan that is due, or the end of a budget.
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        self.scans
+            .values()
+            .map(|s| match s {
+                State::Waiting { at, .. } => *at,
+                other => other.started().saturating_add(CLEANUP_BUDGET),
+            })
+            .min()
+    }
+
+    /// Starts due scans and gives up cleanups whose budget ran out. Safe to call early
+    /// or twice.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        let due: Vec<((SessionId, RunId), State)> = self
+            .scans
+            .iter()
+            .filter(|(_, s)| match s {
+                State::Waiting { at, .. } => *at <= now,
+                other => other.started().saturating_add(CLEANUP_BUDGET) <= now,
+            })
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for (k, s) in due {
+            match s {
+                State::Waiting {
+                    started, attempt, ..
+                } if now < started.saturating_add(CLEANUP_BUDGET) => {
+                    self.start_scan(k, started, attempt + 1, now)
+                }
+                _ => self.give_up(k),
+            }
+        }
+    }
+
+    /// Next effect to carry out.
+    #[must_use]
+    pub fn poll_effect(&mut self) -> Option<ScanEffect> {
+        self.effects.pop_front()
+    }
+}
+
+/// The keys of the run's ordinary rows in every target of the session: what a scan
+/// looks for.
+pub fn run_keys<S: OverlayStore + ?Sized>(
+    store: &mut S,
+    session: &SessionId,
+    run: &RunId,
+) -> Result<HashSet<BlockKey>, StoreError> {
+    let mut keys = HashSet::new();
+    for target in store.targets(session)? {
+        if let Some(o) = store.load(session, &target)? {
+            keys.extend(
+                o.blocks
+                    .iter()
+                    .filter(|b| b.class == RowClass::Ordinary && b.run_id.as_ref() == Some(run))
+                    .map(|b| b.block.key()),
+            );
+        }
+    }
+    Ok(keys)
+}
+
+/// Applies one scan: in every target of the session, the run's ordinary rows whose keys
+/// history holds (`found`) leave (epoch + 1 where any left) and the run's ephemeral rows
+/// leave. Returns the report and every snapshot stored (for the live sinks).
+pub fn settle_run<S: OverlayStore + ?Sized>(
+    store: &mut S,
+    session: &SessionId,
+    run: &RunId,
+    found: &HashSet<BlockKey>,
+) -> Result<(ScanReport, Vec<StoredOverlay>), StoreError> {
+    let mut written = Vec::new();
+    for target in store.targets(session)? {
+        for change in [
+            Change::Settle(found.clone()),
+            Change::RunCleanup(run.clone()),
+        ] {
+            if let overlay::WriteResult::Written { stored, .. } =
+                overlay::write(store, session, &target, &change)?
+            {
+                written.push(stored);
+            }
+        }
+    }
+    let all_settled = run_keys(store, session, run)?.is_empty();
+    Ok((ScanReport { all_settled }, written))
+}

@@ -1,0 +1,164 @@
+//! Storage traits of the host overlay (OV-01, OV-02, OV-06), with the in-memory reference
+//! implementation in [`memory`].
+//!
+//! One trait per aggregate:
+//! - [`OverlayStore`]: one overlay snapshot per (app session, timeline target), and the
+//!   single global revision counter. A write is a compare-and-set on the revision the
+//!   writer read, and takes its new revision from the counter **in the same
+//!   transaction**; a stale writer gets [`StoreError::Stale`] with the current snapshot
+//!   and retries against it ([`crate::overlay::write`] does that loop).
+//! - [`CleanupJournal`]: the rows of `chat_pending_terminal_overlay_cleanups` (session,
+//!   run) that keep a Codex post-run cleanup alive across failures and restarts.
+//!
+//! Backends must keep these rules; the conformance suite in `fixtures` checks them
+//! against every backend:
+//! - the counter never hands out a revision twice, even after a target is deleted;
+//! - the counter refuses to pass 9,007,199,254,740,991 ([`StoreError::RevisionExhausted`]);
+//! - an empty snapshot is stored like any other, so the target keeps its epoch and
+//!   revision;
+//! - a row that cannot be decoded is reported as [`StoreError::Corrupt`], never dropped.
+
+pub mod memory;
+
+use serde::{Deserialize, Serialize};
+use timeline_core::block::Block;
+use timeline_core::key::{RunId, SessionId, TargetId};
+use timeline_core::wire::LiveOverlay;
+
+/// The stored format version (OV-01).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// What kind of live row a block is (OV-03). Ordinary rows have a saved counterpart in
+/// the agent's history; the others are ephemeral and no history row ever replaces them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum RowClass {
+    /// A row whose key will appear in saved history (message, reply, command, tool call).
+    Ordinary,
+    /// The `thinking-<runId>` status row of a run.
+    Status,
+    /// The marker shown while the agent compacts its context.
+    CompactingMarker,
+    /// A copy of a child thread's progress in the parent conversation.
+    ProgressMirror,
+    /// An activity row with an approval field.
+    ApprovalCard,
+}
+
+impl RowClass {
+    /// True for every class but [`RowClass::Ordinary`].
+    pub fn is_ephemeral(self) -> bool {
+        !matches!(self, RowClass::Ordinary)
+    }
+}
+
+/// A live row with its settlement metadata (stays on the host).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredBlock {
+    /// The wire block clients receive.
+    pub block: Block,
+    /// Its class.
+    pub class: RowClass,
+    /// The run that wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+}
+
+/// One target's overlay as stored (format version 2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredOverlay {
+    /// Always [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Rises only when an ordinary row leaves because history holds its key (OV-04).
+    pub settlement_epoch: u64,
+    /// From the global counter.
+    pub revision: u64,
+    /// The rows, in canonical order.
+    pub blocks: Vec<StoredBlock>,
+}
+
+impl StoredOverlay {
+    /// What a client receives: `{settlementEpoch, revision, blocks}` with wire blocks
+    /// only; classes and runs stay on the host.
+    pub fn client_form(&self) -> LiveOverlay {
+        LiveOverlay {
+            settlement_epoch: self.settlement_epoch,
+            revision: self.revision,
+            blocks: self.blocks.iter().map(|b| b.block.clone()).collect(),
+        }
+    }
+}
+
+/// Why a store call failed, grouped by what the caller does next.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Compare-and-set lost: another writer stored `current` since the caller read.
+    /// Retry against it.
+    #[error("stale overlay write: the target changed since it was read")]
+    Stale {
+        /// What is stored now (`None`: no row).
+        current: Option<Box<StoredOverlay>>,
+    },
+    /// The global revision counter would pass 2^53 - 1.
+    #[error("overlay revision counter exhausted at 9007199254740991")]
+    RevisionExhausted,
+    /// A stored row could not be decoded; it is kept, not dropped.
+    #[error("stored overlay for {what} cannot be decoded: {reason}")]
+    Corrupt {
+        /// Which row.
+        what: String,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// The backend could not be read or written (retry later).
+    #[error("overlay store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Overlay snapshots and the global revision counter.
+pub trait OverlayStore {
+    /// The saved overlay of a target, if any.
+    fn load(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+    ) -> Result<Option<StoredOverlay>, StoreError>;
+
+    /// Stores `blocks` with `epoch` if the target's revision is still `expected` (`None`:
+    /// no row yet), taking the next revision from the global counter in the same
+    /// transaction. Returns what was stored.
+    fn compare_and_set(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        expected: Option<u64>,
+        epoch: u64,
+        blocks: Vec<StoredBlock>,
+    ) -> Result<StoredOverlay, StoreError>;
+
+    /// Deletes a target's overlay. The counter keeps its value.
+    fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, StoreError>;
+
+    /// Every target of a session that has a stored overlay.
+    fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, StoreError>;
+
+    /// The last revision the counter handed out (0 before the first write).
+    fn current_revision(&mut self) -> Result<u64, StoreError>;
+}
+
+/// The terminal-cleanup journal (OV-06).
+pub trait CleanupJournal {
+    /// Records (session, run); recording it twice keeps one row.
+    fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError>;
+    /// Removes the row; false when there was none.
+    fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, StoreError>;
+    /// The pending rows of one session, or of all sessions.
+    fn pending_cleanups(
+        &mut self,
+        session: Option<&SessionId>,
+    ) -> Result<Vec<(SessionId, RunId)>, StoreError>;
+}

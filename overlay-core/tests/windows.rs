@@ -1,0 +1,533 @@
+//! Host-side windows: latest window and reconcile (OV-05), older pages (TL-08, TL-09),
+//! anchored windows (TL-12).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use overlay_core::overlay::{write, Change};
+use overlay_core::source::{HistorySource, SourceError};
+use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::OverlayStore;
+use overlay_core::window::{
+    anchored_window, latest_window, older_page, reconcile_sessions, OlderPageRequest,
+    ReconcileSession, Target, WindowError,
+};
+use timeline_core::anchor::{Anchor, AnchorError, AnchorToken, LinkPlace};
+use timeline_core::block::Block;
+use timeline_core::cursor::{BoundaryToken, CursorError};
+use timeline_core::key::{SessionId, TargetId};
+use timeline_core::wire::{MESSAGE_NOT_SAVED_NOTICE, ROW_NOT_SAVED_NOTICE};
+
+fn target<'a>(s: &'a SessionId, t: &'a TargetId) -> Target<'a> {
+    Target {
+        session: s,
+        target: t,
+        current_run: None,
+    }
+}
+
+fn ids(blocks: &[Block]) -> Vec<String> {
+    blocks.iter().map(|b| b.id.as_str().to_owned()).collect()
+}
+
+// OV-05, TL-07
+#[test]
+fn a_latest_window_settles_the_rows_its_page_holds_in_the_same_answer() {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    write(
+        &mut store,
+        &s,
+        &t,
+        &Change::Publish(vec![live("a", 2_000, "run-1"), live("b", 2_001, "run-1")]),
+    )
+    .unwrap();
+    let mut source = filled(claude_source(), 3);
+    source.push(vec![saved("a", 2_000, 3)]);
+    let built = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 12).unwrap();
+    assert_eq!(ids(&built.window.blocks), ["h-0", "h-1", "h-2", "a"]);
+    let overlay = built.window.live_overlay.unwrap();
+    assert_eq!(ids(&overlay.blocks), ["b"]);
+    assert_eq!(overlay.settlement_epoch, 1);
+    let settled = built.settled.unwrap();
+    assert_eq!(settled.revision, overlay.revision);
+    assert_eq!(
+        built.window.window_revision,
+        store.current_revision().unwrap()
+    );
+    assert_eq!(built.window.oldest_cursor, None, "history fits in one page");
+}
+
+// TL-13: pageSize decoded up to 640, served up to 100.
+#[test]
+fn page_sizes_past_640_are_invalid_and_past_100_are_clamped() {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    let mut source = filled(codex_source(), 150);
+    let w = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 640).unwrap();
+    assert_eq!(w.window.blocks.len(), 100);
+    let e = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 641).unwrap_err();
+    assert!(matches!(e, WindowError::InvalidParams(_)));
+    assert_eq!(e.error_code(), "INVALID_PARAMS");
+}
+
+fn first_cursor(source: &mut dyn HistorySource) -> (String, u64) {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    let w = latest_window(&mut store, source, &host_key(), target(&s, &t), 12)
+        .unwrap()
+        .window;
+    (w.oldest_cursor.unwrap(), w.window_revision)
+}
+
+// TL-08
+#[test]
+fn an_older_page_carries_the_seam_the_ordered_keys_and_revision_plus_one() {
+    for mut source in [filled(codex_source(), 30), filled(claude_source(), 30)] {
+        let (cursor, rev) = first_cursor(&mut source);
+        let token = source.boundary_token();
+        let req = OlderPageRequest {
+            cursor: &cursor,
+            page_size: 5,
+            expected_boundary_token: Some(&token),
+        };
+        let page = older_page(&mut source, &host_key(), req).unwrap();
+        assert_eq!(ids(&page.blocks), ["h-13", "h-14", "h-15", "h-16", "h-17"]);
+        assert_eq!(page.boundary_block_keys, [reply("h-18")]);
+        let mut expected: Vec<_> = page.blocks.iter().map(Block::key).collect();
+        expected.push(reply("h-18"));
+        assert_eq!(page.ordered_block_keys, expected);
+        assert_eq!(page.window_revision, rev + 1);
+        // The next cursor's seam is the page's top row.
+        let next = page.oldest_cursor.unwrap();
+        let req = OlderPageRequest {
+            cursor: &next,
+            page_size: 5,
+            expected_boundary_token: Some(&token),
+        };
+        let page2 = older_page(&mut source, &host_key(), req).unwrap();
+        assert_eq!(page2.boundary_block_keys, [reply("h-13")]);
+        assert_eq!(page2.window_revision, rev + 2);
+        page2.validate().unwrap();
+    }
+}
+
+// TL-09
+#[test]
+fn cursors_for_another_thread_or_session_are_rejected() {
+    let mut codex = filled(codex_source(), 30);
+    let (cursor, _) = first_cursor(&mut codex);
+    let mut other_thread = filled(
+        overlay_core::source::MemorySource::new(
+            overlay_core::source::SourceKind::Codex {
+                thread_id: "thread-2".into(),
+                generation: 1,
+            },
+            BoundaryToken::codex_rollout("/rollouts/r1.jsonl"),
+        ),
+        30,
+    );
+    let req = OlderPageRequest {
+        cursor: &cursor,
+        page_size: 5,
+        expected_boundary_token: None,
+    };
+    assert_eq!(
+        older_page(&mut other_thread, &host_key(), req),
+        Err(WindowError::Cursor(CursorError::OtherThread))
+    );
+
+    let mut claude = filled(claude_source(), 30);
+    let (cursor, _) = first_cursor(&mut claude);
+    let mut other_session = filled(
+        overlay_core::source::MemorySource::new(
+            overlay_core::source::SourceKind::Claude {
+                session: "another".into(),
+            },
+            BoundaryToken::claude("another"),
+        ),
+        30,
+    );
+    let req = OlderPageRequest {
+        cursor: &cursor,
+        page_size: 5,
+        expected_boundary_token: None,
+    };
+    assert_eq!(
+        older_page(&mut other_session, &host_key(), req),
+        Err(WindowError::Cursor(CursorError::OtherSession))
+    );
+    // A Claude cursor longer than 4,096 characters.
+    let long = format!("{{\"session\":\"{}\"}}", "x".repeat(4_100));
+    let req = OlderPageRequest {
+        cursor: &long,
+        page_size: 5,
+        expected_boundary_token: None,
+    };
+    assert_eq!(
+        older_page(&mut claude, &host_key(), req),
+        Err(WindowError::Cursor(CursorError::TooLong { max: 4096 }))
+    );
+}
+
+// TL-09, TL-10
+#[test]
+fn a_changed_source_fails_or_answers_reload_required() {
+    let mut codex = filled(codex_source(), 30);
+    let (cursor, _) = first_cursor(&mut codex);
+    let old_token = codex.boundary_token();
+    codex.set_boundary_token(BoundaryToken::codex_owned_thread_store("owner-2"));
+    // The client still expects the old source: empty page, reloadRequired.
+    let req = OlderPageRequest {
+        cursor: &cursor,
+        page_size: 5,
+        expected_boundary_token: Some(&old_token),
+    };
+    let page = older_page(&mut codex, &host_key(), req).unwrap();
+    assert!(page.reload_required && page.blocks.is_empty());
+    // The cursor itself names the old source: "Timeline source changed".
+    let req = OlderPageRequest {
+        cursor: &cursor,
+        page_size: 5,
+        expected_boundary_token: None,
+    };
+    let err = older_page(&mut codex, &host_key(), req).unwrap_err();
+    assert_eq!(err.to_string(), "Timeline source changed");
+}
+
+// TL-09: the Claude `before` message is gone.
+#[test]
+fn a_gone_position_answers_an_empty_page_with_reload_required() {
+    let mut claude = filled(claude_source(), 30);
+    let (cursor, _) = first_cursor(&mut claude);
+    // The oldest item of the window (the cursor's position) disappears.
+    assert!(claude.remove(&overlay_core::source::SourcePosition("item-18".into())));
+    let req = OlderPageRequest {
+        cursor: &cursor,
+        page_size: 5,
+        expected_boundary_token: None,
+    };
+    let page = older_page(&mut claude, &host_key(), req).unwrap();
+    assert!(page.reload_required);
+}
+
+// TL-08: one request reads up to four source pages until one yields a visible row.
+#[test]
+fn an_older_page_reads_at_most_four_source_pages() {
+    let mut source = claude_source();
+    for i in 0..3 {
+        source.push(vec![saved(&format!("old-{i}"), 10 + i, i)]);
+    }
+    for _ in 0..50 {
+        source.push(vec![]); // items that project to no visible row
+    }
+    for i in 0..12 {
+        source.push(vec![saved(&format!("new-{i}"), 1_000 + i, 100 + i)]);
+    }
+    let (cursor, _) = first_cursor(&mut source);
+    source.reads = 0;
+    let req = OlderPageRequest {
+        cursor: &cursor,
+        page_size: 10,
+        expected_boundary_token: None,
+    };
+    let page = older_page(&mut source, &host_key(), req).unwrap();
+    assert_eq!(source.reads, 4);
+    assert!(page.blocks.is_empty());
+    // The cursor moves past the invisible items; the next request reaches old rows.
+    let next = page.oldest_cursor.unwrap();
+    let req = OlderPageRequest {
+        cursor: &next,
+        page_size: 10,
+        expected_boundary_token: None,
+    };
+    let page = older_page(&mut source, &host_key(), req).unwrap();
+    assert_eq!(ids(&page.blocks), ["old-0", "old-1", "old-2"]);
+    assert!(page.oldest_cursor.is_none());
+}
+
+// Seed case 6, host side: an unavailable or malformed source is an error, never an
+// empty conversation.
+#[test]
+fn an_unavailable_source_is_an_error_not_an_empty_window() {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    let mut source = filled(claude_source(), 3);
+    source.fail_with = Some(SourceError::Malformed(
+        "an entry with both item and unsupportedItem".into(),
+    ));
+    let e = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 12).unwrap_err();
+    assert_eq!(e.error_code(), "HISTORY_UNAVAILABLE");
+}
+
+// OV-05, TL-13: at most 16 sessions, 256 outbox entries each; the 8 MiB cap.
+#[test]
+fn reconcile_enforces_its_caps_at_the_limit_and_one_past() {
+    let mut store = MemoryOverlayStore::new();
+    let run_reconcile =
+        |store: &mut MemoryOverlayStore, sessions: usize, entries: usize, entry_bytes: usize| {
+            let mut sources: Vec<_> = (0..sessions).map(|_| filled(claude_source(), 2)).collect();
+            let reqs = sources
+                .iter_mut()
+                .enumerate()
+                .map(|(i, src)| ReconcileSession {
+                    session: SessionId::new(format!("s-{i}")).unwrap(),
+                    target: TargetId::new(format!("s-{i}")).unwrap(),
+                    source: src,
+                    outbox: vec![serde_json::json!({ "text": "x".repeat(entry_bytes) }); entries],
+                    active_run: None,
+                })
+                .collect();
+            reconcile_sessions(store, &host_key(), reqs)
+        };
+    assert_eq!(
+        run_reconcile(&mut store, 16, 1, 1).unwrap().sessions.len(),
+        16
+    );
+    assert!(matches!(
+        run_reconcile(&mut store, 17, 1, 1),
+        Err(WindowError::InvalidParams(_))
+    ));
+    assert_eq!(
+        run_reconcile(&mut store, 1, 256, 1).unwrap().sessions[0]
+            .outbox
+            .len(),
+        256
+    );
+    assert!(matches!(
+        run_reconcile(&mut store, 1, 257, 1),
+        Err(WindowError::InvalidParams(_))
+    ));
+    // 16 sessions of 256 entries of ~2 KiB: about 8.4 MB, past the cap.
+    let e = run_reconcile(&mut store, 16, 256, 2_048).unwrap_err();
+    assert!(matches!(e, WindowError::TooLarge { .. }));
+    assert_eq!(e.error_code(), "TIMELINE_SNAPSHOT_TOO_LARGE");
+    // Just under: the same with 1.9 KiB entries fits.
+    assert!(run_reconcile(&mut store, 16, 256, 1_900).is_ok());
+}
+
+// TL-12: always 40 rows; a place in the newest 40 gives the newest window.
+#[test]
+fn an_anchor_in_the_newest_40_rows_gives_the_newest_window() {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    write(
+        &mut store,
+        &s,
+        &t,
+        &Change::Publish(vec![live("live-now", 9_999, "run-1")]),
+    )
+    .unwrap();
+    let mut source = filled(claude_source(), 100);
+    let anchor = Anchor::row(&reply("h-70"));
+    let w = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &anchor,
+    )
+    .unwrap()
+    .window;
+    assert_eq!(w.blocks.len(), 40);
+    assert_eq!(w.blocks.last().unwrap().id.as_str(), "h-99");
+    assert_eq!(w.anchor_row, Some(reply("h-70")));
+    assert_eq!(w.anchor_notice, None);
+    assert_eq!(w.newer_cursor, None);
+    assert_eq!(w.live_overlay.unwrap().blocks.len(), 1);
+}
+
+// TL-12: a place further back gives a page in the past, and newer loads join it.
+#[test]
+fn a_page_in_the_past_has_no_overlay_and_newer_loads_join_without_gap() {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    write(
+        &mut store,
+        &s,
+        &t,
+        &Change::Publish(vec![live("live-now", 9_999, "run-1")]),
+    )
+    .unwrap();
+    let mut source = filled(codex_source(), 200);
+    let token = AnchorToken::Link(LinkPlace {
+        app_session_id: None,
+        thread_id: None,
+        row: reply("h-30"),
+    })
+    .encode(&host_key());
+    let w = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &Anchor::Link { token },
+    )
+    .unwrap()
+    .window;
+    assert_eq!(w.blocks.len(), 40);
+    assert_eq!(w.anchor_row, Some(reply("h-30")));
+    assert!(w.blocks.iter().any(|b| b.key() == reply("h-30")));
+    assert!(
+        w.live_overlay.is_none(),
+        "a page in the past carries no overlay rows"
+    );
+    let mut seen: Vec<String> = ids(&w.blocks);
+    let mut next = w.newer_cursor.clone().unwrap();
+    let mut loads = 0;
+    loop {
+        let anchor = Anchor::Newer {
+            token: next.clone(),
+        };
+        let w = anchored_window(
+            &mut store,
+            &mut source,
+            &host_key(),
+            target(&s, &t),
+            &anchor,
+        )
+        .unwrap()
+        .window;
+        assert!(w.blocks.len() <= 40);
+        seen.extend(ids(&w.blocks));
+        loads += 1;
+        match w.newer_cursor {
+            Some(c) => {
+                assert!(w.live_overlay.is_none());
+                next = c;
+            }
+            None => {
+                assert_eq!(
+                    w.live_overlay.unwrap().blocks.len(),
+                    1,
+                    "the present brings the overlay"
+                );
+                break;
+            }
+        }
+        assert!(loads < 10);
+    }
+    let first: usize = seen[0].trim_start_matches("h-").parse().unwrap();
+    let expected: Vec<String> = (first..200).map(|i| format!("h-{i}")).collect();
+    assert_eq!(seen, expected, "no gap, no overlap");
+}
+
+// TL-12: a row that is only live has no saved place; notices say which kind.
+#[test]
+fn a_place_that_is_not_saved_gives_the_notice_of_its_anchor_kind() {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    write(
+        &mut store,
+        &s,
+        &t,
+        &Change::Publish(vec![live("only-live", 9_999, "run-1")]),
+    )
+    .unwrap();
+    let mut source = filled(claude_source(), 60);
+    let token = AnchorToken::Link(LinkPlace {
+        app_session_id: Some(s.as_str().into()),
+        thread_id: None,
+        row: reply("only-live"),
+    })
+    .encode(&host_key());
+    let w = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &Anchor::Link { token },
+    )
+    .unwrap()
+    .window;
+    assert_eq!(w.anchor_row, None);
+    assert_eq!(w.anchor_notice.as_deref(), Some(MESSAGE_NOT_SAVED_NOTICE));
+    assert_eq!(w.blocks.len(), 40);
+    let w = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &Anchor::row(&reply("gone")),
+    )
+    .unwrap()
+    .window;
+    assert_eq!(w.anchor_notice.as_deref(), Some(ROW_NOT_SAVED_NOTICE));
+}
+
+// TL-11: a link of another session or thread, a forged token, a newer token of another
+// target.
+#[test]
+fn anchors_that_do_not_belong_to_the_target_are_invalid() {
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    let mut source = filled(claude_source(), 60);
+    let other = AnchorToken::Link(LinkPlace {
+        app_session_id: Some("other".into()),
+        thread_id: None,
+        row: reply("h-1"),
+    })
+    .encode(&host_key());
+    let e = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &Anchor::Link { token: other },
+    )
+    .unwrap_err();
+    assert_eq!(e, WindowError::Anchor(AnchorError::Invalid));
+    assert_eq!(
+        e.to_string(),
+        "The timeline anchor is invalid; reload the timeline"
+    );
+    let forged = AnchorToken::Link(LinkPlace {
+        app_session_id: None,
+        thread_id: None,
+        row: reply("h-1"),
+    })
+    .encode(&timeline_core::seal::HostKey::from_bytes([0; 32]));
+    let e = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &Anchor::Link { token: forged },
+    )
+    .unwrap_err();
+    assert_eq!(e, WindowError::Anchor(AnchorError::Invalid));
+    let e = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &Anchor::Newer { token: "".into() },
+    )
+    .unwrap_err();
+    assert!(matches!(
+        e,
+        WindowError::Anchor(AnchorError::InvalidParams(_))
+    ));
+    // A newer token written for another target.
+    let thread = TargetId::new("thread-7").unwrap();
+    let w = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &thread),
+        &Anchor::row(&reply("h-2")),
+    )
+    .unwrap()
+    .window;
+    let newer = w.newer_cursor.unwrap();
+    let e = anchored_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        target(&s, &t),
+        &Anchor::Newer { token: newer },
+    )
+    .unwrap_err();
+    assert_eq!(e, WindowError::Anchor(AnchorError::Invalid));
+}
