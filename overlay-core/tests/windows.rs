@@ -531,3 +531,31 @@ fn anchors_that_do_not_belong_to_the_target_are_invalid() {
     .unwrap_err();
     assert_eq!(e, WindowError::Anchor(AnchorError::Invalid));
 }
+
+// OV-05, TL-13: the 8 MiB cap, exactly at the limit and one byte past it.
+#[test]
+fn reconcile_allows_exactly_8_mib_and_refuses_one_byte_more() {
+    let mut store = MemoryOverlayStore::new();
+    let mut source = filled(claude_source(), 2);
+    let mut call = |store: &mut MemoryOverlayStore,
+                    source: &mut overlay_core::source::MemorySource,
+                    pad: usize| {
+        let req = ReconcileSession {
+            session: session(),
+            target: main_target(),
+            source,
+            outbox: vec![serde_json::json!({ "text": "x".repeat(pad) })],
+            active_run: None,
+        };
+        reconcile_sessions(store, &host_key(), vec![req])
+    };
+    let base = call(&mut store, &mut source, 0).unwrap();
+    // The answer is `{"sessions":[` + snapshot + `]}`.
+    let base_bytes = 14 + serde_json::to_vec(&base.sessions[0]).unwrap().len() + 1;
+    let cap = timeline_core::policy::RESPONSE_CAP_BYTES;
+    assert!(call(&mut store, &mut source, cap - base_bytes).is_ok());
+    assert_eq!(
+        call(&mut store, &mut source, cap - base_bytes + 1),
+        Err(WindowError::TooLarge { bytes: cap + 1 })
+    );
+}
