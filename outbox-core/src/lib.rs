@@ -1,5 +1,35 @@
 //! # outbox-core
 //!
-//! Custody of a message from composer to agent: the outbox, the operation ledger, send
-//! results, drain lanes, the run registry, stop, and messages between sessions. Pure
-//! state machines over storage traits and an agent-adapter trait.
+//! Custody of a message from the composer to the agent, as pure state machines behind
+//! storage traits and an agent-adapter boundary (OB-01 to OB-18). A message is saved,
+//! accepted and confirmed at three separate moments; it is never lost; it is never sent
+//! to the agent twice unless the agent confirmed the first copy was not applied.
+//!
+//! - [`ids`]: identities and the alias scope (OB-01, OB-06).
+//! - [`fingerprint`]: the request fingerprint and the admission input digest (OB-02,
+//!   OB-07).
+//! - [`entry`]: the outbox entry model, submission controls and the fixed texts (OB-04,
+//!   OB-05).
+//! - [`ledger`]: the ledger lattice and the 256-record memory fallback (OB-07).
+//! - [`store`]: the storage trait and the in-memory reference store.
+//! - [`adapter`]: the agent boundary and capabilities.
+//! - [`runs`]: the run registry (OB-14).
+//! - [`custody`]: submit, drain lanes, send results, history reads, interrupt, stop,
+//!   stop and send now (OB-03, OB-08 to OB-13, OB-15).
+//! - [`session_message`], [`envelope`], [`titles`]: messages between sessions and
+//!   session titles (OB-16 to OB-18).
+//!
+//! Nothing here reads a clock, sleeps, spawns or draws randomness: time is an argument,
+//! UUIDs come from the host, and agent work comes out as effects.
+
+pub mod adapter;
+pub mod custody;
+pub mod entry;
+pub mod envelope;
+pub mod fingerprint;
+pub mod ids;
+pub mod ledger;
+pub mod runs;
+pub mod session_message;
+pub mod store;
+pub mod titles;

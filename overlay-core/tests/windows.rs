@@ -537,9 +537,9 @@ fn anchors_that_do_not_belong_to_the_target_are_invalid() {
 fn reconcile_allows_exactly_8_mib_and_refuses_one_byte_more() {
     let mut store = MemoryOverlayStore::new();
     let mut source = filled(claude_source(), 2);
-    let mut call = |store: &mut MemoryOverlayStore,
-                    source: &mut overlay_core::source::MemorySource,
-                    pad: usize| {
+    let call = |store: &mut MemoryOverlayStore,
+                source: &mut overlay_core::source::MemorySource,
+                pad: usize| {
         let req = ReconcileSession {
             session: session(),
             target: main_target(),

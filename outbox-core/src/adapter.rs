@@ -1,0 +1,205 @@
+//! The agent-adapter boundary: the four steps that differ by agent (send, read history
+//! after an uncertain send, stop, take back an accepted steer), and what each agent can
+//! do, as data ([`Capabilities`]).
+//!
+//! The custody machine never calls an adapter: it returns [`crate::custody::Effect`]s
+//! and takes the adapter's answers through its `handle_*` methods. [`AgentAdapter`] is
+//! the synchronous shape of an adapter for embeddings and tests that answer at once;
+//! [`crate::custody::Custody::drive`] connects the two.
+
+use serde::{Deserialize, Serialize};
+
+use crate::entry::{Acceptance, MessageRequest};
+use crate::ids::{OperationId, RunId, SessionId};
+
+/// How an agent proves delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProofKind {
+    /// Codex: a user message whose `clientId` equals the operation ID.
+    ClientIdEcho,
+    /// Claude: the transcript holds a user message with the saved UUID.
+    TranscriptUuid,
+}
+
+/// Which agent a session runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// Codex.
+    Codex,
+    /// Claude.
+    Claude,
+}
+
+/// What an adapter supports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// The agent.
+    pub agent: AgentKind,
+    /// `replace-latest` (and `rollbackBeforeSend`).
+    pub replace_latest: bool,
+    /// `speedMode`.
+    pub speed_mode: bool,
+    /// The exact scan after a run (overlay settlement).
+    pub exact_scan: bool,
+    /// The restart repair of that scan.
+    pub restart_repair: bool,
+    /// The delivery proof.
+    pub proof: ProofKind,
+}
+
+impl Capabilities {
+    /// Codex: replace latest, speed mode, exact scan, restart repair, clientId echo.
+    pub const fn codex() -> Capabilities {
+        Capabilities {
+            agent: AgentKind::Codex,
+            replace_latest: true,
+            speed_mode: true,
+            exact_scan: true,
+            restart_repair: true,
+            proof: ProofKind::ClientIdEcho,
+        }
+    }
+
+    /// Claude: none of those; the transcript UUID proves delivery.
+    pub const fn claude() -> Capabilities {
+        Capabilities {
+            agent: AgentKind::Claude,
+            replace_latest: false,
+            speed_mode: false,
+            exact_scan: false,
+            restart_repair: false,
+            proof: ProofKind::TranscriptUuid,
+        }
+    }
+}
+
+/// Whether a send starts a run or joins one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendKind {
+    /// Start a turn as run `run`.
+    Start {
+        /// The new run.
+        run: RunId,
+    },
+    /// Add the message to the running turn of `run`.
+    Steer {
+        /// The active run.
+        run: RunId,
+    },
+}
+
+/// One send attempt handed to an adapter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendRequest {
+    /// The session.
+    pub session: SessionId,
+    /// The operation (Codex sends it as `clientUserMessageId`).
+    pub operation_id: OperationId,
+    /// The message.
+    pub request: MessageRequest,
+    /// Start or steer.
+    pub kind: SendKind,
+    /// Roll back the latest turn first (replace latest).
+    pub rollback_before_send: bool,
+    /// Send to a fresh thread (the old one is gone).
+    pub fresh_thread: bool,
+}
+
+/// The six send results (OB-08), plus the replace-latest case of a thread that is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SendResult {
+    /// The agent's history holds the message.
+    Delivered,
+    /// A turn took the message (`turn/start` answered, or a steer was accepted as
+    /// pending input); the echo will confirm it.
+    Accepted(Acceptance),
+    /// The host held the message back on purpose; the next drain tries again.
+    Deferred {
+        /// Why.
+        reason: String,
+    },
+    /// The run was stopped before the message was confirmed.
+    Canceled,
+    /// The agent did not take the message (a failure before the hand-off).
+    ProvenUnadmitted {
+        /// The error text for the user.
+        error: String,
+    },
+    /// The agent may have taken the message (a failure after the hand-off). A result
+    /// that says "sending" without an acceptance is this too.
+    AdmissionUncertain {
+        /// What happened.
+        error: String,
+    },
+    /// Replace latest: the agent no longer knows the thread.
+    ThreadGone,
+}
+
+/// What a history read after an uncertain send found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistoryRead {
+    /// The operation is in the agent's history.
+    Found,
+    /// The history was read and does not hold it.
+    Missing,
+    /// The history could not be read (or the route does not match).
+    Unreadable,
+}
+
+/// The answer to a stop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopResult {
+    /// The run stopped; these accepted steers had not been taken.
+    Stopped {
+        /// Operations the run dropped.
+        untaken: Vec<OperationId>,
+    },
+    /// The stop failed; the run may still be active.
+    Failed {
+        /// Why.
+        error: String,
+    },
+    /// The stop attempt itself crashed; it is retried after 250 ms.
+    Crashed,
+}
+
+/// The answer to taking back an accepted steer (`turn/detachPendingInputForReplay`,
+/// Claude's cancel).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DetachResult {
+    /// Taken out of the run's pending input.
+    DetachedForReplay,
+    /// Taken out before.
+    AlreadyDetachedForReplay,
+    /// Not taken back (the agent started it, or the run is gone).
+    NotDetached {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A synchronous agent adapter.
+pub trait AgentAdapter {
+    /// What the agent supports.
+    fn capabilities(&self) -> Capabilities;
+    /// Sends.
+    fn send(&mut self, request: &SendRequest) -> SendResult;
+    /// Looks for the operation in the agent's saved history.
+    fn read_history(&mut self, session: &SessionId, op: &OperationId) -> HistoryRead;
+    /// Stops a run.
+    fn stop(&mut self, session: &SessionId, run: &RunId) -> StopResult;
+    /// Takes back an accepted steer.
+    fn take_back(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+        acceptance: &Acceptance,
+    ) -> DetachResult;
+    /// True while the agent still works on `run` (a registered Codex turn, a live Claude
+    /// host process): the stale reclaim leaves it alone.
+    fn vetoes_reclaim(&self, session: &SessionId, run: &RunId) -> bool;
+}

@@ -1,0 +1,121 @@
+//! Identities of a message (OB-01) and the outbox scope of a session (OB-06).
+//!
+//! `sessionId`, `operationId` and `runId` are shared with the timeline
+//! ([`timeline_core::key`]); the rest are defined here. Each is a distinct newtype that
+//! refuses blank text, so a queue ID can never be passed where an operation ID belongs.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use timeline_core::key::KeyError;
+pub use timeline_core::key::{OperationId, RunId, SessionId};
+
+macro_rules! id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            #[doc = concat!("A ", $what, "; blank text is refused.")]
+            pub fn new(value: impl Into<String>) -> Result<Self, KeyError> {
+                let value = value.into();
+                if value.trim().is_empty() {
+                    return Err(KeyError::Blank($what));
+                }
+                Ok(Self(value))
+            }
+
+            /// The text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $name::new(String::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+id!(
+    /// The visible entry in an outbox; kept when the message is edited.
+    QueueId,
+    "queue ID"
+);
+id!(
+    /// The remote mutation request (its replay rules belong to the RPC layer).
+    IdempotencyKey,
+    "idempotency key"
+);
+id!(
+    /// An agent thread.
+    ThreadId,
+    "thread ID"
+);
+id!(
+    /// The exact agent turn that accepted an operation.
+    TurnId,
+    "turn ID"
+);
+id!(
+    /// A tool call of an agent (`send_session_message`).
+    CallId,
+    "call ID"
+);
+
+/// The suffix of an alias session that shares its base session's outbox scope.
+pub const ALIAS_SUFFIX: &str = "::skills-agent";
+
+/// The base session of `session` (the session itself, or the session an alias names).
+pub fn base_session(session: &SessionId) -> SessionId {
+    match session.as_str().strip_suffix(ALIAS_SUFFIX) {
+        Some(base) if !base.trim().is_empty() => {
+            SessionId::new(base).unwrap_or_else(|_| session.clone())
+        }
+        _ => session.clone(),
+    }
+}
+
+/// True when `a` and `b` share one outbox scope.
+pub fn same_scope(a: &SessionId, b: &SessionId) -> bool {
+    base_session(a) == base_session(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // OB-06
+    #[test]
+    fn an_alias_belongs_to_its_base_scope() {
+        let base = SessionId::new("s1").unwrap();
+        let alias = SessionId::new("s1::skills-agent").unwrap();
+        assert_eq!(base_session(&alias), base);
+        assert_eq!(base_session(&base), base);
+        assert!(same_scope(&alias, &base));
+        assert!(!same_scope(&base, &SessionId::new("s2").unwrap()));
+        // A bare suffix is not an alias of an empty base.
+        let odd = SessionId::new("::skills-agent").unwrap();
+        assert_eq!(base_session(&odd), odd);
+    }
+
+    // OB-01
+    #[test]
+    fn identities_refuse_blank_text_and_run_ids_have_their_form() {
+        assert!(QueueId::new(" ").is_err());
+        assert!(serde_json::from_str::<TurnId>("\"\"").is_err());
+        let run = RunId::generate("0b7c", timeline_core::time::Millis(1_700));
+        assert_eq!(run.as_str(), "run-0b7c-1700");
+        assert_eq!(run.started_at(), Some(timeline_core::time::Millis(1_700)));
+    }
+}

@@ -1,0 +1,351 @@
+//! The in-memory reference implementation of [`OutboxStore`].
+//!
+//! Entries are kept decoded; raw text can be stored too
+//! ([`MemoryOutboxStore::insert_raw_entry`]), so an undecodable row behaves as it does in
+//! a durable backend: it comes back blocked.
+
+use std::collections::BTreeMap;
+
+use crate::entry::{BlockedEntry, OutboxEntry, StoredEntry};
+use crate::fingerprint::Digest256;
+use crate::ids::{OperationId, QueueId, SessionId};
+use crate::ledger::LedgerRecord;
+
+use super::{
+    Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute, StoreError,
+};
+
+#[derive(Clone, Debug)]
+struct RawEntry {
+    position: i64,
+    operation_id: String,
+    /// Raw text written by [`MemoryOutboxStore::insert_raw_entry`].
+    json: Option<String>,
+    /// The entry as decoded (`None`: the raw text does not decode).
+    decoded: Option<OutboxEntry>,
+}
+
+/// In-memory outbox, identities, ledger and routes.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryOutboxStore {
+    entries: BTreeMap<(SessionId, String), RawEntry>,
+    identities: BTreeMap<(SessionId, OperationId), Identity>,
+    ledger: BTreeMap<(SessionId, OperationId), LedgerRecord>,
+    routes: BTreeMap<OperationId, SessionMessageRoute>,
+    /// When set, every write fails with `Unavailable` (to test the ledger fallback).
+    pub fail_writes: bool,
+    /// When set, every ledger read fails with `Unavailable`.
+    pub fail_ledger_reads: bool,
+    /// When set, every ledger write (and `confirm_sent`) fails with `Unavailable`.
+    pub fail_ledger_writes: bool,
+}
+
+impl MemoryOutboxStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores raw entry text as a damaged or foreign backend might have it.
+    pub fn insert_raw_entry(
+        &mut self,
+        session: &SessionId,
+        queue_id: &str,
+        operation_id: &str,
+        position: i64,
+        json: &str,
+    ) {
+        self.entries.insert(
+            (session.clone(), queue_id.to_owned()),
+            RawEntry {
+                position,
+                operation_id: operation_id.to_owned(),
+                json: Some(json.to_owned()),
+                decoded: serde_json::from_str(json).ok(),
+            },
+        );
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        if self.fail_writes {
+            return Err(StoreError::Unavailable("writes are failing".into()));
+        }
+        Ok(())
+    }
+
+    fn write_entry(&mut self, session: &SessionId, entry: &OutboxEntry) -> Result<(), StoreError> {
+        self.entries.insert(
+            (session.clone(), entry.queue_id.as_str().to_owned()),
+            RawEntry {
+                position: entry.position,
+                operation_id: entry.operation_id.as_str().to_owned(),
+                json: None,
+                decoded: Some(entry.clone()),
+            },
+        );
+        Ok(())
+    }
+
+    fn decoded(&self, session: &SessionId, queue_id: &QueueId) -> Option<OutboxEntry> {
+        self.entries
+            .get(&(session.clone(), queue_id.as_str().to_owned()))?
+            .decoded
+            .clone()
+    }
+
+    fn mark_removed(&mut self, session: &SessionId, op: &OperationId) {
+        if let Some(id) = self.identities.get_mut(&(session.clone(), op.clone())) {
+            id.removed = true;
+        }
+    }
+}
+
+fn decode(queue_id: &str, raw: &RawEntry) -> StoredEntry {
+    if let Some(e) = &raw.decoded {
+        return StoredEntry::Entry(Box::new(e.clone()));
+    }
+    let reason = match raw.json.as_deref().map(serde_json::from_str::<OutboxEntry>) {
+        Some(Ok(e)) => return StoredEntry::Entry(Box::new(e)),
+        Some(Err(e)) => e.to_string(),
+        None => "no entry text".to_owned(),
+    };
+    StoredEntry::Blocked(BlockedEntry {
+        queue_id: queue_id.to_owned(),
+        operation_id: Some(raw.operation_id.clone()).filter(|o| !o.is_empty()),
+        position: raw.position,
+        reason,
+    })
+}
+
+impl OutboxStore for MemoryOutboxStore {
+    fn claim(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+    ) -> Result<Claim, StoreError> {
+        let k = (session.clone(), entry.operation_id.clone());
+        if let Some(existing) = self.identities.get(&k) {
+            return Ok(Claim::Existing(existing.clone()));
+        }
+        self.writable()?;
+        self.write_entry(session, entry)?;
+        self.identities.insert(
+            k,
+            Identity {
+                fingerprint: fingerprint.clone(),
+                queue_id: entry.queue_id.clone(),
+                removed: false,
+            },
+        );
+        Ok(Claim::Claimed)
+    }
+
+    fn claim_session_message(
+        &mut self,
+        recipient: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+        route: &SessionMessageRoute,
+    ) -> Result<RouteClaim, StoreError> {
+        if let Some(existing) = self.routes.values().find(|r| {
+            r.sender_session_id == route.sender_session_id
+                && r.sender_call_id == route.sender_call_id
+        }) {
+            return Ok(RouteClaim::ExistingCall(existing.clone()));
+        }
+        self.writable()?;
+        if self
+            .identities
+            .contains_key(&(recipient.clone(), entry.operation_id.clone()))
+        {
+            return Err(StoreError::OperationTaken(entry.operation_id.clone()));
+        }
+        self.write_entry(recipient, entry)?;
+        self.identities.insert(
+            (recipient.clone(), entry.operation_id.clone()),
+            Identity {
+                fingerprint: fingerprint.clone(),
+                queue_id: entry.queue_id.clone(),
+                removed: false,
+            },
+        );
+        self.routes
+            .insert(route.operation_id.clone(), route.clone());
+        Ok(RouteClaim::Claimed)
+    }
+
+    fn identity(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+    ) -> Result<Option<Identity>, StoreError> {
+        Ok(self.identities.get(&(session.clone(), op.clone())).cloned())
+    }
+
+    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError> {
+        let mut out: Vec<StoredEntry> = self
+            .entries
+            .iter()
+            .filter(|((s, _), _)| s == session)
+            .map(|((_, q), raw)| decode(q, raw))
+            .collect();
+        out.sort_by_key(StoredEntry::position);
+        Ok(out)
+    }
+
+    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, StoreError> {
+        let mut v: Vec<SessionId> = self.entries.keys().map(|(s, _)| s.clone()).collect();
+        v.dedup();
+        Ok(v)
+    }
+
+    fn replace_entry(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: &OutboxEntry,
+    ) -> Result<bool, StoreError> {
+        self.writable()?;
+        if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
+            return Ok(false);
+        }
+        self.write_entry(session, new)?;
+        Ok(true)
+    }
+
+    fn rekey_entry(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        fingerprint: &Digest256,
+        new: &OutboxEntry,
+    ) -> Result<bool, StoreError> {
+        self.writable()?;
+        if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
+            return Ok(false);
+        }
+        let k = (session.clone(), new.operation_id.clone());
+        if self.identities.contains_key(&k) {
+            return Err(StoreError::OperationTaken(new.operation_id.clone()));
+        }
+        self.mark_removed(session, &expected.operation_id);
+        self.identities.insert(
+            k,
+            Identity {
+                fingerprint: fingerprint.clone(),
+                queue_id: new.queue_id.clone(),
+                removed: false,
+            },
+        );
+        self.write_entry(session, new)?;
+        Ok(true)
+    }
+
+    fn remove_entry(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<Option<OutboxEntry>, StoreError> {
+        self.writable()?;
+        let removed = self
+            .entries
+            .remove(&(session.clone(), queue_id.as_str().to_owned()));
+        let Some(raw) = removed else {
+            return Ok(None);
+        };
+        if let Ok(op) = OperationId::new(raw.operation_id.clone()) {
+            self.mark_removed(session, &op);
+        }
+        Ok(raw.decoded)
+    }
+
+    fn set_positions(
+        &mut self,
+        session: &SessionId,
+        positions: &[(QueueId, i64)],
+    ) -> Result<(), StoreError> {
+        self.writable()?;
+        for (q, p) in positions {
+            if let Some(mut e) = self.decoded(session, q) {
+                e.position = *p;
+                self.write_entry(session, &e)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn ledger(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+    ) -> Result<Option<LedgerRecord>, StoreError> {
+        if self.fail_ledger_reads {
+            return Err(StoreError::Unavailable("ledger reads are failing".into()));
+        }
+        Ok(self.ledger.get(&(session.clone(), op.clone())).cloned())
+    }
+
+    fn put_ledger(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+        record: &LedgerRecord,
+    ) -> Result<(), StoreError> {
+        self.writable()?;
+        if self.fail_ledger_writes {
+            return Err(StoreError::Unavailable("ledger writes are failing".into()));
+        }
+        self.ledger
+            .insert((session.clone(), op.clone()), record.clone());
+        Ok(())
+    }
+
+    fn confirm_sent(
+        &mut self,
+        scope: &[SessionId],
+        op: &OperationId,
+        record: &LedgerRecord,
+    ) -> Result<Vec<(SessionId, QueueId)>, StoreError> {
+        self.writable()?;
+        if self.fail_ledger_writes {
+            return Err(StoreError::Unavailable("ledger writes are failing".into()));
+        }
+        let Some(base) = scope.first() else {
+            return Ok(Vec::new());
+        };
+        self.ledger
+            .insert((base.clone(), op.clone()), record.clone());
+        let doomed: Vec<(SessionId, String)> = self
+            .entries
+            .iter()
+            .filter(|((s, _), raw)| scope.contains(s) && raw.operation_id == op.as_str())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut removed = Vec::new();
+        for (s, q) in doomed {
+            self.entries.remove(&(s.clone(), q.clone()));
+            self.mark_removed(&s, op);
+            if let Ok(q) = QueueId::new(q) {
+                removed.push((s, q));
+            }
+        }
+        Ok(removed)
+    }
+
+    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, StoreError> {
+        Ok(self.routes.get(op).cloned())
+    }
+
+    fn set_route_delivery(
+        &mut self,
+        op: &OperationId,
+        delivery: RouteDelivery,
+    ) -> Result<(), StoreError> {
+        self.writable()?;
+        if let Some(r) = self.routes.get_mut(op) {
+            r.delivery = delivery;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,227 @@
+//! Storage traits of message custody, with the in-memory reference implementation in
+//! [`memory`].
+//!
+//! One trait, [`OutboxStore`], covers the four aggregates that must change together:
+//! the outbox (`workspace_chat_outbox`), operation identities
+//! (`workspace_chat_outbox_operation_identity`), the operation ledger
+//! (`chat_operation_ledger`) and session-message routes (`chat_session_messages`).
+//!
+//! Every method is one transaction. The multi-record rules:
+//! - [`OutboxStore::claim`]: the (session, operation) identity with its fingerprint and
+//!   the entry are written together, or nothing is written and the existing identity is
+//!   returned (OB-03);
+//! - [`OutboxStore::claim_session_message`]: the route (unique per sender session and
+//!   sender call), the identity and the entry together (OB-16);
+//! - [`OutboxStore::confirm_sent`]: the ledger says sent, then the operation leaves the
+//!   outbox of every session of the scope, in one transaction (OB-06, OB-08);
+//! - [`OutboxStore::rekey_entry`]: an edit claims the new operation and rewrites the
+//!   entry together (OB-11);
+//! - removing an entry keeps its identity row, marked removed, so the operation can
+//!   never be created again (OB-03).
+//!
+//! A stored entry that cannot be decoded comes back as [`StoredEntry::Blocked`], never as
+//! an error that hides the rest of the outbox and never dropped (OB-05).
+
+pub mod memory;
+
+use serde::{Deserialize, Serialize};
+use timeline_core::time::Millis;
+
+use crate::entry::{OutboxEntry, StoredEntry};
+use crate::fingerprint::Digest256;
+use crate::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
+use crate::ledger::LedgerRecord;
+
+/// The identity row of an operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    /// The request fingerprint it was claimed with.
+    pub fingerprint: Digest256,
+    /// Its entry.
+    pub queue_id: QueueId,
+    /// True once its entry was removed (sent, deleted or replaced by an edit).
+    pub removed: bool,
+}
+
+/// What a claim found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The identity and the entry were written.
+    Claimed,
+    /// The operation was claimed before; nothing was written.
+    Existing(Identity),
+}
+
+/// Delivery of a session message, as the sender's row shows it (OB-16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouteDelivery {
+    /// In the recipient's custody, going to its agent.
+    Sent,
+    /// Waiting for the user's approval.
+    NeedsApproval,
+    /// The user removed it from the queue.
+    Declined,
+}
+
+/// One row of `chat_session_messages`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionMessageRoute {
+    /// Primary key.
+    pub operation_id: OperationId,
+    /// The recipient session.
+    pub recipient_session_id: SessionId,
+    /// The sender session.
+    pub sender_session_id: SessionId,
+    /// The sender's tool call (unique with the sender session).
+    pub sender_call_id: CallId,
+    /// The sender's run.
+    pub sender_run_id: Option<RunId>,
+    /// The agent thread that sent it.
+    pub sender_thread_id: Option<ThreadId>,
+    /// The exchange.
+    pub chain_id: String,
+    /// Hop in the exchange.
+    pub hop: u32,
+    /// When it was saved.
+    pub created_at: Millis,
+    /// Delivery as the sender sees it.
+    pub delivery: RouteDelivery,
+}
+
+/// What a session-message claim found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteClaim {
+    /// Route, identity and entry were written.
+    Claimed,
+    /// The sender's call already has a route; nothing was written.
+    ExistingCall(SessionMessageRoute),
+}
+
+/// Why a store call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend could not be read or written now.
+    #[error("outbox store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored row could not be decoded.
+    #[error("stored {what} cannot be decoded: {reason}")]
+    Corrupt {
+        /// Which row.
+        what: String,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// An operation ID that was claimed already (edit to a used operation).
+    #[error("operation {0} was already claimed")]
+    OperationTaken(OperationId),
+}
+
+/// Outbox, identities, ledger and session-message routes. Every method is one
+/// transaction; see the module docs for the multi-record rules.
+pub trait OutboxStore {
+    /// Claims (session, operation) with `fingerprint` and writes `entry`, or returns the
+    /// existing identity and writes nothing.
+    fn claim(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+    ) -> Result<Claim, StoreError>;
+
+    /// Writes the route, the identity and the entry of a session message, or returns
+    /// the existing route of the sender's call and writes nothing.
+    fn claim_session_message(
+        &mut self,
+        recipient: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+        route: &SessionMessageRoute,
+    ) -> Result<RouteClaim, StoreError>;
+
+    /// The identity row of (session, operation).
+    fn identity(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+    ) -> Result<Option<Identity>, StoreError>;
+
+    /// The session's outbox in queue order; undecodable rows come back blocked.
+    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError>;
+
+    /// Every session with a saved outbox entry.
+    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, StoreError>;
+
+    /// Replaces `expected` with `new` (same queue ID) only while the stored entry still
+    /// equals `expected`. False when it changed or is gone.
+    fn replace_entry(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: &OutboxEntry,
+    ) -> Result<bool, StoreError>;
+
+    /// An edit: claims `new.operation_id` with `fingerprint`, marks the old operation
+    /// removed and rewrites the entry, only while it still equals `expected`.
+    /// `Ok(false)` when the entry changed; [`StoreError::OperationTaken`] when the new
+    /// operation was claimed before.
+    fn rekey_entry(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        fingerprint: &Digest256,
+        new: &OutboxEntry,
+    ) -> Result<bool, StoreError>;
+
+    /// Removes the entry `queue_id`; its identity stays, marked removed.
+    fn remove_entry(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<Option<OutboxEntry>, StoreError>;
+
+    /// Sets the position of each listed entry (a renumbering of the queue).
+    fn set_positions(
+        &mut self,
+        session: &SessionId,
+        positions: &[(QueueId, i64)],
+    ) -> Result<(), StoreError>;
+
+    /// The ledger row of (session, operation).
+    fn ledger(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+    ) -> Result<Option<LedgerRecord>, StoreError>;
+
+    /// Stores a ledger row (the caller applied [`crate::ledger::transition`]).
+    fn put_ledger(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+        record: &LedgerRecord,
+    ) -> Result<(), StoreError>;
+
+    /// One transaction: the ledger of (`scope[0]`, `op`) becomes `record` (sent), then
+    /// every entry of `op` in every session of `scope` is removed (identities marked
+    /// removed). Returns what was removed.
+    fn confirm_sent(
+        &mut self,
+        scope: &[SessionId],
+        op: &OperationId,
+        record: &LedgerRecord,
+    ) -> Result<Vec<(SessionId, QueueId)>, StoreError>;
+
+    /// The route of a session message.
+    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, StoreError>;
+
+    /// Updates a route's delivery.
+    fn set_route_delivery(
+        &mut self,
+        op: &OperationId,
+        delivery: RouteDelivery,
+    ) -> Result<(), StoreError>;
+}

@@ -1,0 +1,121 @@
+//! Helpers shared by the outbox-core test files.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use fixtures::adapters::ScriptedAdapter;
+use outbox_core::adapter::Capabilities;
+use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
+use outbox_core::entry::{Controls, MessageRequest, OutboxEntry, Receipt};
+use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
+use outbox_core::store::memory::MemoryOutboxStore;
+use timeline_core::time::Millis;
+
+pub fn s(id: &str) -> SessionId {
+    SessionId::new(id).unwrap()
+}
+pub fn op(id: &str) -> OperationId {
+    OperationId::new(id).unwrap()
+}
+pub fn q(id: &str) -> QueueId {
+    QueueId::new(id).unwrap()
+}
+
+pub fn uuids() -> Box<dyn FnMut() -> String + Send> {
+    let mut n = 0u64;
+    Box::new(move || {
+        n += 1;
+        format!("u{n}")
+    })
+}
+
+pub fn custody(
+    store: MemoryOutboxStore,
+    caps: Capabilities,
+    sessions: &[&str],
+) -> Custody<MemoryOutboxStore> {
+    let mut c = Custody::new(store, uuids());
+    for id in sessions {
+        c.set_session(&s(id), SessionInfo::new(caps));
+    }
+    c
+}
+
+pub fn request(text: &str) -> MessageRequest {
+    MessageRequest::text(text, "composer", Millis(1))
+}
+
+pub fn submit_req(session: &str, n: &str, controls: Controls) -> SubmitRequest {
+    SubmitRequest {
+        session: s(session),
+        queue_id: q(&format!("q-{n}")),
+        operation_id: op(&format!("op-{n}")),
+        request: request(&format!("message {n}")),
+        controls,
+    }
+}
+
+/// A test bench: custody, a scripted adapter, and the effects meant for the embedding.
+pub struct Bench {
+    pub c: Custody<MemoryOutboxStore>,
+    pub agent: ScriptedAdapter,
+    pub now: Millis,
+    pub notes: Vec<Effect>,
+}
+
+impl Bench {
+    pub fn codex(sessions: &[&str]) -> Bench {
+        Bench {
+            c: custody(MemoryOutboxStore::new(), Capabilities::codex(), sessions),
+            agent: ScriptedAdapter::codex(),
+            now: Millis(1_000),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn claude(sessions: &[&str]) -> Bench {
+        Bench {
+            c: custody(MemoryOutboxStore::new(), Capabilities::claude(), sessions),
+            agent: ScriptedAdapter::claude(),
+            now: Millis(1_000),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn drive(&mut self) {
+        let notes = self.c.drive(&mut self.agent, self.now);
+        self.notes.extend(notes);
+    }
+
+    pub fn submit(&mut self, session: &str, n: &str, controls: Controls) -> Receipt {
+        let r = self
+            .c
+            .submit(submit_req(session, n, controls), self.now)
+            .unwrap();
+        self.drive();
+        r
+    }
+
+    pub fn advance(&mut self, ms: u64) {
+        self.now = self.now.saturating_add(Millis(ms));
+        self.c.handle_timeout(self.now);
+        self.drive();
+    }
+
+    pub fn entries(&mut self, session: &str) -> Vec<OutboxEntry> {
+        self.c
+            .entries(&s(session))
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.entry().cloned())
+            .collect()
+    }
+
+    pub fn entry(&mut self, session: &str, n: &str) -> Option<OutboxEntry> {
+        self.entries(session)
+            .into_iter()
+            .find(|e| e.operation_id == op(&format!("op-{n}")))
+    }
+
+    pub fn active_run(&self, session: &str) -> Option<RunId> {
+        self.c.runs().active(&s(session)).map(|a| a.run_id.clone())
+    }
+}

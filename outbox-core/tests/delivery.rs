@@ -1,0 +1,532 @@
+//! Send results, the admission boundary, history reads, drain lanes and start-up
+//! (OB-08 to OB-12).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use fixtures::adapters::{Step, WhenUnscripted};
+use outbox_core::adapter::{HistoryRead, SendResult};
+use outbox_core::custody::{Custody, Effect, SENDING_WRITE_FAILED_TEXT};
+use outbox_core::entry::{Controls, EntryStatus, HandoffPhase, UNCONFIRMED_TEXT};
+
+use outbox_core::ledger::LedgerStatus;
+use outbox_core::store::OutboxStore;
+use timeline_core::time::Millis;
+
+fn ledger(b: &mut Bench, n: &str) -> Option<LedgerStatus> {
+    b.c.store()
+        .ledger(&s("s1"), &op(&format!("op-{n}")))
+        .unwrap()
+        .map(|l| l.status)
+}
+
+// OB-08: delivered → ledger sent, then removed.
+#[test]
+fn delivered_records_sent_then_removes_the_entry() {
+    let mut b = Bench::codex(&["s1"]);
+    b.submit("s1", "1", Controls::automatic());
+    assert!(b.entries("s1").is_empty());
+    assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Sent));
+    assert_eq!(b.agent.send_count(&op("op-1")), 1);
+}
+
+// OB-08: an accepted message stays sending with its acceptance until the echo.
+#[test]
+fn accepted_stays_sending_with_its_acceptance_until_the_echo() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "1", Controls::automatic());
+    let e = b.entry("s1", "1").unwrap();
+    assert_eq!(e.status, EntryStatus::Sending);
+    assert!(e.acceptance.is_some());
+    let l = b.c.store().ledger(&s("s1"), &op("op-1")).unwrap().unwrap();
+    assert_eq!(
+        (
+            l.status,
+            l.acceptance.is_some(),
+            l.admission_input_digest.is_some()
+        ),
+        (LedgerStatus::Sending, true, true)
+    );
+    b.c.handle_delivery_proof(&s("s1"), &op("op-1"), b.now);
+    assert!(b.entry("s1", "1").is_none());
+    assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Sent));
+}
+
+// OB-08: deferred → queued, auto-drain on, hold reason; the next drain tries again.
+#[test]
+fn deferred_goes_back_with_auto_drain_on() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.c.submit(submit_req("s1", "1", Controls::steer(run.clone())), b.now)
+        .unwrap();
+    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+        panic!()
+    };
+    // While the steer is in flight the run is being stopped; the host defers the steer.
+    b.c.stop(&s("s1"), &run, None, b.now);
+    let Some(Effect::StopRun { .. }) = b.c.poll_effect() else {
+        panic!()
+    };
+    b.c.handle_send_result(
+        &s("s1"),
+        &req.operation_id,
+        SendResult::Deferred {
+            reason: "the interrupted run still settles".into(),
+        },
+        b.now,
+    );
+    let e = b.entry("s1", "1").unwrap();
+    assert_eq!(
+        (e.status, e.auto_drain, e.hold_reason.as_deref()),
+        (
+            EntryStatus::Queued,
+            true,
+            Some("the interrupted run still settles")
+        )
+    );
+    assert!(
+        b.c.poll_effect().is_none(),
+        "a pending cancellation drains nothing"
+    );
+    // The stop settles: the next drain tries again (as its own run, since the steer's
+    // run ended).
+    b.c.handle_stop_result(
+        &s("s1"),
+        &run,
+        outbox_core::adapter::StopResult::Stopped { untaken: vec![] },
+        b.now,
+    );
+    b.drive();
+    // (The first attempt was answered by hand above; the adapter sees the retry.)
+    assert_eq!(b.agent.send_count(&op("op-1")), 1);
+    assert!(matches!(
+        b.agent.sends.last().unwrap().kind,
+        outbox_core::adapter::SendKind::Start { .. }
+    ));
+}
+
+// OB-08: canceled → queued, auto-drain off, no error; proven unadmitted → with error.
+#[test]
+fn canceled_and_proven_unadmitted_go_back_with_auto_drain_off() {
+    let mut b = Bench::claude(&["s1"]);
+    b.agent.then(Step::result(SendResult::Canceled));
+    b.agent.then(Step::result(SendResult::ProvenUnadmitted {
+        error: "the actor is closed".into(),
+    }));
+    b.submit("s1", "1", Controls::automatic());
+    let e = b.entry("s1", "1").unwrap();
+    assert_eq!(
+        (e.status, e.auto_drain, e.error.clone()),
+        (EntryStatus::Queued, false, None)
+    );
+    assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Canceled));
+    b.submit("s1", "2", Controls::automatic());
+    let e = b.entry("s1", "2").unwrap();
+    assert_eq!(
+        (e.status, e.auto_drain, e.error.as_deref()),
+        (EntryStatus::Queued, false, Some("the actor is closed"))
+    );
+    // "failed cannot replace sending": the ledger keeps the attempt's record.
+    assert_eq!(ledger(&mut b, "2"), Some(LedgerStatus::Sending));
+    assert!(b.active_run("s1").is_none(), "no run stays behind");
+    // Nothing is retried automatically.
+    b.advance(120_000);
+    assert_eq!(b.agent.sends.len(), 2);
+}
+
+// OB-08: uncertain → the history read decides: found, missing, unreadable.
+#[test]
+fn an_uncertain_send_is_settled_by_the_history_read() {
+    // Found: sent and removed.
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.then(Step::lost_reply_but_recorded());
+    b.submit("s1", "1", Controls::automatic());
+    assert!(b.entry("s1", "1").is_none());
+    assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Sent));
+    // Missing: held, auto-drain off, the seed's text.
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.then(Step::lost_reply_not_recorded());
+    b.submit("s1", "1", Controls::automatic());
+    let e = b.entry("s1", "1").unwrap();
+    assert_eq!(
+        (e.status, e.auto_drain, e.error.as_deref()),
+        (EntryStatus::Queued, false, Some(UNCONFIRMED_TEXT))
+    );
+    // Unreadable: held the same way.
+    let mut b = Bench::claude(&["s1"]);
+    b.agent.then(Step::lost_reply_but_recorded());
+    b.agent.unreadable = true;
+    b.submit("s1", "1", Controls::automatic());
+    let e = b.entry("s1", "1").unwrap();
+    assert_eq!(e.error.as_deref(), Some(UNCONFIRMED_TEXT));
+    assert!(!e.auto_drain);
+    // No automatic retry.
+    b.advance(600_000);
+    assert_eq!(b.agent.send_count(&op("op-1")), 1);
+}
+
+// OB-09: after the hand-off the send path waits 31 s, then the send is uncertain.
+#[test]
+fn the_send_path_gives_up_after_31_seconds_as_uncertain() {
+    let mut b = Bench::codex(&["s1"]);
+    b.c.submit(submit_req("s1", "1", Controls::automatic()), Millis(0))
+        .unwrap();
+    let Some(Effect::Send(_)) = b.c.poll_effect() else {
+        panic!()
+    };
+    assert_eq!(b.c.poll_timeout(), Some(Millis(31_000)));
+    b.c.handle_timeout(Millis(30_999));
+    assert!(b.c.poll_effect().is_none());
+    b.c.handle_timeout(Millis(31_000));
+    assert_eq!(
+        b.c.poll_effect(),
+        Some(Effect::ReadHistory {
+            session: s("s1"),
+            operation_id: op("op-1")
+        })
+    );
+    // The late reply after the deadline changes nothing.
+    b.c.handle_send_result(&s("s1"), &op("op-1"), SendResult::Delivered, Millis(40_000));
+    assert_eq!(b.entry("s1", "1").unwrap().status, EntryStatus::Sending);
+    b.c.handle_history_read(&s("s1"), &op("op-1"), HistoryRead::Missing, Millis(41_000));
+    assert_eq!(
+        b.entry("s1", "1").unwrap().error.as_deref(),
+        Some(UNCONFIRMED_TEXT)
+    );
+}
+
+// OB-09, OB-07: a failure before the hand-off (the sending write) is proven unadmitted:
+// the ledger memory fallback takes the record while the store cannot; when the fallback
+// refuses too, nothing reaches the agent and the entry comes back with the error.
+#[test]
+fn a_failed_sending_write_is_proven_unadmitted_and_nothing_is_sent() {
+    let mut b = Bench::codex(&["s1", "s2"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.c.store().fail_ledger_writes = true;
+    // The store cannot write its ledger: the fallback holds the record and the send goes.
+    b.submit("s1", "0", Controls::automatic());
+    assert_eq!(b.agent.send_count(&op("op-0")), 1);
+    assert_eq!(
+        b.c.fallback().get(&s("s1"), &op("op-0")).map(|r| r.status),
+        Some(LedgerStatus::Sending)
+    );
+    // Fill the fallback with sent proofs.
+    for i in 0..256 {
+        b.c.handle_delivery_proof(&s("s2"), &op(&format!("gone-{i}")), b.now);
+    }
+    assert_eq!(b.c.fallback().len(), 256);
+    b.submit("s2", "1", Controls::automatic());
+    assert_eq!(
+        b.agent.send_count(&op("op-1")),
+        0,
+        "nothing was handed to the agent"
+    );
+    let e = b.entry("s2", "1").unwrap();
+    assert_eq!(
+        (e.status, e.auto_drain, e.error.as_deref()),
+        (EntryStatus::Queued, false, Some(SENDING_WRITE_FAILED_TEXT))
+    );
+    assert!(b.active_run("s2").is_none());
+}
+
+// OB-09: a late result changes the entry only while it equals the sending snapshot.
+#[test]
+fn a_late_result_never_overwrites_a_newer_decision() {
+    let mut b = Bench::codex(&["s1"]);
+    b.c.submit(submit_req("s1", "1", Controls::automatic()), b.now)
+        .unwrap();
+    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+        panic!()
+    };
+    // The deadline passes; the read finds nothing; the entry is held for the user.
+    b.c.handle_timeout(b.now.saturating_add(Millis(31_000)));
+    b.c.handle_history_read(&s("s1"), &op("op-1"), HistoryRead::Missing, b.now);
+    let held = b.entry("s1", "1").unwrap();
+    // The old attempt's result arrives now: ignored, the held entry stays as it is.
+    b.c.handle_send_result(
+        &s("s1"),
+        &req.operation_id,
+        SendResult::ProvenUnadmitted {
+            error: "late".into(),
+        },
+        b.now,
+    );
+    assert_eq!(b.entry("s1", "1").unwrap(), held);
+}
+
+// OB-10: a wake-up while a lane is busy sets a follow-up; the finishing pass runs it.
+#[test]
+fn a_wake_up_while_busy_is_not_lost() {
+    let mut b = Bench::codex(&["s1"]);
+    b.c.submit(submit_req("s1", "1", Controls::automatic()), b.now)
+        .unwrap();
+    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+        panic!()
+    };
+    assert_eq!(b.c.lane_busy(&s("s1")), (true, false));
+    // A second message lands while the first is at the settlement boundary.
+    b.c.submit(submit_req("s1", "2", Controls::automatic()), b.now)
+        .unwrap();
+    assert!(b.c.poll_effect().is_none(), "the lane is busy");
+    b.c.handle_send_result(
+        &s("s1"),
+        &req.operation_id,
+        SendResult::ProvenUnadmitted { error: "x".into() },
+        b.now,
+    );
+    let Some(Effect::Send(next)) = b.c.poll_effect() else {
+        panic!("the follow-up pass sent the next entry")
+    };
+    assert_eq!(next.operation_id, op("op-2"));
+}
+
+// OB-10: the steer lane admits only the queued head, as an exact active-run steer, and
+// never starts a turn; a steer whose run ended waits, then starts as a new run.
+#[test]
+fn the_steer_lane_admits_only_an_exact_head_steer() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.submit("s1", "steer", Controls::steer(run.clone()));
+    assert_eq!(
+        b.agent.sends.last().unwrap().kind,
+        outbox_core::adapter::SendKind::Steer { run: run.clone() }
+    );
+    // A steer for a run that is not active waits at the head.
+    let old = outbox_core::ids::RunId::new("run-old").unwrap();
+    b.submit("s1", "late-steer", Controls::steer(old));
+    assert_eq!(b.agent.send_count(&op("op-late-steer")), 0);
+    // The running turn ends (steer and start confirmed); then it starts as a new run.
+    b.c.handle_delivery_proof(&s("s1"), &op("op-run"), b.now);
+    b.c.handle_delivery_proof(&s("s1"), &op("op-steer"), b.now);
+    b.c.handle_run_ended(&s("s1"), &run, &[], b.now);
+    b.drive();
+    let last = b.agent.sends.last().unwrap();
+    assert_eq!(last.operation_id, op("op-late-steer"));
+    assert!(matches!(
+        last.kind,
+        outbox_core::adapter::SendKind::Start { .. }
+    ));
+}
+
+// OB-10: at start-up both lanes start and every sending entry is read from history; an
+// unreadable ledger holds them.
+#[test]
+fn start_up_confirms_sending_entries_from_history() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "1", Controls::automatic());
+    b.submit("s1", "2", Controls::enqueue());
+    // The app quits: a new machine over the same store.
+    let store = std::mem::replace(
+        &mut b.c,
+        custody(
+            Default::default(),
+            outbox_core::adapter::Capabilities::codex(),
+            &[],
+        ),
+    )
+    .into_store();
+    let mut c: Custody<_> = custody(store, outbox_core::adapter::Capabilities::codex(), &["s1"]);
+    c.start_up(b.now).unwrap();
+    assert_eq!(
+        c.poll_effect(),
+        Some(Effect::ReadHistory {
+            session: s("s1"),
+            operation_id: op("op-1")
+        })
+    );
+    c.handle_history_read(&s("s1"), &op("op-1"), HistoryRead::Found, b.now);
+    // Confirmed: the queued entry behind it starts.
+    let Some(Effect::Send(next)) = c.poll_effect() else {
+        panic!()
+    };
+    assert_eq!(next.operation_id, op("op-2"));
+
+    // An unreadable ledger at load time holds the sending entry with the same text.
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "1", Controls::automatic());
+    let mut store = b.c.into_store();
+    store.fail_ledger_reads = true;
+    let mut c = custody(store, outbox_core::adapter::Capabilities::codex(), &["s1"]);
+    let loaded = c.load_outbox(&s("s1"), Millis(5)).unwrap();
+    let e = loaded[0].entry().unwrap();
+    assert_eq!(
+        (e.status, e.auto_drain, e.error.as_deref()),
+        (EntryStatus::Queued, false, Some(UNCONFIRMED_TEXT))
+    );
+}
+
+// OB-12: reopening a canceled operation that had an acceptance reads history first.
+#[test]
+fn reopening_a_canceled_accepted_operation_reads_history_first() {
+    for (read, expect_ledger, expect_sends) in [
+        (HistoryRead::Found, LedgerStatus::Sent, 1),
+        (HistoryRead::Missing, LedgerStatus::Sending, 2),
+        (HistoryRead::Unreadable, LedgerStatus::Canceled, 1),
+    ] {
+        let mut b = Bench::codex(&["s1"]);
+        b.agent.default = WhenUnscripted::Accept;
+        b.submit("s1", "run", Controls::automatic());
+        let run = b.active_run("s1").unwrap();
+        b.submit("s1", "1", Controls::steer(run.clone()));
+        // The run is stopped; the steer had not been taken: canceled with its acceptance.
+        b.agent
+            .stops
+            .push_back(outbox_core::adapter::StopResult::Stopped {
+                untaken: vec![op("op-1")],
+            });
+        b.c.stop(&s("s1"), &run, Some(7), b.now);
+        b.drive();
+        assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Canceled));
+        // The user sends it again: the history read comes first.
+        b.c.send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+        let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+        assert!(effects.contains(&Effect::ReadHistory {
+            session: s("s1"),
+            operation_id: op("op-1")
+        }));
+        b.c.handle_history_read(&s("s1"), &op("op-1"), read, b.now);
+        b.drive();
+        assert_eq!(b.agent.send_count(&op("op-1")), expect_sends, "{read:?}");
+        assert_eq!(ledger(&mut b, "1"), Some(expect_ledger), "{read:?}");
+        if read == HistoryRead::Unreadable {
+            assert_eq!(
+                b.entry("s1", "1").unwrap().error.as_deref(),
+                Some(UNCONFIRMED_TEXT)
+            );
+        }
+    }
+}
+
+// OB-11: editing keeps queue ID and place and takes a new operation; removing a queued
+// entry leaves the run alone; a sending entry cannot be removed.
+#[test]
+fn edit_and_remove_follow_the_composer_rules() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.submit("s1", "1", Controls::enqueue());
+    b.submit("s1", "2", Controls::enqueue());
+    let before = b.entry("s1", "1").unwrap();
+    b.c.edit(&s("s1"), &q("q-1"), op("op-1b"), request("edited"), b.now)
+        .unwrap();
+    let order: Vec<String> = b
+        .entries("s1")
+        .iter()
+        .map(|e| e.operation_id.to_string())
+        .collect();
+    assert_eq!(order, ["op-run", "op-1b", "op-2"]);
+    let after = b.entries("s1")[1].clone();
+    assert_eq!(
+        (after.queue_id.clone(), after.position),
+        (before.queue_id, before.position)
+    );
+    // The old operation can never be created again.
+    assert!(b
+        .c
+        .submit(submit_req("s1", "1", Controls::enqueue()), b.now)
+        .is_err());
+    b.c.remove(&s("s1"), &q("q-2"), b.now).unwrap();
+    assert_eq!(b.active_run("s1"), Some(run), "the run is untouched");
+    assert_eq!(
+        b.c.remove(&s("s1"), &q("q-run"), b.now),
+        Err(outbox_core::custody::ActionError::Blocked)
+    );
+    assert!(b.entry("s1", "run").is_some());
+}
+
+// OB-13: stop and send now: detach, revoke, stop, dedicated with the same operation.
+#[test]
+fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.submit("s1", "1", Controls::steer(run.clone()));
+    assert_eq!(b.agent.send_count(&op("op-1")), 1);
+    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+    assert_eq!(
+        b.entry("s1", "1").unwrap().handoff.unwrap().phase,
+        HandoffPhase::Requested
+    );
+    b.drive();
+    // Detached, revoked, the run stopped; the message started its own turn.
+    assert_eq!(b.agent.send_count(&op("op-1")), 2);
+    let last = b.agent.sends.last().unwrap();
+    assert!(matches!(&last.kind, outbox_core::adapter::SendKind::Start { run: r } if r != &run));
+    assert_eq!(last.operation_id, op("op-1"), "the same operation ID");
+    let e = b.entry("s1", "1").unwrap();
+    assert_eq!(e.handoff.unwrap().phase, HandoffPhase::Dedicated);
+
+    // A refused detach replays nothing.
+    let mut b = Bench::claude(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.submit("s1", "1", Controls::steer(run.clone()));
+    b.agent
+        .detaches
+        .push_back(outbox_core::adapter::DetachResult::NotDetached {
+            reason: "already started".into(),
+        });
+    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+    b.drive();
+    assert_eq!(b.agent.send_count(&op("op-1")), 1);
+    assert_eq!(b.active_run("s1"), Some(run));
+    assert!(b
+        .notes
+        .iter()
+        .any(|n| matches!(n, Effect::HandoffRefused { .. })));
+
+    // Already sent in the ledger: nothing is replayed.
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.submit("s1", "1", Controls::steer(run));
+    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+    let Some(Effect::TakeBack { .. }) = b.c.poll_effect() else {
+        panic!()
+    };
+    // The echo arrives before the detach answer.
+    b.c.handle_delivery_proof(&s("s1"), &op("op-1"), b.now);
+    b.c.handle_take_back(
+        &s("s1"),
+        &op("op-1"),
+        outbox_core::adapter::DetachResult::DetachedForReplay,
+        b.now,
+    );
+    b.drive();
+    assert_eq!(b.agent.send_count(&op("op-1")), 1);
+    assert!(b.entry("s1", "1").is_none());
+}
+
+// OB-11: replace latest (Codex): rollback first; a gone thread clears the link and the
+// message goes to a fresh thread.
+#[test]
+fn replace_latest_rolls_back_and_recovers_from_a_gone_thread() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.then(Step::result(SendResult::ThreadGone));
+    let mut req = submit_req("s1", "1", Controls::replace_latest());
+    req.request.rollback_before_send = true;
+    b.c.submit(req, b.now).unwrap();
+    b.drive();
+    assert_eq!(b.agent.sends.len(), 2);
+    assert!(b.agent.sends[0].rollback_before_send);
+    assert!(b.agent.sends[1].fresh_thread && !b.agent.sends[1].rollback_before_send);
+    assert!(b
+        .notes
+        .contains(&Effect::ClearThreadLink { session: s("s1") }));
+    assert!(
+        b.entry("s1", "1").is_none(),
+        "delivered to the fresh thread"
+    );
+}

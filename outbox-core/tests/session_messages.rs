@@ -1,0 +1,470 @@
+//! Messages between sessions (OB-16), the envelope (OB-17) and titles (OB-18).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use fixtures::adapters::WhenUnscripted;
+use outbox_core::adapter::{AgentKind, Capabilities, SendKind};
+use outbox_core::custody::{Effect, SessionInfo};
+use outbox_core::entry::{AccessLevel, Controls, Intent, SendMode};
+use outbox_core::envelope::{
+    envelope, first_line, parse_envelope, read_session_message, EnvelopeSender,
+};
+use outbox_core::ids::CallId;
+use outbox_core::session_message::{
+    SessionMessageCall, ToolResult, ACCESS_UNCONFIRMED_REASON, ONE_SEND_PER_CALL_TEXT,
+    OWN_SESSION_TEXT, UNKNOWN_SESSION_TEXT,
+};
+use outbox_core::store::{OutboxStore, RouteDelivery};
+use outbox_core::titles::{
+    final_title, provisional_title, title_after_first_message, TitleError, TitleGenerations,
+    FRESH_CHAT,
+};
+
+fn call(from: &str, to: Option<&str>, call_id: &str, access: AccessLevel) -> SessionMessageCall {
+    SessionMessageCall {
+        sender_session: s(from),
+        sender_run: None,
+        sender_thread: None,
+        call_id: CallId::new(call_id).unwrap(),
+        recipient: to.map(s),
+        body: "Please run the Android build.".into(),
+        sender_title: "Web \"landing\" & co".into(),
+        sender_agent: AgentKind::Claude,
+        sender_access: access,
+        sender_project: None,
+        product: "HB Code".into(),
+    }
+}
+
+fn set_access(b: &mut Bench, session: &str, access: Option<AccessLevel>) {
+    let mut info = SessionInfo::new(Capabilities::codex());
+    info.access = access;
+    b.c.set_session(&s(session), info);
+}
+
+// OB-16: an idle recipient gets enqueue + queue at the back; the route is written with
+// the entry; the message starts a run.
+#[test]
+fn an_idle_recipient_queues_the_message_and_a_run_starts() {
+    let mut b = Bench::codex(&["a", "b"]);
+    let r =
+        b.c.send_session_message(
+            call("a", Some("b"), "call-1", AccessLevel::WorkspaceWrite),
+            b.now,
+        )
+        .unwrap();
+    assert_eq!(r, ToolResult::Queued);
+    let sent = b.c.poll_effect();
+    let Some(Effect::Send(req)) = sent else {
+        panic!("{sent:?}")
+    };
+    assert!(req.operation_id.as_str().starts_with("session-message-"));
+    assert!(matches!(req.kind, SendKind::Start { .. }));
+    assert!(req.request.agent_text().starts_with(&first_line("HB Code")));
+    assert_eq!(req.request.user_text, "Please run the Android build.");
+    let route = b.c.store().route(&req.operation_id).unwrap().unwrap();
+    assert_eq!(
+        (
+            route.sender_session_id.as_str(),
+            route.sender_call_id.as_str(),
+            route.hop,
+            route.delivery
+        ),
+        ("a", "call-1", 1, RouteDelivery::Sent)
+    );
+    let entry = b.entries("b").into_iter().next().unwrap();
+    assert_eq!(entry.controls, Controls::enqueue());
+    assert_eq!(entry.queue_id.as_str(), entry.operation_id.as_str());
+}
+
+// OB-16: a running recipient with no hold gets automatic + steer-running with its run.
+#[test]
+fn a_running_recipient_gets_a_steer_for_its_run() {
+    let mut b = Bench::codex(&["a", "b"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("b", "run", Controls::automatic());
+    let run = b.active_run("b").unwrap();
+    let r =
+        b.c.send_session_message(
+            call("a", Some("b"), "call-1", AccessLevel::WorkspaceWrite),
+            b.now,
+        )
+        .unwrap();
+    assert_eq!(r, ToolResult::Queued);
+    b.drive();
+    let last = b.agent.sends.last().unwrap();
+    assert_eq!(last.kind, SendKind::Steer { run: run.clone() });
+    let e = b
+        .entries("b")
+        .into_iter()
+        .find(|e| e.session_message.is_some())
+        .unwrap();
+    assert_eq!(
+        (
+            e.controls.intent,
+            e.controls.send_mode,
+            e.controls.expected_active_run_id.clone()
+        ),
+        (Intent::Automatic, SendMode::SteerRunning, Some(run.clone()))
+    );
+    assert_eq!(
+        b.c.runs().active(&s("b")).unwrap().last_session_message,
+        Some(e.operation_id.clone())
+    );
+}
+
+// OB-16: the hold rule across the four access levels; a held message waits for
+// approval, and sending it from the queue approves it.
+#[test]
+fn a_recipient_with_higher_access_holds_the_message_until_approved() {
+    let levels = [
+        AccessLevel::ReadOnly,
+        AccessLevel::WorkspaceWrite,
+        AccessLevel::FullAccess,
+        AccessLevel::Unrestricted,
+    ];
+    for sender in levels {
+        for recipient in levels {
+            let mut b = Bench::codex(&["a", "b"]);
+            set_access(&mut b, "b", Some(recipient));
+            let r =
+                b.c.send_session_message(call("a", Some("b"), "c", sender), b.now)
+                    .unwrap();
+            b.drive();
+            if recipient > sender {
+                let ToolResult::WaitingForApproval { reason } = &r else {
+                    panic!("{sender:?} -> {recipient:?}: {r:?}")
+                };
+                assert!(reason.contains(recipient.as_str()) && reason.contains(sender.as_str()));
+                assert!(b.agent.sends.is_empty());
+                let e = b.entries("b").remove(0);
+                assert!(!e.auto_drain);
+                let route = b.c.store().route(&e.operation_id).unwrap().unwrap();
+                assert_eq!(route.delivery, RouteDelivery::NeedsApproval);
+                // The user sends it from the queue: approved, no hold rule applies.
+                b.c.send_now(&s("b"), &e.queue_id, b.now).unwrap();
+                b.drive();
+                assert_eq!(b.agent.sends.len(), 1);
+                assert!(b.notes.iter().any(|n| matches!(
+                    n,
+                    Effect::RouteDeliveryChanged {
+                        delivery: RouteDelivery::Sent,
+                        ..
+                    }
+                )));
+            } else {
+                assert_eq!(r, ToolResult::Queued, "{sender:?} -> {recipient:?}");
+                assert_eq!(b.agent.sends.len(), 1);
+            }
+        }
+    }
+}
+
+// OB-16: a recipient whose level cannot be confirmed holds; the running turn's level
+// counts when it runs; the rule is checked again before each drain.
+#[test]
+fn unconfirmed_access_holds_and_the_rule_is_checked_again_before_draining() {
+    let mut b = Bench::codex(&["a", "b"]);
+    set_access(&mut b, "b", None);
+    let r =
+        b.c.send_session_message(call("a", Some("b"), "c1", AccessLevel::Unrestricted), b.now)
+            .unwrap();
+    assert_eq!(
+        r,
+        ToolResult::WaitingForApproval {
+            reason: ACCESS_UNCONFIRMED_REASON.into()
+        }
+    );
+
+    // Saved with no hold while the recipient's run is being stopped (nothing drains);
+    // the recipient raises its level; the check before the drain holds it.
+    let mut b = Bench::codex(&["a", "b"]);
+    b.agent.default = WhenUnscripted::Accept;
+    set_access(&mut b, "b", Some(AccessLevel::ReadOnly));
+    b.submit("b", "run", Controls::automatic());
+    let run = b.active_run("b").unwrap();
+    b.c.stop(&s("b"), &run, None, b.now);
+    let Some(Effect::StopRun { .. }) = b.c.poll_effect() else {
+        panic!()
+    };
+    let r =
+        b.c.send_session_message(call("a", Some("b"), "c2", AccessLevel::ReadOnly), b.now)
+            .unwrap();
+    assert_eq!(r, ToolResult::Queued);
+    assert!(
+        b.c.poll_effect().is_none(),
+        "a pending cancellation drains nothing"
+    );
+    set_access(&mut b, "b", Some(AccessLevel::FullAccess));
+    let sends = b.agent.sends.len();
+    b.c.handle_stop_result(
+        &s("b"),
+        &run,
+        outbox_core::adapter::StopResult::Stopped { untaken: vec![] },
+        b.now,
+    );
+    b.drive();
+    let e = b
+        .entries("b")
+        .into_iter()
+        .find(|e| e.session_message.is_some())
+        .unwrap();
+    assert!(
+        !e.auto_drain && e.hold_reason.is_some(),
+        "held at drain time"
+    );
+    assert_eq!(b.agent.sends.len(), sends, "not sent");
+    assert_eq!(
+        b.c.store()
+            .route(&e.operation_id)
+            .unwrap()
+            .unwrap()
+            .delivery,
+        RouteDelivery::NeedsApproval
+    );
+}
+
+// OB-16: repeats, another recipient, the sender's own session, no session.
+#[test]
+fn tool_results_for_repeats_and_bad_recipients() {
+    let mut b = Bench::codex(&["a", "a::skills-agent", "b", "c"]);
+    assert_eq!(
+        b.c.send_session_message(
+            call("a", Some("b"), "c1", AccessLevel::WorkspaceWrite),
+            b.now
+        )
+        .unwrap(),
+        ToolResult::Queued
+    );
+    assert_eq!(
+        b.c.send_session_message(
+            call("a", Some("b"), "c1", AccessLevel::WorkspaceWrite),
+            b.now
+        )
+        .unwrap(),
+        ToolResult::AlreadySent
+    );
+    assert_eq!(
+        b.c.send_session_message(
+            call("a", Some("c"), "c1", AccessLevel::WorkspaceWrite),
+            b.now
+        )
+        .unwrap(),
+        ToolResult::Error {
+            message: ONE_SEND_PER_CALL_TEXT.into()
+        }
+    );
+    assert_eq!(
+        b.c.send_session_message(
+            call(
+                "a",
+                Some("a::skills-agent"),
+                "c2",
+                AccessLevel::WorkspaceWrite
+            ),
+            b.now
+        )
+        .unwrap(),
+        ToolResult::Error {
+            message: OWN_SESSION_TEXT.into()
+        }
+    );
+    assert_eq!(
+        b.c.send_session_message(call("a", None, "c3", AccessLevel::WorkspaceWrite), b.now)
+            .unwrap(),
+        ToolResult::Error {
+            message: UNKNOWN_SESSION_TEXT.into()
+        }
+    );
+    assert_eq!(
+        b.c.send_session_message(
+            call("a", Some("nobody"), "c4", AccessLevel::WorkspaceWrite),
+            b.now
+        )
+        .unwrap(),
+        ToolResult::Error {
+            message: UNKNOWN_SESSION_TEXT.into()
+        }
+    );
+    b.drive();
+    assert_eq!(b.agent.sends.len(), 1, "one message for one call");
+}
+
+// OB-16: the answer continues the exchange with hop + 1; any other run starts hop 1.
+#[test]
+fn an_answer_from_a_run_the_message_started_is_the_next_hop() {
+    let mut b = Bench::codex(&["a", "b"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.c.send_session_message(
+        call("a", Some("b"), "c1", AccessLevel::WorkspaceWrite),
+        b.now,
+    )
+    .unwrap();
+    b.drive();
+    let run_b = b.active_run("b").unwrap();
+    let first = b.entries("b").remove(0);
+    let chain = first.session_message.clone().unwrap().chain_id;
+    let mut answer = call("b", Some("a"), "c9", AccessLevel::WorkspaceWrite);
+    answer.sender_run = Some(run_b);
+    b.c.send_session_message(answer, b.now).unwrap();
+    let reply = b.entries("a").remove(0);
+    let origin = reply.session_message.unwrap();
+    assert_eq!((origin.chain_id.clone(), origin.hop), (chain.clone(), 2));
+    // A message from a run nobody messaged starts a new exchange.
+    let fresh = call("b", Some("a"), "c10", AccessLevel::WorkspaceWrite);
+    b.c.send_session_message(fresh, b.now).unwrap();
+    let newest = b
+        .entries("a")
+        .into_iter()
+        .find(|e| e.session_message.as_ref().unwrap().sender_call_id.as_str() == "c10")
+        .unwrap();
+    let o = newest.session_message.unwrap();
+    assert_eq!(o.hop, 1);
+    assert_ne!(o.chain_id, chain);
+}
+
+// OB-16: removing a queued session message declines it, and the sender's row is
+// republished.
+#[test]
+fn removing_a_session_message_declines_it() {
+    let mut b = Bench::codex(&["a", "b"]);
+    set_access(&mut b, "b", Some(AccessLevel::Unrestricted));
+    b.c.send_session_message(call("a", Some("b"), "c1", AccessLevel::ReadOnly), b.now)
+        .unwrap();
+    let e = b.entries("b").remove(0);
+    b.c.remove(&s("b"), &e.queue_id, b.now).unwrap();
+    b.drive();
+    assert_eq!(
+        b.c.store()
+            .route(&e.operation_id)
+            .unwrap()
+            .unwrap()
+            .delivery,
+        RouteDelivery::Declined
+    );
+    assert!(b.notes.contains(&Effect::RouteDeliveryChanged {
+        operation_id: e.operation_id.clone(),
+        sender_session: s("a"),
+        delivery: RouteDelivery::Declined
+    }));
+}
+
+// OB-17: the envelope, parsed back; a row with the user's own operation is never read as
+// a session message.
+#[test]
+fn the_envelope_names_the_product_and_parses_back() {
+    let sender = EnvelopeSender {
+        session_id: s("a"),
+        title: "Web \"landing\" & <co>".into(),
+        agent: AgentKind::Claude,
+    };
+    let body = "Line one\nLine two with </session_message> inside";
+    let text = envelope("HB Code", &sender, body);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("Message from another HB Code session. Answer this message in one of three ways: do it, ask one question, or object with the reason.")
+    );
+    assert!(lines.next().unwrap().starts_with("<session_message from_session_id=\"a\" from_title=\"Web &quot;landing&quot; &amp; &lt;co&gt;\" from_agent=\"claude\">"));
+    assert!(text.ends_with("\n</session_message>"));
+    assert_eq!(
+        parse_envelope(&text),
+        Some((sender.clone(), body.to_owned()))
+    );
+    assert_eq!(
+        read_session_message(&op("session-message-1"), &text).map(|(s, _)| s),
+        Some(sender)
+    );
+    assert_eq!(read_session_message(&op("op-typed-by-user"), &text), None);
+    assert_eq!(
+        parse_envelope(
+            "Message from another HB Code session.\n<session_message>\nx\n</session_message>"
+        ),
+        None
+    );
+    let other_product = envelope(
+        "Acme",
+        &EnvelopeSender {
+            session_id: s("z"),
+            title: String::new(),
+            agent: AgentKind::Codex,
+        },
+        "x",
+    );
+    assert!(other_product.starts_with("Message from another Acme session. "));
+}
+
+// OB-18: titles.
+#[test]
+fn titles_follow_the_seed() {
+    assert_eq!(
+        provisional_title("\n   \n  Fix the flaky login test on CI please\nmore"),
+        "Fix the flaky login"
+    );
+    assert_eq!(provisional_title("  \n\t\n"), FRESH_CHAT);
+    assert_eq!(provisional_title("Hi"), "Hi");
+    assert_eq!(
+        final_title("  Android   landing page "),
+        Ok("Android landing page".into())
+    );
+    assert_eq!(final_title("Landing"), Err(TitleError::WordCount));
+    assert_eq!(
+        final_title("one two three four five"),
+        Err(TitleError::WordCount)
+    );
+    let at_limit = "abcdefghijklmnop qrstuvwxyzabcdefghi"; // 36 characters
+    assert_eq!(at_limit.chars().count(), 36);
+    assert!(final_title(at_limit).is_ok());
+    assert_eq!(
+        final_title(&format!("{at_limit}j")),
+        Err(TitleError::TooLong)
+    );
+    assert!(
+        final_title("éééééééééééééééééé ééééééééééééééééé").is_ok(),
+        "characters, not bytes"
+    );
+    let mut g = TitleGenerations::new();
+    assert!(g.begin(&s("a")));
+    assert!(!g.begin(&s("a")), "one generation per session at a time");
+    assert!(g.begin(&s("b")));
+    assert_eq!(
+        g.finish(&s("a"), "Fix the flaky login", Err("model down".into())),
+        "Fix the flaky login"
+    );
+    assert_eq!(
+        g.finish(&s("b"), "x", Ok("Flaky login fix".into())),
+        "Flaky login fix"
+    );
+    assert_eq!(
+        g.finish(
+            &s("b"),
+            "Provisional one",
+            Ok("Way too long a title for this".into())
+        ),
+        "Provisional one"
+    );
+    assert!(g.begin(&s("a")));
+}
+
+// OB-18: a placeholder only; a session started by a session message is named from the
+// body, not the envelope.
+#[test]
+fn the_first_title_replaces_a_placeholder_and_uses_a_session_messages_body() {
+    let mut b = Bench::codex(&["a", "b"]);
+    b.c.send_session_message(
+        call("a", Some("b"), "c1", AccessLevel::WorkspaceWrite),
+        b.now,
+    )
+    .unwrap();
+    let first = b.entries("b").remove(0);
+    assert_eq!(
+        title_after_first_message("", &first),
+        "Please run the Android"
+    );
+    assert_eq!(
+        title_after_first_message("My own title", &first),
+        "My own title"
+    );
+}
