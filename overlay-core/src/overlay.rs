@@ -24,9 +24,6 @@ use timeline_core::order::SourceOrder;
 
 use crate::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay};
 
-/// How many times [`write`] re-applies a change after losing a compare-and-set.
-pub const MAX_WRITE_ATTEMPTS: usize = 16;
-
 /// One change to a target's overlay.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -165,35 +162,26 @@ impl WriteResult {
     }
 }
 
-/// Writes `change` to a target with compare-and-set, retrying against the current
-/// snapshot when another writer stored first (OV-02).
+/// Writes `change` to a target atomically (OV-02): through
+/// [`OverlayStore::update`], so a stale writer re-applies its change to the current
+/// snapshot instead of overwriting it.
 pub fn write<S: OverlayStore + ?Sized>(
     store: &mut S,
     session: &SessionId,
     target: &TargetId,
     change: &Change,
 ) -> Result<WriteResult, StoreError> {
-    let mut current = store.load(session, target)?;
-    for _ in 0..MAX_WRITE_ATTEMPTS {
-        let Some(next) = apply(current.as_ref(), change) else {
-            return Ok(WriteResult::Unchanged(current));
-        };
-        let old_epoch = current.as_ref().map_or(0, |c| c.settlement_epoch);
-        let expected = current.as_ref().map(|c| c.revision);
-        match store.compare_and_set(session, target, expected, next.epoch, next.blocks) {
-            Ok(stored) => {
-                return Ok(WriteResult::Written {
-                    epoch_raised: stored.settlement_epoch > old_epoch,
-                    stored,
-                })
-            }
-            Err(StoreError::Stale { current: now }) => current = now.map(|b| *b),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(StoreError::Unavailable(format!(
-        "overlay write lost {MAX_WRITE_ATTEMPTS} compare-and-set races in a row"
-    )))
+    let mut next =
+        |current: Option<&StoredOverlay>| apply(current, change).map(|n| (n.epoch, n.blocks));
+    let update = store.update(session, target, &mut next)?;
+    Ok(match update.written {
+        Some(stored) => WriteResult::Written {
+            epoch_raised: stored.settlement_epoch
+                > update.before.as_ref().map_or(0, |b| b.settlement_epoch),
+            stored,
+        },
+        None => WriteResult::Unchanged(update.before),
+    })
 }
 
 /// Hands out live sequence numbers (TL-05 `[2, sequence]`): a row gets its number once,

@@ -1,4 +1,1008 @@
 //! # storage-sqlite
 //!
-//! The durable backend: every storage trait of the core crates on one SQLite file,
-//! through rusqlite with the bundled SQLite.
+//! The durable backend: every storage trait of the core crates on one SQLite file
+//! (ST-01 to ST-04), through rusqlite with the bundled SQLite, so a fresh machine needs
+//! no system library.
+//!
+//! - One [`SqliteStore`] per connection. It implements
+//!   [`overlay_core::store::OverlayStore`], [`overlay_core::store::CleanupJournal`] and
+//!   [`outbox_core::store::OutboxStore`] with the seed's tables.
+//! - Every connection sets WAL (for files), `foreign_keys`, an explicit `busy_timeout`
+//!   and the chosen `synchronous` level, outside the migrations.
+//! - Every write is one `IMMEDIATE` transaction, so each multi-record rule of the
+//!   catalog (the submit claim, the overlay compare-and-set with the global revision,
+//!   the session-message route with its entry, ledger-sent then removal across aliases)
+//!   commits whole or not at all. Hot statements use `prepare_cached`.
+//! - Numbered migrations in `migrations/*.sql`, tracked in `PRAGMA user_version`.
+//!
+//! # Durability
+//!
+//! [`Synchronous::Full`] is the default: an acknowledged write (a receipt returned, a
+//! ledger row stored) survives a process kill and a power loss. [`Synchronous::Normal`]
+//! in WAL mode is faster and still survives a process kill at any point, but the last
+//! commits before a power loss or OS crash may be lost. Choose it with
+//! [`Settings::synchronous`].
+//!
+//! ```
+//! use outbox_core::store::OutboxStore;
+//! use storage_sqlite::{Settings, SqliteStore};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut store = SqliteStore::open(dir.path().join("custody.sqlite"), Settings::default()).unwrap();
+//! assert_eq!(store.schema_version().unwrap(), storage_sqlite::SCHEMA_VERSION);
+//! assert!(store.outbox_sessions().unwrap().is_empty());
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use outbox_core::entry::{BlockedEntry, OutboxEntry, StoredEntry};
+use outbox_core::fingerprint::Digest256;
+use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
+use outbox_core::ledger::LedgerRecord;
+use outbox_core::store::{
+    Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
+    StoreError as OutboxError,
+};
+use overlay_core::store::{
+    CleanupJournal, NextOverlay, OverlayStore, StoreError as OverlayError, StoredBlock,
+    StoredOverlay, Update, FORMAT_VERSION,
+};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use timeline_core::key::TargetId;
+use timeline_core::policy::MAX_EXACT_INTEGER;
+use timeline_core::time::Millis;
+
+/// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
+pub const MIGRATIONS: [(&str, &str); 2] = [
+    (
+        "0001_initial",
+        include_str!("../migrations/0001_initial.sql"),
+    ),
+    (
+        "0002_queue_order_and_claim_time",
+        include_str!("../migrations/0002_queue_order_and_claim_time.sql"),
+    ),
+];
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// SQLite's `synchronous` level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Survives a process kill at any point; a power loss may lose the last commits.
+    Normal,
+    /// Survives a process kill and a power loss.
+    Full,
+}
+
+/// Per-connection settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The `synchronous` level (default [`Synchronous::Full`]).
+    pub synchronous: Synchronous,
+    /// How long a writer waits for another connection's lock.
+    pub busy_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a database could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// SQLite refused.
+    #[error("cannot open the database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The file was written by a newer schema.
+    #[error("the database has schema version {found}, newer than {supported}")]
+    NewerSchema {
+        /// What the file says.
+        found: u32,
+        /// What this build knows.
+        supported: u32,
+    },
+}
+
+/// One connection to the custody database. See the crate docs.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+}
+
+fn configure(conn: &Connection, settings: &Settings, file: bool) -> rusqlite::Result<()> {
+    if file {
+        // WAL lets readers and one writer work at once; it is a property of the file.
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        debug_assert_eq!(mode.to_lowercase(), "wal");
+    }
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(settings.busy_timeout)?;
+    let sync = match settings.synchronous {
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Full => "FULL",
+    };
+    conn.pragma_update(None, "synchronous", sync)?;
+    Ok(())
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// Applies migrations up to `target`, each in its own immediate transaction.
+fn migrate(conn: &mut Connection, target: u32) -> Result<u32, OpenError> {
+    let found = user_version(conn)?;
+    if found > SCHEMA_VERSION {
+        return Err(OpenError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for version in (found + 1)..=target.min(SCHEMA_VERSION) {
+        let (_, sql) = MIGRATIONS[(version - 1) as usize];
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", version)?;
+        tx.commit()?;
+    }
+    Ok(user_version(conn)?)
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the database file and migrates it to [`SCHEMA_VERSION`].
+    pub fn open(path: impl AsRef<Path>, settings: Settings) -> Result<Self, OpenError> {
+        Self::open_at(path, settings, SCHEMA_VERSION)
+    }
+
+    /// Opens the file migrated only up to `version` (to write databases of an older
+    /// schema in tests of the upgrade path).
+    #[doc(hidden)]
+    pub fn open_at(
+        path: impl AsRef<Path>,
+        settings: Settings,
+        version: u32,
+    ) -> Result<Self, OpenError> {
+        let mut conn = Connection::open(path)?;
+        configure(&conn, &settings, true)?;
+        migrate(&mut conn, version)?;
+        Ok(SqliteStore { conn })
+    }
+
+    /// A private in-memory database (`:memory:`), migrated.
+    pub fn open_in_memory(settings: Settings) -> Result<Self, OpenError> {
+        let mut conn = Connection::open_in_memory()?;
+        configure(&conn, &settings, false)?;
+        migrate(&mut conn, SCHEMA_VERSION)?;
+        Ok(SqliteStore { conn })
+    }
+
+    /// The schema version of the file.
+    pub fn schema_version(&self) -> rusqlite::Result<u32> {
+        user_version(&self.conn)
+    }
+
+    /// The connection (for inspection in tests and tools).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Sets the global revision counter (to test the 2^53 - 1 cap).
+    #[doc(hidden)]
+    pub fn set_revision_counter(&mut self, revision: u64) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "UPDATE chat_live_timeline_overlay_revisions SET revision = ?1 WHERE id = 1",
+            params![revision as i64],
+        )?;
+        Ok(())
+    }
+
+    fn write(&mut self) -> rusqlite::Result<Transaction<'_>> {
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+    }
+}
+
+// ----- error mapping ---------------------------------------------------------------------
+
+fn ov(e: rusqlite::Error) -> OverlayError {
+    OverlayError::Unavailable(e.to_string())
+}
+
+fn ob(e: rusqlite::Error) -> OutboxError {
+    OutboxError::Unavailable(e.to_string())
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
+    serde_json::to_string(v).map_err(|e| e.to_string())
+}
+
+fn id<T>(what: &'static str, v: Result<T, timeline_core::key::KeyError>) -> Result<T, OutboxError> {
+    v.map_err(|e| OutboxError::Corrupt {
+        what: what.into(),
+        reason: e.to_string(),
+    })
+}
+
+// ----- overlays --------------------------------------------------------------------------
+
+fn load_overlay(
+    conn: &Connection,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<Option<StoredOverlay>, OverlayError> {
+    let row: Option<(i64, i64, String)> = conn
+        .prepare_cached(
+            "SELECT revision, settlement_epoch, snapshot_json FROM chat_live_timeline_overlays
+             WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+        )
+        .map_err(ov)?
+        .query_row(params![session.as_str(), target.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()
+        .map_err(ov)?;
+    let Some((revision, epoch, json)) = row else {
+        return Ok(None);
+    };
+    let blocks: Vec<StoredBlock> =
+        serde_json::from_str(&json).map_err(|e| OverlayError::Corrupt {
+            what: format!("overlay {session}/{target}"),
+            reason: e.to_string(),
+        })?;
+    Ok(Some(StoredOverlay {
+        format_version: FORMAT_VERSION,
+        settlement_epoch: epoch as u64,
+        revision: revision as u64,
+        blocks,
+    }))
+}
+
+/// Takes the next revision from the counter and stores the overlay, inside `tx`.
+fn store_overlay(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    target: &TargetId,
+    epoch: u64,
+    blocks: Vec<StoredBlock>,
+) -> Result<StoredOverlay, OverlayError> {
+    let json = to_json(&blocks).map_err(|reason| OverlayError::Corrupt {
+        what: "overlay blocks".into(),
+        reason,
+    })?;
+    let counter: i64 = tx
+        .prepare_cached("SELECT revision FROM chat_live_timeline_overlay_revisions WHERE id = 1")
+        .map_err(ov)?
+        .query_row([], |r| r.get(0))
+        .map_err(ov)?;
+    if counter as u64 >= MAX_EXACT_INTEGER {
+        return Err(OverlayError::RevisionExhausted);
+    }
+    let revision = counter as u64 + 1;
+    tx.prepare_cached("UPDATE chat_live_timeline_overlay_revisions SET revision = ?1 WHERE id = 1")
+        .map_err(ov)?
+        .execute(params![revision as i64])
+        .map_err(ov)?;
+    tx.prepare_cached(
+        "INSERT INTO chat_live_timeline_overlays
+             (app_session_id, timeline_target_id, revision, settlement_epoch, snapshot_json)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (app_session_id, timeline_target_id) DO UPDATE SET
+             revision = excluded.revision,
+             settlement_epoch = excluded.settlement_epoch,
+             snapshot_json = excluded.snapshot_json",
+    )
+    .map_err(ov)?
+    .execute(params![
+        session.as_str(),
+        target.as_str(),
+        revision as i64,
+        epoch as i64,
+        json
+    ])
+    .map_err(ov)?;
+    Ok(StoredOverlay {
+        format_version: FORMAT_VERSION,
+        settlement_epoch: epoch,
+        revision,
+        blocks,
+    })
+}
+
+impl OverlayStore for SqliteStore {
+    fn load(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+    ) -> Result<Option<StoredOverlay>, OverlayError> {
+        load_overlay(&self.conn, session, target)
+    }
+
+    fn compare_and_set(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        expected: Option<u64>,
+        epoch: u64,
+        blocks: Vec<StoredBlock>,
+    ) -> Result<StoredOverlay, OverlayError> {
+        let tx = self.write().map_err(ov)?;
+        let current: Option<i64> = tx
+            .prepare_cached(
+                "SELECT revision FROM chat_live_timeline_overlays
+                 WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+            )
+            .map_err(ov)?
+            .query_row(params![session.as_str(), target.as_str()], |r| r.get(0))
+            .optional()
+            .map_err(ov)?;
+        if current.map(|r| r as u64) != expected {
+            let now = load_overlay(&tx, session, target)?;
+            return Err(OverlayError::Stale {
+                current: now.map(Box::new),
+            });
+        }
+        let stored = store_overlay(&tx, session, target, epoch, blocks)?;
+        tx.commit().map_err(ov)?;
+        Ok(stored)
+    }
+
+    fn update(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        next: &mut NextOverlay<'_>,
+    ) -> Result<Update, OverlayError> {
+        // One immediate transaction: read, compute, write. Another connection waits
+        // (busy_timeout) instead of racing, so no writer starves.
+        let tx = self.write().map_err(ov)?;
+        let before = load_overlay(&tx, session, target)?;
+        let Some((epoch, blocks)) = next(before.as_ref()) else {
+            return Ok(Update {
+                before,
+                written: None,
+            });
+        };
+        let stored = store_overlay(&tx, session, target, epoch, blocks)?;
+        tx.commit().map_err(ov)?;
+        Ok(Update {
+            before,
+            written: Some(stored),
+        })
+    }
+
+    fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, OverlayError> {
+        let tx = self.write().map_err(ov)?;
+        let n = tx
+            .execute(
+                "DELETE FROM chat_live_timeline_overlays
+                 WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+                params![session.as_str(), target.as_str()],
+            )
+            .map_err(ov)?;
+        tx.commit().map_err(ov)?;
+        Ok(n > 0)
+    }
+
+    fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, OverlayError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT timeline_target_id FROM chat_live_timeline_overlays
+                 WHERE app_session_id = ?1 ORDER BY timeline_target_id",
+            )
+            .map_err(ov)?;
+        let rows = stmt
+            .query_map(params![session.as_str()], |r| r.get::<_, String>(0))
+            .map_err(ov)?;
+        let mut out = Vec::new();
+        for t in rows {
+            let t = t.map_err(ov)?;
+            out.push(TargetId::new(t).map_err(|e| OverlayError::Corrupt {
+                what: "timeline target".into(),
+                reason: e.to_string(),
+            })?);
+        }
+        Ok(out)
+    }
+
+    fn current_revision(&mut self) -> Result<u64, OverlayError> {
+        let r: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT revision FROM chat_live_timeline_overlay_revisions WHERE id = 1",
+            )
+            .map_err(ov)?
+            .query_row([], |r| r.get(0))
+            .map_err(ov)?;
+        Ok(r as u64)
+    }
+}
+
+impl CleanupJournal for SqliteStore {
+    fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), OverlayError> {
+        let tx = self.write().map_err(ov)?;
+        tx.execute(
+            "INSERT OR IGNORE INTO chat_pending_terminal_overlay_cleanups (app_session_id, run_id)
+             VALUES (?1, ?2)",
+            params![session.as_str(), run.as_str()],
+        )
+        .map_err(ov)?;
+        tx.commit().map_err(ov)
+    }
+
+    fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, OverlayError> {
+        let tx = self.write().map_err(ov)?;
+        let n = tx
+            .execute(
+                "DELETE FROM chat_pending_terminal_overlay_cleanups
+                 WHERE app_session_id = ?1 AND run_id = ?2",
+                params![session.as_str(), run.as_str()],
+            )
+            .map_err(ov)?;
+        tx.commit().map_err(ov)?;
+        Ok(n > 0)
+    }
+
+    fn pending_cleanups(
+        &mut self,
+        session: Option<&SessionId>,
+    ) -> Result<Vec<(SessionId, RunId)>, OverlayError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT app_session_id, run_id FROM chat_pending_terminal_overlay_cleanups
+                 WHERE ?1 IS NULL OR app_session_id = ?1 ORDER BY app_session_id, run_id",
+            )
+            .map_err(ov)?;
+        let rows = stmt
+            .query_map(params![session.map(|s| s.as_str())], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(ov)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (s, r) = row.map_err(ov)?;
+            let corrupt = |e: timeline_core::key::KeyError| OverlayError::Corrupt {
+                what: "cleanup journal row".into(),
+                reason: e.to_string(),
+            };
+            out.push((
+                SessionId::new(s).map_err(corrupt)?,
+                RunId::new(r).map_err(corrupt)?,
+            ));
+        }
+        Ok(out)
+    }
+}
+
+// ----- outbox ----------------------------------------------------------------------------
+
+fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
+    to_json(entry).map_err(|reason| OutboxError::Corrupt {
+        what: "outbox entry".into(),
+        reason,
+    })
+}
+
+fn insert_entry(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    entry: &OutboxEntry,
+) -> Result<(), OutboxError> {
+    let json = entry_json(entry)?;
+    tx.prepare_cached(
+        "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (session_id, queue_id) DO UPDATE SET
+             operation_id = excluded.operation_id,
+             position = excluded.position,
+             entry_json = excluded.entry_json",
+    )
+    .map_err(ob)?
+    .execute(params![
+        session.as_str(),
+        entry.queue_id.as_str(),
+        entry.operation_id.as_str(),
+        entry.position,
+        json
+    ])
+    .map_err(ob)?;
+    Ok(())
+}
+
+fn insert_identity(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    op: &OperationId,
+    fingerprint: &Digest256,
+    queue: &QueueId,
+    claimed_at: Millis,
+) -> Result<(), OutboxError> {
+    tx.prepare_cached(
+        "INSERT INTO workspace_chat_outbox_operation_identity
+             (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
+         VALUES (?1, ?2, ?3, ?4, 0, ?5)",
+    )
+    .map_err(ob)?
+    .execute(params![
+        session.as_str(),
+        op.as_str(),
+        fingerprint.as_str(),
+        queue.as_str(),
+        claimed_at.as_u64() as i64
+    ])
+    .map_err(ob)?;
+    Ok(())
+}
+
+fn read_identity(
+    conn: &Connection,
+    session: &SessionId,
+    op: &OperationId,
+) -> Result<Option<Identity>, OutboxError> {
+    let row: Option<(String, String, i64)> = conn
+        .prepare_cached(
+            "SELECT fingerprint, queue_id, removed FROM workspace_chat_outbox_operation_identity
+             WHERE session_id = ?1 AND operation_id = ?2",
+        )
+        .map_err(ob)?
+        .query_row(params![session.as_str(), op.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()
+        .map_err(ob)?;
+    row.map(|(fp, q, removed)| {
+        Ok(Identity {
+            fingerprint: Digest256::from_hex(fp),
+            queue_id: id("identity queue ID", QueueId::new(q))?,
+            removed: removed != 0,
+        })
+    })
+    .transpose()
+}
+
+fn read_entry(
+    conn: &Connection,
+    session: &SessionId,
+    queue: &QueueId,
+) -> Result<Option<OutboxEntry>, OutboxError> {
+    let json: Option<String> = conn
+        .prepare_cached(
+            "SELECT entry_json FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
+        )
+        .map_err(ob)?
+        .query_row(params![session.as_str(), queue.as_str()], |r| r.get(0))
+        .optional()
+        .map_err(ob)?;
+    Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
+}
+
+fn mark_removed(tx: &Transaction<'_>, session: &SessionId, op: &str) -> Result<(), OutboxError> {
+    tx.prepare_cached(
+        "UPDATE workspace_chat_outbox_operation_identity SET removed = 1
+         WHERE session_id = ?1 AND operation_id = ?2",
+    )
+    .map_err(ob)?
+    .execute(params![session.as_str(), op])
+    .map_err(ob)?;
+    Ok(())
+}
+
+fn route_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<[Option<String>; 10]> {
+    let mut out: [Option<String>; 10] = Default::default();
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = match i {
+            7 | 8 => r.get::<_, Option<i64>>(i)?.map(|n| n.to_string()),
+            _ => r.get::<_, Option<String>>(i)?,
+        };
+    }
+    Ok(out)
+}
+
+const ROUTE_COLUMNS: &str = "operation_id, recipient_session_id, sender_session_id, sender_call_id,
+    sender_run_id, sender_thread_id, chain_id, hop, created_at, delivery";
+
+fn parse_route(v: [Option<String>; 10]) -> Result<SessionMessageRoute, OutboxError> {
+    let corrupt = |reason: &str| OutboxError::Corrupt {
+        what: "session message route".into(),
+        reason: reason.into(),
+    };
+    let req = |i: usize| v[i].clone().ok_or_else(|| corrupt("missing column"));
+    let delivery: RouteDelivery = serde_json::from_value(serde_json::Value::String(req(9)?))
+        .map_err(|e| corrupt(&e.to_string()))?;
+    Ok(SessionMessageRoute {
+        operation_id: id("route operation", OperationId::new(req(0)?))?,
+        recipient_session_id: id("route recipient", SessionId::new(req(1)?))?,
+        sender_session_id: id("route sender", SessionId::new(req(2)?))?,
+        sender_call_id: id("route call", CallId::new(req(3)?))?,
+        sender_run_id: v[4]
+            .clone()
+            .map(RunId::new)
+            .transpose()
+            .map_err(|e| corrupt(&e.to_string()))?,
+        sender_thread_id: v[5]
+            .clone()
+            .map(ThreadId::new)
+            .transpose()
+            .map_err(|e| corrupt(&e.to_string()))?,
+        chain_id: req(6)?,
+        hop: req(7)?.parse().map_err(|_| corrupt("hop"))?,
+        created_at: Millis(req(8)?.parse().map_err(|_| corrupt("created_at"))?),
+        delivery,
+    })
+}
+
+fn delivery_text(d: RouteDelivery) -> &'static str {
+    match d {
+        RouteDelivery::Sent => "sent",
+        RouteDelivery::NeedsApproval => "needs-approval",
+        RouteDelivery::Declined => "declined",
+    }
+}
+
+impl OutboxStore for SqliteStore {
+    fn claim(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+    ) -> Result<Claim, OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        if let Some(existing) = read_identity(&tx, session, &entry.operation_id)? {
+            return Ok(Claim::Existing(existing));
+        }
+        insert_identity(
+            &tx,
+            session,
+            &entry.operation_id,
+            fingerprint,
+            &entry.queue_id,
+            entry.request.created_at,
+        )?;
+        insert_entry(&tx, session, entry)?;
+        tx.commit().map_err(ob)?;
+        Ok(Claim::Claimed)
+    }
+
+    fn claim_session_message(
+        &mut self,
+        recipient: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+        route: &SessionMessageRoute,
+    ) -> Result<RouteClaim, OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        let existing = tx
+            .prepare_cached(&format!(
+                "SELECT {ROUTE_COLUMNS} FROM chat_session_messages
+                 WHERE sender_session_id = ?1 AND sender_call_id = ?2"
+            ))
+            .map_err(ob)?
+            .query_row(
+                params![
+                    route.sender_session_id.as_str(),
+                    route.sender_call_id.as_str()
+                ],
+                route_from_row,
+            )
+            .optional()
+            .map_err(ob)?;
+        if let Some(row) = existing {
+            return Ok(RouteClaim::ExistingCall(parse_route(row)?));
+        }
+        if read_identity(&tx, recipient, &entry.operation_id)?.is_some() {
+            return Err(OutboxError::OperationTaken(entry.operation_id.clone()));
+        }
+        insert_identity(
+            &tx,
+            recipient,
+            &entry.operation_id,
+            fingerprint,
+            &entry.queue_id,
+            route.created_at,
+        )?;
+        insert_entry(&tx, recipient, entry)?;
+        tx.prepare_cached(&format!(
+            "INSERT INTO chat_session_messages ({ROUTE_COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+        ))
+        .map_err(ob)?
+        .execute(params![
+            route.operation_id.as_str(),
+            route.recipient_session_id.as_str(),
+            route.sender_session_id.as_str(),
+            route.sender_call_id.as_str(),
+            route.sender_run_id.as_ref().map(|r| r.as_str()),
+            route.sender_thread_id.as_ref().map(|t| t.as_str()),
+            route.chain_id,
+            route.hop as i64,
+            route.created_at.as_u64() as i64,
+            delivery_text(route.delivery),
+        ])
+        .map_err(ob)?;
+        tx.commit().map_err(ob)?;
+        Ok(RouteClaim::Claimed)
+    }
+
+    fn identity(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+    ) -> Result<Option<Identity>, OutboxError> {
+        read_identity(&self.conn, session, op)
+    }
+
+    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, OutboxError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT queue_id, operation_id, position, entry_json FROM workspace_chat_outbox
+                 WHERE session_id = ?1 ORDER BY position, queue_id",
+            )
+            .map_err(ob)?;
+        let rows = stmt
+            .query_map(params![session.as_str()], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(ob)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (queue_id, operation_id, position, json) = row.map_err(ob)?;
+            out.push(match serde_json::from_str::<OutboxEntry>(&json) {
+                Ok(e) => StoredEntry::Entry(Box::new(e)),
+                Err(e) => StoredEntry::Blocked(BlockedEntry {
+                    queue_id,
+                    operation_id: Some(operation_id).filter(|o| !o.is_empty()),
+                    position,
+                    reason: e.to_string(),
+                }),
+            });
+        }
+        Ok(out)
+    }
+
+    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, OutboxError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT DISTINCT session_id FROM workspace_chat_outbox ORDER BY session_id",
+            )
+            .map_err(ob)?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(ob)?;
+        let mut out = Vec::new();
+        for s in rows {
+            out.push(id("outbox session", SessionId::new(s.map_err(ob)?))?);
+        }
+        Ok(out)
+    }
+
+    fn replace_entry(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: &OutboxEntry,
+    ) -> Result<bool, OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        if read_entry(&tx, session, &expected.queue_id)?.as_ref() != Some(expected) {
+            return Ok(false);
+        }
+        insert_entry(&tx, session, new)?;
+        tx.commit().map_err(ob)?;
+        Ok(true)
+    }
+
+    fn rekey_entry(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        fingerprint: &Digest256,
+        new: &OutboxEntry,
+    ) -> Result<bool, OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        if read_entry(&tx, session, &expected.queue_id)?.as_ref() != Some(expected) {
+            return Ok(false);
+        }
+        if read_identity(&tx, session, &new.operation_id)?.is_some() {
+            return Err(OutboxError::OperationTaken(new.operation_id.clone()));
+        }
+        mark_removed(&tx, session, expected.operation_id.as_str())?;
+        insert_identity(
+            &tx,
+            session,
+            &new.operation_id,
+            fingerprint,
+            &new.queue_id,
+            new.request.created_at,
+        )?;
+        insert_entry(&tx, session, new)?;
+        tx.commit().map_err(ob)?;
+        Ok(true)
+    }
+
+    fn remove_entry(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<Option<OutboxEntry>, OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        let row: Option<(String, String)> = tx
+            .prepare_cached(
+                "SELECT operation_id, entry_json FROM workspace_chat_outbox
+                 WHERE session_id = ?1 AND queue_id = ?2",
+            )
+            .map_err(ob)?
+            .query_row(params![session.as_str(), queue_id.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(ob)?;
+        let Some((op, json)) = row else {
+            return Ok(None);
+        };
+        tx.prepare_cached(
+            "DELETE FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
+        )
+        .map_err(ob)?
+        .execute(params![session.as_str(), queue_id.as_str()])
+        .map_err(ob)?;
+        mark_removed(&tx, session, &op)?;
+        tx.commit().map_err(ob)?;
+        Ok(serde_json::from_str(&json).ok())
+    }
+
+    fn set_positions(
+        &mut self,
+        session: &SessionId,
+        positions: &[(QueueId, i64)],
+    ) -> Result<(), OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        for (q, p) in positions {
+            if let Some(mut e) = read_entry(&tx, session, q)? {
+                e.position = *p;
+                insert_entry(&tx, session, &e)?;
+            }
+        }
+        tx.commit().map_err(ob)
+    }
+
+    fn ledger(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+    ) -> Result<Option<LedgerRecord>, OutboxError> {
+        let json: Option<String> = self
+            .conn
+            .prepare_cached(
+                "SELECT record_json FROM chat_operation_ledger
+                 WHERE app_session_id = ?1 AND operation_id = ?2",
+            )
+            .map_err(ob)?
+            .query_row(params![session.as_str(), op.as_str()], |r| r.get(0))
+            .optional()
+            .map_err(ob)?;
+        json.map(|j| {
+            serde_json::from_str(&j).map_err(|e| OutboxError::Corrupt {
+                what: format!("ledger {session}/{op}"),
+                reason: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    fn put_ledger(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+        record: &LedgerRecord,
+    ) -> Result<(), OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        put_ledger(&tx, session, op, record)?;
+        tx.commit().map_err(ob)
+    }
+
+    fn confirm_sent(
+        &mut self,
+        scope: &[SessionId],
+        op: &OperationId,
+        record: &LedgerRecord,
+    ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
+        let Some(base) = scope.first() else {
+            return Ok(Vec::new());
+        };
+        let tx = self.write().map_err(ob)?;
+        put_ledger(&tx, base, op, record)?;
+        let mut removed = Vec::new();
+        for session in scope {
+            let queues: Vec<String> = {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT queue_id FROM workspace_chat_outbox
+                         WHERE session_id = ?1 AND operation_id = ?2",
+                    )
+                    .map_err(ob)?;
+                let rows = stmt
+                    .query_map(params![session.as_str(), op.as_str()], |r| r.get(0))
+                    .map_err(ob)?;
+                rows.collect::<Result<_, _>>().map_err(ob)?
+            };
+            for q in queues {
+                tx.prepare_cached(
+                    "DELETE FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
+                )
+                .map_err(ob)?
+                .execute(params![session.as_str(), q])
+                .map_err(ob)?;
+                removed.push((session.clone(), id("queue ID", QueueId::new(q))?));
+            }
+            mark_removed(&tx, session, op.as_str())?;
+        }
+        tx.commit().map_err(ob)?;
+        Ok(removed)
+    }
+
+    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, OutboxError> {
+        let row = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {ROUTE_COLUMNS} FROM chat_session_messages WHERE operation_id = ?1"
+            ))
+            .map_err(ob)?
+            .query_row(params![op.as_str()], route_from_row)
+            .optional()
+            .map_err(ob)?;
+        row.map(parse_route).transpose()
+    }
+
+    fn set_route_delivery(
+        &mut self,
+        op: &OperationId,
+        delivery: RouteDelivery,
+    ) -> Result<(), OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        tx.execute(
+            "UPDATE chat_session_messages SET delivery = ?2 WHERE operation_id = ?1",
+            params![op.as_str(), delivery_text(delivery)],
+        )
+        .map_err(ob)?;
+        tx.commit().map_err(ob)
+    }
+}
+
+fn put_ledger(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    op: &OperationId,
+    record: &LedgerRecord,
+) -> Result<(), OutboxError> {
+    let json = to_json(record).map_err(|reason| OutboxError::Corrupt {
+        what: "ledger record".into(),
+        reason,
+    })?;
+    let status = serde_json::to_value(record.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    tx.prepare_cached(
+        "INSERT INTO chat_operation_ledger (app_session_id, operation_id, status, record_json)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (app_session_id, operation_id) DO UPDATE SET
+             status = excluded.status, record_json = excluded.record_json",
+    )
+    .map_err(ob)?
+    .execute(params![session.as_str(), op.as_str(), status, json])
+    .map_err(ob)?;
+    Ok(())
+}

@@ -31,6 +31,12 @@ impl MemoryOverlayStore {
             ..Self::default()
         }
     }
+
+    /// Sets the counter (to test the cap).
+    #[doc(hidden)]
+    pub fn set_revision(&mut self, revision: u64) {
+        self.revision = revision;
+    }
 }
 
 impl OverlayStore for MemoryOverlayStore {

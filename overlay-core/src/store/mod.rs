@@ -140,6 +140,43 @@ pub trait OverlayStore {
         blocks: Vec<StoredBlock>,
     ) -> Result<StoredOverlay, StoreError>;
 
+    /// Reads the target, lets `next` compute what to store (`None`: nothing), and stores
+    /// it, as one atomic step. Returns what was stored before and what was written.
+    ///
+    /// The default is the compare-and-set loop: a stale attempt re-applies `next` to
+    /// the current snapshot, up to [`MAX_WRITE_ATTEMPTS`] times. A backend with
+    /// transactions overrides it with one transaction, so no writer ever starves.
+    fn update(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        next: &mut NextOverlay<'_>,
+    ) -> Result<Update, StoreError> {
+        let mut current = self.load(session, target)?;
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let Some((epoch, blocks)) = next(current.as_ref()) else {
+                return Ok(Update {
+                    before: current,
+                    written: None,
+                });
+            };
+            let expected = current.as_ref().map(|c| c.revision);
+            match self.compare_and_set(session, target, expected, epoch, blocks) {
+                Ok(stored) => {
+                    return Ok(Update {
+                        before: current,
+                        written: Some(stored),
+                    })
+                }
+                Err(StoreError::Stale { current: now }) => current = now.map(|b| *b),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "overlay write lost {MAX_WRITE_ATTEMPTS} compare-and-set races in a row"
+        )))
+    }
+
     /// Deletes a target's overlay. The counter keeps its value.
     fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, StoreError>;
 
@@ -148,6 +185,24 @@ pub trait OverlayStore {
 
     /// The last revision the counter handed out (0 before the first write).
     fn current_revision(&mut self) -> Result<u64, StoreError>;
+}
+
+/// What [`OverlayStore::update`] asks of its caller: from the current snapshot, the
+/// epoch and rows to store, or `None` when nothing changes.
+pub type NextOverlay<'a> =
+    dyn FnMut(Option<&StoredOverlay>) -> Option<(u64, Vec<StoredBlock>)> + 'a;
+
+/// How many times the default [`OverlayStore::update`] re-applies a change after losing
+/// a compare-and-set.
+pub const MAX_WRITE_ATTEMPTS: usize = 16;
+
+/// What [`OverlayStore::update`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Update {
+    /// The snapshot before the update.
+    pub before: Option<StoredOverlay>,
+    /// The snapshot written, if the change changed anything.
+    pub written: Option<StoredOverlay>,
 }
 
 /// The terminal-cleanup journal (OV-06).
