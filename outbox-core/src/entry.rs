@@ -91,28 +91,28 @@ pub struct MessageRequest {
     /// What the user wrote (for a session message: the body).
     pub user_text: String,
     /// What the agent receives when it differs (for a session message: the envelope).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_text: Option<String>,
     /// Attachments, in order.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
     /// The thread the message is for.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<ThreadId>,
     /// Speed mode (Codex only).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_mode: Option<String>,
     /// Access mode.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_mode: Option<AccessLevel>,
     /// The model the user saw when writing.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_model: Option<String>,
     /// The effort the user saw when writing.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_effort: Option<String>,
     /// Roll back the latest turn before sending (replace latest).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub rollback_before_send: bool,
     /// Where the message came from (`composer`, `phone`, `session-message`, ...).
     pub source: String,
@@ -153,7 +153,7 @@ pub struct Controls {
     /// How it meets an active run.
     pub send_mode: SendMode,
     /// The run a steer joins (steer-running only).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_active_run_id: Option<RunId>,
 }
 
@@ -259,7 +259,7 @@ pub struct SessionMessageOrigin {
     /// Hop in the exchange (1 for a new exchange).
     pub hop: u32,
     /// The user approved it (sent it from the queue): no hold rule applies any more.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub approved: bool,
 }
 
@@ -290,19 +290,19 @@ pub struct OutboxEntry {
     /// The drain may send it by itself.
     pub auto_drain: bool,
     /// Why it waits, as an error for the user.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Why it waits, held on purpose.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_reason: Option<String>,
     /// An accepted steer's run, thread and turn.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<Acceptance>,
     /// Stop and send now in progress.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Handoff>,
     /// The origin of a session message.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_message: Option<SessionMessageOrigin>,
     /// Its place: lower goes first.
     pub position: i64,
@@ -369,4 +369,8 @@ pub struct Receipt {
     pub operation_id: OperationId,
     /// True when this repeats an earlier submit of the same operation.
     pub replayed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }

@@ -54,10 +54,10 @@ pub struct LedgerRecord {
     /// The status.
     pub status: LedgerStatus,
     /// The turn that accepted the operation, once known.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<Acceptance>,
     /// SHA-256 of the normalized text and image paths (Codex).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission_input_digest: Option<Digest256>,
     /// When the row last changed.
     pub updated_at: Millis,

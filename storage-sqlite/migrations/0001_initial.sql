@@ -1,4 +1,5 @@
--- Schema version 1: every table of the seed (ST-01).
+-- Schema version 1: every table of the seed (ST-01). Tables keyed by text pairs are
+-- WITHOUT ROWID, so a row lives in one B-tree (one page write per row, not two).
 
 CREATE TABLE workspace_chat_outbox (
     session_id   TEXT    NOT NULL,
@@ -7,7 +8,7 @@ CREATE TABLE workspace_chat_outbox (
     position     INTEGER NOT NULL,
     entry_json   TEXT    NOT NULL,
     PRIMARY KEY (session_id, queue_id)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE workspace_chat_outbox_operation_identity (
     session_id   TEXT    NOT NULL,
@@ -16,7 +17,7 @@ CREATE TABLE workspace_chat_outbox_operation_identity (
     queue_id     TEXT    NOT NULL,
     removed      INTEGER NOT NULL DEFAULT 0 CHECK (removed IN (0, 1)),
     PRIMARY KEY (session_id, operation_id)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE chat_operation_ledger (
     app_session_id TEXT NOT NULL,
@@ -24,7 +25,7 @@ CREATE TABLE chat_operation_ledger (
     status         TEXT NOT NULL CHECK (status IN ('failed', 'sending', 'canceled', 'sent')),
     record_json    TEXT NOT NULL,
     PRIMARY KEY (app_session_id, operation_id)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE chat_live_timeline_overlays (
     app_session_id     TEXT    NOT NULL,

@@ -60,8 +60,8 @@ pub const MIGRATIONS: [(&str, &str); 2] = [
         include_str!("../migrations/0001_initial.sql"),
     ),
     (
-        "0002_queue_order_and_claim_time",
-        include_str!("../migrations/0002_queue_order_and_claim_time.sql"),
+        "0002_identity_claim_time",
+        include_str!("../migrations/0002_identity_claim_time.sql"),
     ),
 ];
 /// The schema version this build writes.
@@ -655,19 +655,54 @@ impl OutboxStore for SqliteStore {
         fingerprint: &Digest256,
         entry: &OutboxEntry,
     ) -> Result<Claim, OutboxError> {
+        let json = entry_json(entry)?;
         let tx = self.write().map_err(ob)?;
-        if let Some(existing) = read_identity(&tx, session, &entry.operation_id)? {
-            return Ok(Claim::Existing(existing));
+        // The identity's primary key decides: a claimed operation inserts nothing, and the
+        // transaction ends without writing.
+        let inserted = tx
+            .prepare_cached(
+                "INSERT INTO workspace_chat_outbox_operation_identity
+                     (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
+                 VALUES (?1, ?2, ?3, ?4, 0, ?5)
+                 ON CONFLICT (session_id, operation_id) DO NOTHING",
+            )
+            .map_err(ob)?
+            .execute(params![
+                session.as_str(),
+                entry.operation_id.as_str(),
+                fingerprint.as_str(),
+                entry.queue_id.as_str(),
+                entry.request.created_at.as_u64() as i64
+            ])
+            .map_err(ob)?;
+        if inserted == 0 {
+            let existing = read_identity(&tx, session, &entry.operation_id)?;
+            return existing
+                .map(Claim::Existing)
+                .ok_or_else(|| OutboxError::Corrupt {
+                    what: "operation identity".into(),
+                    reason: "claimed but unreadable".into(),
+                });
         }
-        insert_identity(
-            &tx,
-            session,
-            &entry.operation_id,
-            fingerprint,
-            &entry.queue_id,
-            entry.request.created_at,
-        )?;
-        insert_entry(&tx, session, entry)?;
+        // A queue ID that holds another operation's entry is refused (nothing written).
+        let placed = tx
+            .prepare_cached(
+                "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (session_id, queue_id) DO NOTHING",
+            )
+            .map_err(ob)?
+            .execute(params![
+                session.as_str(),
+                entry.queue_id.as_str(),
+                entry.operation_id.as_str(),
+                entry.position,
+                json
+            ])
+            .map_err(ob)?;
+        if placed == 0 {
+            return Err(OutboxError::QueueTaken(entry.queue_id.clone()));
+        }
         tx.commit().map_err(ob)?;
         Ok(Claim::Claimed)
     }

@@ -100,15 +100,6 @@ fn a_version_1_database_upgrades_with_its_data() {
         )
         .unwrap();
     assert_eq!(claimed_at, 0, "the new column has its default");
-    let idx: i64 = store
-        .connection()
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'workspace_chat_outbox_by_position'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(idx, 1);
     use overlay_core::store::CleanupJournal;
     assert_eq!(store.pending_cleanups(None).unwrap().len(), 1);
 }

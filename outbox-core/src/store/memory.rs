@@ -129,6 +129,12 @@ impl OutboxStore for MemoryOutboxStore {
             return Ok(Claim::Existing(existing.clone()));
         }
         self.writable()?;
+        if self
+            .entries
+            .contains_key(&(session.clone(), entry.queue_id.as_str().to_owned()))
+        {
+            return Err(StoreError::QueueTaken(entry.queue_id.clone()));
+        }
         self.write_entry(session, entry)?;
         self.identities.insert(
             k,

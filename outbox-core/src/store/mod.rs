@@ -118,13 +118,17 @@ pub enum StoreError {
     /// An operation ID that was claimed already (edit to a used operation).
     #[error("operation {0} was already claimed")]
     OperationTaken(OperationId),
+    /// A queue ID that holds another operation's entry.
+    #[error("queue entry {0} holds another operation")]
+    QueueTaken(QueueId),
 }
 
 /// Outbox, identities, ledger and session-message routes. Every method is one
 /// transaction; see the module docs for the multi-record rules.
 pub trait OutboxStore {
     /// Claims (session, operation) with `fingerprint` and writes `entry`, or returns the
-    /// existing identity and writes nothing.
+    /// existing identity and writes nothing. A queue ID that already holds another
+    /// operation's entry is [`StoreError::QueueTaken`], and nothing is written.
     fn claim(
         &mut self,
         session: &SessionId,
