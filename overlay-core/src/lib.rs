@@ -11,6 +11,8 @@
 //! - [`window`]: latest windows and the multi-session reconcile, older pages, anchored
 //!   windows (OV-05, TL-08, TL-12 host side).
 //! - [`scan`]: the Codex exact scan after a run's terminal event (OV-06).
+//! - [`replay`]: the per-session transcript ring buffer replayed to joining clients
+//!   (RB-01 to RB-03, RB-05).
 //! - [`live`]: one emit entry point feeding the window, progress and relay sinks, relay
 //!   repair and the agent-threads throttle (OV-07 to OV-09).
 //!
@@ -19,6 +21,7 @@
 
 pub mod live;
 pub mod overlay;
+pub mod replay;
 pub mod scan;
 pub mod source;
 pub mod store;

@@ -11,6 +11,7 @@
 //!   sends (TL-02, TL-03, TL-06, TL-07, TL-08, TL-12).
 //! - [`cursor`], [`anchor`], [`seal`]: cursor and anchor token codecs, tamper-evident
 //!   under a host key (TL-09, TL-10, TL-11).
+//! - [`replay`]: the client side of replay on join (RB-04).
 //! - [`policy`]: every limit and timeout in one place (TL-13).
 //! - [`time`]: [`time::Millis`]; nothing here reads a clock.
 //!
@@ -63,6 +64,7 @@ pub mod cursor;
 pub mod key;
 pub mod order;
 pub mod policy;
+pub mod replay;
 pub mod seal;
 pub mod time;
 pub mod timeline;
