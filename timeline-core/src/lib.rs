@@ -12,6 +12,8 @@
 //! - [`cursor`], [`anchor`], [`seal`]: cursor and anchor token codecs, tamper-evident
 //!   under a host key (TL-09, TL-10, TL-11).
 //! - [`replay`]: the client side of replay on join (RB-04).
+//! - [`history`]: packed history pages, the client journal, dual-path folds (PK-01 to
+//!   PK-04).
 //! - [`policy`]: every limit and timeout in one place (TL-13).
 //! - [`time`]: [`time::Millis`]; nothing here reads a clock.
 //!
@@ -61,6 +63,7 @@
 pub mod anchor;
 pub mod block;
 pub mod cursor;
+pub mod history;
 pub mod key;
 pub mod order;
 pub mod policy;
