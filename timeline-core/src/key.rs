@@ -168,6 +168,13 @@ impl RunId {
     }
 }
 
+impl BlockId {
+    /// `prefix` + `id`: never blank while `prefix` is not.
+    pub(crate) fn prefixed(prefix: &'static str, id: &str) -> BlockId {
+        BlockId(format!("{prefix}{id}"))
+    }
+}
+
 impl TargetId {
     /// The target of a session's main conversation: the session itself.
     pub fn main(session: &SessionId) -> TargetId {

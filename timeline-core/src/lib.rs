@@ -14,6 +14,7 @@
 //! - [`replay`]: the client side of replay on join (RB-04).
 //! - [`history`]: packed history pages, the client journal, dual-path folds (PK-01 to
 //!   PK-04).
+//! - [`rows`]: row wording, message facts, the status row, approvals (RW-01 to RW-06).
 //! - [`policy`]: every limit and timeout in one place (TL-13).
 //! - [`time`]: [`time::Millis`]; nothing here reads a clock.
 //!
@@ -68,6 +69,7 @@ pub mod key;
 pub mod order;
 pub mod policy;
 pub mod replay;
+pub mod rows;
 pub mod seal;
 pub mod time;
 pub mod timeline;
