@@ -291,6 +291,9 @@ fn malformed_card_ids_are_refused() {
         "approval:01:a1:b1:c1:d",
         "card:1:a1:b1:c1:d",
         "approval:x:a1:b1:c1:d",
+        // A length that ends inside a multi-byte character.
+        "approval:1:\u{e9}1:a1:b1:c",
+        "approval:99999999999999999999999:a",
     ] {
         assert!(parse_card_id(bad).is_err(), "{bad}");
     }
@@ -305,5 +308,29 @@ proptest! {
         let r = request([&ids[0], &ids[1], &ids[2], &ids[3]]);
         let (a, b, c, d) = parse_card_id(&r.card_id()).unwrap();
         prop_assert_eq!([a, b, c, d], ids);
+    }
+
+    // RW-06: a card ID whose lengths may be off by one is either refused or parses to IDs
+    // that write back exactly the same text; with every length right it always parses.
+    #[test]
+    fn card_id_parsing_is_canonical(
+        parts in prop::array::uniform4(("[a-z0-9:é]{0,6}", -1i64..=1)),
+        tail in "[a-z:]{0,2}",
+    ) {
+        let mut text = String::from("approval:");
+        for (id, delta) in &parts {
+            let len = (id.len() as i64 + delta).max(0);
+            text.push_str(&format!("{len}:{id}"));
+        }
+        text.push_str(&tail);
+        match parse_card_id(&text) {
+            Ok((a, b, c, d)) => {
+                prop_assert_eq!(request([&a, &b, &c, &d]).card_id(), text);
+            }
+            Err(_) => prop_assert!(
+                !tail.is_empty() || parts.iter().any(|(_, delta)| *delta != 0),
+                "a well-formed card ID was refused: {}", text
+            ),
+        }
     }
 }
