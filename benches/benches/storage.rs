@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use outbox_core::entry::{Controls, EntryStatus, MessageRequest, OutboxEntry};
+use outbox_core::entry::{Controls, MessageRequest, OutboxEntry};
 use outbox_core::fingerprint::request_fingerprint;
 use outbox_core::ids::{OperationId, QueueId, SessionId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
@@ -29,20 +29,13 @@ use timeline_core::key::{BlockKey, BlockType, RunId, TargetId};
 use timeline_core::time::Millis;
 
 fn entry(i: u64) -> OutboxEntry {
-    OutboxEntry {
-        queue_id: QueueId::new(format!("q-{i}")).expect("id"),
-        operation_id: OperationId::new(format!("op-{i}")).expect("id"),
-        request: MessageRequest::text("run the tests again please", "composer", Millis(i)),
-        controls: Controls::automatic(),
-        status: EntryStatus::Queued,
-        auto_drain: true,
-        error: None,
-        hold_reason: None,
-        acceptance: None,
-        handoff: None,
-        session_message: None,
-        position: i as i64,
-    }
+    OutboxEntry::queued(
+        QueueId::new(format!("q-{i}")).expect("id"),
+        OperationId::new(format!("op-{i}")).expect("id"),
+        MessageRequest::text("run the tests again please", "composer", Millis(i)),
+        Controls::automatic(),
+        i as i64,
+    )
 }
 
 fn raw_connection(path: &std::path::Path, sync: &str) -> Connection {

@@ -543,20 +543,13 @@ impl<S: OutboxStore> Custody<S> {
             };
         }
         let position = self.place(&req.session, req.controls.intent, &entries)?;
-        let entry = OutboxEntry {
-            queue_id: req.queue_id.clone(),
-            operation_id: req.operation_id.clone(),
-            request: req.request.clone(),
-            controls: req.controls.clone(),
-            status: EntryStatus::Queued,
-            auto_drain: true,
-            error: None,
-            hold_reason: None,
-            acceptance: None,
-            handoff: None,
-            session_message: None,
+        let entry = OutboxEntry::queued(
+            req.queue_id.clone(),
+            req.operation_id.clone(),
+            req.request.clone(),
+            req.controls.clone(),
             position,
-        };
+        );
         match self.store.claim(&req.session, &fp, &entry)? {
             Claim::Claimed => {
                 self.wake(&req.session, now);
@@ -1039,17 +1032,7 @@ impl<S: OutboxStore> Custody<S> {
                         .replace_entry(session, &head, &waiting)
                         .unwrap_or(false)
                     {
-                        self.reads.insert(
-                            k,
-                            PendingRead {
-                                purpose: ReadPurpose::Confirm,
-                                snapshot: waiting,
-                            },
-                        );
-                        self.effects.push_back(Effect::ReadHistory {
-                            session: session.clone(),
-                            operation_id: head.operation_id.clone(),
-                        });
+                        self.read_history(session, ReadPurpose::Confirm, waiting);
                     }
                 }
                 return false;
@@ -1065,17 +1048,7 @@ impl<S: OutboxStore> Custody<S> {
                         .replace_entry(session, &head, &waiting)
                         .unwrap_or(false)
                     {
-                        self.reads.insert(
-                            (session.clone(), head.operation_id.clone()),
-                            PendingRead {
-                                purpose: ReadPurpose::Reopen,
-                                snapshot: waiting,
-                            },
-                        );
-                        self.effects.push_back(Effect::ReadHistory {
-                            session: session.clone(),
-                            operation_id: head.operation_id.clone(),
-                        });
+                        self.read_history(session, ReadPurpose::Reopen, waiting);
                     }
                     return false;
                 }
@@ -1215,11 +1188,7 @@ impl<S: OutboxStore> Custody<S> {
                     self.runs.end(session, run);
                 }
                 if let Some(e) = current {
-                    let mut back = e.clone();
-                    back.status = EntryStatus::Queued;
-                    back.auto_drain = false;
-                    back.error = None;
-                    let _ = self.store.replace_entry(session, &e, &back);
+                    self.hold(session, &e, None);
                 }
             }
             SendResult::ProvenUnadmitted { error } => {
@@ -1228,25 +1197,11 @@ impl<S: OutboxStore> Custody<S> {
                     self.runs.end(session, run);
                 }
                 if let Some(e) = current {
-                    let mut back = e.clone();
-                    back.status = EntryStatus::Queued;
-                    back.auto_drain = false;
-                    back.error = Some(error);
-                    let _ = self.store.replace_entry(session, &e, &back);
+                    self.hold(session, &e, Some(error));
                 }
             }
             SendResult::AdmissionUncertain { .. } => {
-                self.reads.insert(
-                    (session.clone(), op.clone()),
-                    PendingRead {
-                        purpose: ReadPurpose::Confirm,
-                        snapshot: f.snapshot.clone(),
-                    },
-                );
-                self.effects.push_back(Effect::ReadHistory {
-                    session: session.clone(),
-                    operation_id: op.clone(),
-                });
+                self.read_history(session, ReadPurpose::Confirm, f.snapshot.clone());
             }
             SendResult::ThreadGone => {
                 // Nothing reached the old thread: clear the link and send to a fresh one.
@@ -1329,11 +1284,31 @@ impl<S: OutboxStore> Custody<S> {
         self.wake_scope(session, now);
     }
 
+    /// Asks the adapter to read the agent's history for `snapshot`'s operation, and
+    /// remembers what the answer is for.
+    fn read_history(&mut self, session: &SessionId, purpose: ReadPurpose, snapshot: OutboxEntry) {
+        let operation_id = snapshot.operation_id.clone();
+        self.reads.insert(
+            (session.clone(), operation_id.clone()),
+            PendingRead { purpose, snapshot },
+        );
+        self.effects.push_back(Effect::ReadHistory {
+            session: session.clone(),
+            operation_id,
+        });
+    }
+
     fn hold_unconfirmed(&mut self, session: &SessionId, e: &OutboxEntry) {
+        self.hold(session, e, Some(UNCONFIRMED_TEXT.to_owned()));
+    }
+
+    /// Puts `e` back in the queue, out of automatic draining, showing `error`. If the
+    /// store refuses the write, the entry keeps its saved state.
+    fn hold(&mut self, session: &SessionId, e: &OutboxEntry, error: Option<String>) {
         let mut held = e.clone();
         held.status = EntryStatus::Queued;
         held.auto_drain = false;
-        held.error = Some(UNCONFIRMED_TEXT.to_owned());
+        held.error = error;
         let _ = self.store.replace_entry(session, e, &held);
     }
 
@@ -1383,22 +1358,12 @@ impl<S: OutboxStore> Custody<S> {
                     &e.operation_id,
                     LedgerRecord::new(LedgerStatus::Canceled, now),
                 );
-                let mut back = e.clone();
-                back.status = EntryStatus::Queued;
-                back.auto_drain = false;
-                back.error = untaken_error.map(str::to_owned);
-                let _ = self.store.replace_entry(session, &e, &back);
-            } else if let std::collections::btree_map::Entry::Vacant(slot) =
-                self.reads.entry((session.clone(), e.operation_id.clone()))
+                self.hold(session, &e, untaken_error.map(str::to_owned));
+            } else if !self
+                .reads
+                .contains_key(&(session.clone(), e.operation_id.clone()))
             {
-                slot.insert(PendingRead {
-                    purpose: ReadPurpose::Confirm,
-                    snapshot: e.clone(),
-                });
-                self.effects.push_back(Effect::ReadHistory {
-                    session: session.clone(),
-                    operation_id: e.operation_id.clone(),
-                });
+                self.read_history(session, ReadPurpose::Confirm, e);
             }
         }
     }
@@ -1463,17 +1428,7 @@ impl<S: OutboxStore> Custody<S> {
                 self.hold_unconfirmed(session, &e);
                 continue;
             }
-            self.reads.insert(
-                k,
-                PendingRead {
-                    purpose: ReadPurpose::Confirm,
-                    snapshot: e.clone(),
-                },
-            );
-            self.effects.push_back(Effect::ReadHistory {
-                session: session.clone(),
-                operation_id: e.operation_id.clone(),
-            });
+            self.read_history(session, ReadPurpose::Confirm, e);
         }
     }
 

@@ -309,6 +309,30 @@ pub struct OutboxEntry {
 }
 
 impl OutboxEntry {
+    /// A new entry as submit saves it: queued, auto-drain on, nothing holding it.
+    pub fn queued(
+        queue_id: QueueId,
+        operation_id: OperationId,
+        request: MessageRequest,
+        controls: Controls,
+        position: i64,
+    ) -> OutboxEntry {
+        OutboxEntry {
+            queue_id,
+            operation_id,
+            request,
+            controls,
+            status: EntryStatus::Queued,
+            auto_drain: true,
+            error: None,
+            hold_reason: None,
+            acceptance: None,
+            handoff: None,
+            session_message: None,
+            position,
+        }
+    }
+
     /// True for an entry queued with auto-drain on and nothing holding it.
     pub fn drainable(&self) -> bool {
         self.status == EntryStatus::Queued && self.auto_drain

@@ -4,70 +4,30 @@
 //! ([`timeline_core::key`]); the rest are defined here. Each is a distinct newtype that
 //! refuses blank text, so a queue ID can never be passed where an operation ID belongs.
 
-use std::fmt;
-
-use serde::{Deserialize, Deserializer, Serialize};
-use timeline_core::key::KeyError;
 pub use timeline_core::key::{OperationId, RunId, SessionId};
+use timeline_core::string_id;
 
-macro_rules! id {
-    ($(#[$doc:meta])* $name:ident, $what:literal) => {
-        $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
-
-        impl $name {
-            #[doc = concat!("A ", $what, "; blank text is refused.")]
-            pub fn new(value: impl Into<String>) -> Result<Self, KeyError> {
-                let value = value.into();
-                if value.trim().is_empty() {
-                    return Err(KeyError::Blank($what));
-                }
-                Ok(Self(value))
-            }
-
-            /// The text.
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                $name::new(String::deserialize(d)?).map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
-
-id!(
+string_id!(
     /// The visible entry in an outbox; kept when the message is edited.
     QueueId,
     "queue ID"
 );
-id!(
+string_id!(
     /// The remote mutation request (its replay rules belong to the RPC layer).
     IdempotencyKey,
     "idempotency key"
 );
-id!(
+string_id!(
     /// An agent thread.
     ThreadId,
     "thread ID"
 );
-id!(
+string_id!(
     /// The exact agent turn that accepted an operation.
     TurnId,
     "turn ID"
 );
-id!(
+string_id!(
     /// A tool call of an agent (`send_session_message`).
     CallId,
     "call ID"

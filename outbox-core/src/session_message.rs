@@ -16,9 +16,7 @@ use timeline_core::time::Millis;
 
 use crate::adapter::AgentKind;
 use crate::custody::Custody;
-use crate::entry::{
-    AccessLevel, Controls, EntryStatus, MessageRequest, OutboxEntry, SessionMessageOrigin,
-};
+use crate::entry::{AccessLevel, Controls, MessageRequest, OutboxEntry, SessionMessageOrigin};
 use crate::envelope::{envelope, EnvelopeSender};
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
@@ -148,16 +146,8 @@ impl<S: OutboxStore> Custody<S> {
         let entries = self.decoded(&recipient)?;
         let position = self.place(&recipient, controls.intent, &entries)?;
         let entry = OutboxEntry {
-            queue_id: queue_id.clone(),
-            operation_id: op.clone(),
-            request,
-            controls,
-            status: EntryStatus::Queued,
             auto_drain: hold.is_none(),
-            error: None,
             hold_reason: hold.clone(),
-            acceptance: None,
-            handoff: None,
             session_message: Some(SessionMessageOrigin {
                 sender_session_id: call.sender_session.clone(),
                 sender_call_id: call.call_id.clone(),
@@ -169,7 +159,7 @@ impl<S: OutboxStore> Custody<S> {
                 hop,
                 approved: false,
             }),
-            position,
+            ..OutboxEntry::queued(queue_id.clone(), op.clone(), request, controls, position)
         };
         let route = SessionMessageRoute {
             operation_id: op.clone(),

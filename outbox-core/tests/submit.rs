@@ -416,18 +416,14 @@ fn a_sent_proof_under_one_alias_removes_the_operation_everywhere() {
     // The same operation saved under the base session and its alias.
     for session in ["s1", "s1::skills-agent"] {
         let e = outbox_core::entry::OutboxEntry {
-            queue_id: q("q-1"),
-            operation_id: op("op-1"),
-            request: request("hi"),
-            controls: Controls::enqueue(),
-            status: EntryStatus::Queued,
             auto_drain: false,
-            error: None,
-            hold_reason: None,
-            acceptance: None,
-            handoff: None,
-            session_message: None,
-            position: 0,
+            ..outbox_core::entry::OutboxEntry::queued(
+                q("q-1"),
+                op("op-1"),
+                request("hi"),
+                Controls::enqueue(),
+                0,
+            )
         };
         let fp = request_fingerprint(&s(session), &q("q-1"), &e.request);
         store.claim(&s(session), &fp, &e).unwrap();

@@ -189,6 +189,31 @@ fn encode_cursor(
     }
 }
 
+/// The `oldestCursor` of a window built from `items` (newest first) into `rows`: where
+/// the source continues, seamed at the window's oldest row; none when the source has no
+/// more or the window has no row.
+fn window_cursor(
+    kind: &SourceKind,
+    token: &BoundaryToken,
+    key: &HostKey,
+    items: &[SourceItem],
+    rows: &[Block],
+    more: bool,
+    revision: u64,
+) -> Option<String> {
+    match (more, items.last(), rows.first()) {
+        (true, Some(item), Some(top)) => Some(encode_cursor(
+            kind,
+            token,
+            key,
+            &item.position,
+            top.key(),
+            revision,
+        )),
+        _ => None,
+    }
+}
+
 /// A decoded cursor of either form.
 struct DecodedCursor {
     position: SourcePosition,
@@ -293,17 +318,7 @@ fn present_window<S: OverlayStore + ?Sized>(
     let (overlay, settled) = settle_against(store, t, &rows)?;
     let revision = store.current_revision()?;
     let token = source.boundary_token();
-    let oldest_cursor = match (more, items.last(), rows.first()) {
-        (true, Some(item), Some(top)) => Some(encode_cursor(
-            &source.kind(),
-            &token,
-            key,
-            &item.position,
-            top.key(),
-            revision,
-        )),
-        _ => None,
-    };
+    let oldest_cursor = window_cursor(&source.kind(), &token, key, &items, &rows, more, revision);
     let window = TimelineWindow {
         blocks: rows,
         oldest_cursor,
@@ -502,18 +517,7 @@ fn past_page<S: OverlayStore + ?Sized>(
     let rows = rows_of(&items);
     let revision = store.current_revision()?;
     let token = source.boundary_token();
-    let kind = source.kind();
-    let oldest_cursor = match (more, items.last(), rows.first()) {
-        (true, Some(item), Some(top)) => Some(encode_cursor(
-            &kind,
-            &token,
-            key,
-            &item.position,
-            top.key(),
-            revision,
-        )),
-        _ => None,
-    };
+    let oldest_cursor = window_cursor(&source.kind(), &token, key, &items, &rows, more, revision);
     let newer_cursor = match (items.first(), rows.last()) {
         (Some(item), Some(last)) => Some(
             AnchorToken::Newer(NewerPlace {

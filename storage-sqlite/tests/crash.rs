@@ -17,7 +17,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use outbox_core::entry::{Controls, EntryStatus, MessageRequest, OutboxEntry};
+use outbox_core::entry::{Controls, MessageRequest, OutboxEntry};
 use outbox_core::fingerprint::request_fingerprint;
 use outbox_core::ids::{OperationId, QueueId, SessionId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
@@ -49,20 +49,13 @@ fn session() -> SessionId {
 }
 
 fn entry(op: &str) -> OutboxEntry {
-    OutboxEntry {
-        queue_id: QueueId::new(format!("q-{op}")).expect("id"),
-        operation_id: OperationId::new(op).expect("id"),
-        request: MessageRequest::text(format!("message {op}"), "composer", Millis(1)),
-        controls: Controls::enqueue(),
-        status: EntryStatus::Queued,
-        auto_drain: true,
-        error: None,
-        hold_reason: None,
-        acceptance: None,
-        handoff: None,
-        session_message: None,
-        position: 0,
-    }
+    OutboxEntry::queued(
+        QueueId::new(format!("q-{op}")).expect("id"),
+        OperationId::new(op).expect("id"),
+        MessageRequest::text(format!("message {op}"), "composer", Millis(1)),
+        Controls::enqueue(),
+        0,
+    )
 }
 
 /// Appends one acknowledgement line with a single write, so a kill never leaves half

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 /// The five block types. A block ID is unique only within its type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -81,19 +81,25 @@ impl FromStr for BlockType {
     }
 }
 
+/// Defines a text identity newtype the way every ID of this workspace is made: it refuses
+/// blank text with [`KeyError::Blank`], serializes as a plain string, and deserializing
+/// runs the same check. Other crates of the workspace use it for their own IDs.
+#[macro_export]
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
         #[serde(transparent)]
         pub struct $name(String);
 
         impl $name {
             #[doc = concat!("A ", $what, "; blank text is refused.")]
-            pub fn new(value: impl Into<String>) -> Result<Self, KeyError> {
+            pub fn new(
+                value: impl Into<String>,
+            ) -> ::std::result::Result<Self, $crate::key::KeyError> {
                 let value = value.into();
                 if value.trim().is_empty() {
-                    return Err(KeyError::Blank($what));
+                    return Err($crate::key::KeyError::Blank($what));
                 }
                 Ok(Self(value))
             }
@@ -104,22 +110,24 @@ macro_rules! string_id {
             }
         }
 
-        impl std::borrow::Borrow<str> for $name {
+        impl ::std::borrow::Borrow<str> for $name {
             fn borrow(&self) -> &str {
                 &self.0
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(&self.0)
             }
         }
 
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                $name::new(s).map_err(serde::de::Error::custom)
+        impl<'de> ::serde::Deserialize<'de> for $name {
+            fn deserialize<D: ::serde::Deserializer<'de>>(
+                d: D,
+            ) -> ::std::result::Result<Self, D::Error> {
+                let s = <String as ::serde::Deserialize>::deserialize(d)?;
+                $name::new(s).map_err(::serde::de::Error::custom)
             }
         }
     };
