@@ -175,6 +175,23 @@ impl World {
     }
 
     /// Accepted-but-unconfirmed operations of the run: the agent drops (untakes) them.
+    /// The active run of session `n`, with the operations its end leaves untaken (taken
+    /// out of the agent's history when `drop_untaken`).
+    fn ending_run(
+        &mut self,
+        n: usize,
+        drop_untaken: bool,
+    ) -> Option<(SessionId, outbox_core::ids::RunId, Vec<OperationId>)> {
+        let sid = s(SESSIONS[n]);
+        let run = self.c.runs().active(&sid).map(|r| r.run_id.clone())?;
+        let untaken = if drop_untaken {
+            self.untake(&sid, &run)
+        } else {
+            Vec::new()
+        };
+        Some((sid, run, untaken))
+    }
+
     fn untake(&mut self, session: &SessionId, run: &outbox_core::ids::RunId) -> Vec<OperationId> {
         let mut out = Vec::new();
         for e in self
@@ -261,13 +278,7 @@ impl World {
                 session,
                 drop_untaken,
             } => {
-                let sid = s(SESSIONS[session]);
-                if let Some(run) = self.c.runs().active(&sid).map(|r| r.run_id.clone()) {
-                    let untaken = if drop_untaken {
-                        self.untake(&sid, &run)
-                    } else {
-                        Vec::new()
-                    };
+                if let Some((sid, run, untaken)) = self.ending_run(session, drop_untaken) {
                     self.c.handle_run_ended(&sid, &run, &untaken, self.now);
                 }
             }
@@ -275,13 +286,7 @@ impl World {
                 session,
                 drop_untaken,
             } => {
-                let sid = s(SESSIONS[session]);
-                if let Some(run) = self.c.runs().active(&sid).map(|r| r.run_id.clone()) {
-                    let untaken = if drop_untaken {
-                        self.untake(&sid, &run)
-                    } else {
-                        Vec::new()
-                    };
+                if let Some((sid, run, untaken)) = self.ending_run(session, drop_untaken) {
                     self.agent.stops.push_back(StopResult::Stopped { untaken });
                     self.c.stop(&sid, &run, Some(1), self.now);
                 }

@@ -22,6 +22,16 @@ fn config(max_events: usize, max_bytes: usize) -> ReplayConfig {
     }
 }
 
+/// Appends the session-initialization event; returns its seq.
+fn init(b: &mut ReplayBuffers, at: Millis) -> u64 {
+    b.append(
+        &s(),
+        EventKind::Init,
+        r#"{"type":"session_init"}"#.into(),
+        at,
+    )
+}
+
 fn delta(text: &str) -> String {
     serde_json::json!({ "type": "assistant_delta", "text": text }).to_string()
 }
@@ -38,12 +48,7 @@ fn join(buffers: &ReplayBuffers) -> ConversationClient {
 #[test]
 fn the_event_cap_trims_the_oldest_but_never_the_init_event() {
     let mut b = ReplayBuffers::new(config(3, usize::MAX));
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    init(&mut b, Millis(0));
     for i in 0..3 {
         b.append(&s(), EventKind::Other, delta(&i.to_string()), Millis(0));
     }
@@ -94,12 +99,7 @@ fn the_byte_cap_counts_exactly_what_is_replayed() {
 #[test]
 fn user_messages_are_recorded_at_their_true_position() {
     let mut b = ReplayBuffers::new(ReplayConfig::default());
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    init(&mut b, Millis(0));
     b.append_user_message(&s(), "run the tests", Some("c-1"), Millis(1));
     b.append(&s(), EventKind::Other, delta("Running"), Millis(2));
     b.append_user_message(&s(), "also lint (steer)", Some("c-2"), Millis(3));
@@ -119,12 +119,7 @@ fn user_messages_are_recorded_at_their_true_position() {
 #[test]
 fn replay_chunks_stay_under_256_kb_and_decided_approvals_are_stamped() {
     let mut b = ReplayBuffers::new(ReplayConfig::default());
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    init(&mut b, Millis(0));
     for i in 0..2_000 {
         b.append(
             &s(),
@@ -172,12 +167,7 @@ fn replay_chunks_stay_under_256_kb_and_decided_approvals_are_stamped() {
 #[test]
 fn an_event_larger_than_a_chunk_is_replaced_by_a_marker() {
     let mut b = ReplayBuffers::new(ReplayConfig::default());
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    init(&mut b, Millis(0));
     let big = b.append(
         &s(),
         EventKind::Other,
@@ -200,12 +190,7 @@ fn an_event_larger_than_a_chunk_is_replaced_by_a_marker() {
 fn an_idle_session_is_reclaimed_and_a_resumed_one_says_so() {
     let mut b = ReplayBuffers::new(config(100, usize::MAX));
     b.subscribe(&s(), Millis(0));
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    init(&mut b, Millis(0));
     assert_eq!(b.poll_timeout(), None, "subscribed sessions are kept");
     b.unsubscribe(&s(), Millis(1_000));
     assert_eq!(b.poll_timeout(), Some(Millis(61_000)));
@@ -217,12 +202,7 @@ fn an_idle_session_is_reclaimed_and_a_resumed_one_says_so() {
     assert!(b.was_reclaimed(&s()));
     // Resumed: new events, a fresh record, and the replay says it was reclaimed.
     b.subscribe(&s(), Millis(70_000));
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(70_000),
-    );
+    init(&mut b, Millis(70_000));
     let chunks = b.replay(&s());
     assert!(chunks[0].json.contains(r#""reclaimed":true"#));
     let c = join(&b);
@@ -238,12 +218,7 @@ fn a_rebuild_suppresses_live_only_effects_and_adopts_the_running_state() {
         chunk_bytes: 2_048,
         ..ReplayConfig::default()
     });
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    init(&mut b, Millis(0));
     for i in 0..40 {
         let run = serde_json::json!({"type": "run_state", "running": i % 2 == 0}).to_string();
         b.append(&s(), EventKind::Other, run, Millis(0));
@@ -350,12 +325,7 @@ fn bad_replays_ask_for_a_new_one_and_keep_the_view() {
         chunk_bytes: 1_024,
         ..ReplayConfig::default()
     });
-    b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    init(&mut b, Millis(0));
     for i in 0..30 {
         b.append(
             &s(),
@@ -440,12 +410,7 @@ fn ev() -> impl Strategy<Value = Ev> {
 /// The server appends the stream; returns each event's broadcast form.
 fn serve(b: &mut ReplayBuffers, stream: &[Ev]) -> Vec<String> {
     let mut live = Vec::new();
-    let seq = b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    let seq = init(b, Millis(0));
     live.push(b.event(&s(), seq).unwrap());
     for (i, e) in stream.iter().enumerate() {
         let seq = match e {

@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use overlay_core::overlay::{write, Change};
 use overlay_core::source::{HistorySource, SourceError};
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::OverlayStore;
@@ -35,14 +34,7 @@ fn ids(blocks: &[Block]) -> Vec<String> {
 #[test]
 fn a_latest_window_settles_the_rows_its_page_holds_in_the_same_answer() {
     let (s, t) = (session(), main_target());
-    let mut store = MemoryOverlayStore::new();
-    write(
-        &mut store,
-        &s,
-        &t,
-        &Change::Publish(vec![live("a", 2_000, "run-1"), live("b", 2_001, "run-1")]),
-    )
-    .unwrap();
+    let mut store = store_with_live(vec![live("a", 2_000, "run-1"), live("b", 2_001, "run-1")]);
     let mut source = filled(claude_source(), 3);
     source.push(vec![saved("a", 2_000, 3)]);
     let built = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 12).unwrap();
@@ -311,14 +303,7 @@ fn reconcile_enforces_its_caps_at_the_limit_and_one_past() {
 #[test]
 fn an_anchor_in_the_newest_40_rows_gives_the_newest_window() {
     let (s, t) = (session(), main_target());
-    let mut store = MemoryOverlayStore::new();
-    write(
-        &mut store,
-        &s,
-        &t,
-        &Change::Publish(vec![live("live-now", 9_999, "run-1")]),
-    )
-    .unwrap();
+    let mut store = store_with_live(vec![live("live-now", 9_999, "run-1")]);
     let mut source = filled(claude_source(), 100);
     let anchor = Anchor::row(&reply("h-70"));
     let w = anchored_window(
@@ -342,14 +327,7 @@ fn an_anchor_in_the_newest_40_rows_gives_the_newest_window() {
 #[test]
 fn a_page_in_the_past_has_no_overlay_and_newer_loads_join_without_gap() {
     let (s, t) = (session(), main_target());
-    let mut store = MemoryOverlayStore::new();
-    write(
-        &mut store,
-        &s,
-        &t,
-        &Change::Publish(vec![live("live-now", 9_999, "run-1")]),
-    )
-    .unwrap();
+    let mut store = store_with_live(vec![live("live-now", 9_999, "run-1")]);
     let mut source = filled(codex_source(), 200);
     let token = AnchorToken::Link(LinkPlace {
         app_session_id: None,
@@ -417,14 +395,7 @@ fn a_page_in_the_past_has_no_overlay_and_newer_loads_join_without_gap() {
 #[test]
 fn a_place_that_is_not_saved_gives_the_notice_of_its_anchor_kind() {
     let (s, t) = (session(), main_target());
-    let mut store = MemoryOverlayStore::new();
-    write(
-        &mut store,
-        &s,
-        &t,
-        &Change::Publish(vec![live("only-live", 9_999, "run-1")]),
-    )
-    .unwrap();
+    let mut store = store_with_live(vec![live("only-live", 9_999, "run-1")]);
     let mut source = filled(claude_source(), 60);
     let token = AnchorToken::Link(LinkPlace {
         app_session_id: Some(s.as_str().into()),

@@ -1,7 +1,9 @@
 //! Helpers shared by the overlay-core test files.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use overlay_core::overlay::{write, Change};
 use overlay_core::source::{MemorySource, SourceKind};
+use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::{RowClass, StoredBlock};
 use timeline_core::block::Block;
 use timeline_core::cursor::BoundaryToken;
@@ -31,6 +33,19 @@ pub fn host_key() -> HostKey {
 }
 
 /// A live ordinary row of `run`.
+/// A memory store whose main target's overlay holds `rows`, published in one write.
+pub fn store_with_live(rows: Vec<StoredBlock>) -> MemoryOverlayStore {
+    let mut store = MemoryOverlayStore::new();
+    write(
+        &mut store,
+        &session(),
+        &main_target(),
+        &Change::Publish(rows),
+    )
+    .unwrap();
+    store
+}
+
 pub fn live(id: &str, t: u64, run_id: &str) -> StoredBlock {
     StoredBlock {
         block: Block::new(reply(id), Millis(t)).with_source_order(SourceOrder::live(t)),
