@@ -26,12 +26,7 @@ pub struct Digest256(String);
 
 impl Digest256 {
     fn from_hasher(h: Sha256) -> Digest256 {
-        let bytes = h.finalize();
-        let mut s = String::with_capacity(64);
-        for b in bytes {
-            s.push_str(&format!("{b:02x}"));
-        }
-        Digest256(s)
+        Digest256(timeline_core::seal::hex(&h.finalize()))
     }
 
     /// The hex text.
@@ -107,4 +102,18 @@ pub fn admission_input_digest(text: &str, image_paths: &[&str]) -> Digest256 {
         f.bytes(3, p.as_bytes());
     }
     Digest256::from_hasher(f.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // OB-02: a digest is the lower-case hex of SHA-256 (a known answer: the empty input).
+    #[test]
+    fn digests_are_lower_case_sha256_hex() {
+        assert_eq!(
+            Digest256::from_hasher(Sha256::new()).as_str(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
 }

@@ -72,8 +72,8 @@ impl std::fmt::Debug for HostKey {
     }
 }
 
-/// Lower-case hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`, the form every digest of the workspace takes on the wire.
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
