@@ -5,6 +5,8 @@
 //! This library holds the baselines the benches compare against, so they are compiled
 //! and tested like any other code.
 
+pub mod storage;
+
 use std::cmp::Ordering;
 use std::collections::HashMap;
 

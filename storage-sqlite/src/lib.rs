@@ -7,13 +7,26 @@
 //! - One [`SqliteStore`] per connection. It implements
 //!   [`overlay_core::store::OverlayStore`], [`overlay_core::store::CleanupJournal`] and
 //!   [`outbox_core::store::OutboxStore`] with the seed's tables.
-//! - Every connection sets WAL (for files), `foreign_keys`, an explicit `busy_timeout`
-//!   and the chosen `synchronous` level, outside the migrations.
+//! - Every connection sets WAL (for files), `foreign_keys`, an explicit `busy_timeout`,
+//!   the chosen `synchronous` level and WAL checkpoint size, outside the migrations. A
+//!   file this library creates gets 2 KiB pages ([`DEFAULT_PAGE_SIZE`]).
 //! - Every write is one `IMMEDIATE` transaction, so each multi-record rule of the
 //!   catalog (the submit claim, the overlay compare-and-set with the global revision,
 //!   the session-message route with its entry, ledger-sent then removal across aliases)
 //!   commits whole or not at all. Hot statements use `prepare_cached`.
 //! - Numbered migrations in `migrations/*.sql`, tracked in `PRAGMA user_version`.
+//!
+//! # What a submit writes
+//!
+//! A submit inserts one identity row and one outbox row in one transaction, and every
+//! page the transaction changes is one WAL frame written (and, with
+//! [`Synchronous::Full`], synced) at commit. Schema version 3 keeps that count low: the
+//! outbox is a rowid table, so its few-hundred-byte row is appended at the table's end
+//! and only a small index entry lands inside the (session, queue) key order; the
+//! identity keeps the fingerprint as its 32 digest bytes; the entry JSON leaves out the
+//! queue ID, operation ID and position, which the row's columns hold. New files get
+//! 2 KiB pages and the WAL is checkpointed every 8192 pages (16 MiB): both are
+//! [`Settings`]. `benches/README.md` has the measurements.
 //!
 //! # Durability
 //!
@@ -36,7 +49,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use outbox_core::entry::{BlockedEntry, OutboxEntry, StoredEntry};
+use outbox_core::entry::{
+    Acceptance, BlockedEntry, Controls, EntryStatus, Handoff, MessageRequest, OutboxEntry,
+    SessionMessageOrigin, StoredEntry,
+};
 use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
 use outbox_core::ledger::LedgerRecord;
@@ -54,7 +70,7 @@ use timeline_core::policy::MAX_EXACT_INTEGER;
 use timeline_core::time::Millis;
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: [(&str, &str); 2] = [
+pub const MIGRATIONS: [(&str, &str); 3] = [
     (
         "0001_initial",
         include_str!("../migrations/0001_initial.sql"),
@@ -62,6 +78,10 @@ pub const MIGRATIONS: [(&str, &str); 2] = [
     (
         "0002_identity_claim_time",
         include_str!("../migrations/0002_identity_claim_time.sql"),
+    ),
+    (
+        "0003_compact_submit_rows",
+        include_str!("../migrations/0003_compact_submit_rows.sql"),
     ),
 ];
 /// The schema version this build writes.
@@ -76,13 +96,47 @@ pub enum Synchronous {
     Full,
 }
 
+/// The page size a new file gets unless [`Settings::page_size`] says otherwise.
+///
+/// 2 KiB rather than SQLite's 4 KiB: a submit changes about five pages (a leaf in each
+/// of three B-trees, and now and then the pages a split touches), and every changed page
+/// is one WAL frame written at commit, so smaller pages halve the bytes each commit
+/// writes (`benches/README.md` has the figures).
+pub const DEFAULT_PAGE_SIZE: u32 = 2048;
+
+/// The WAL size, in pages, at which a commit checkpoints automatically unless
+/// [`Settings::wal_autocheckpoint_pages`] says otherwise: 8192 pages of 2 KiB, a 16 MiB
+/// WAL (SQLite's default is 1000 pages).
+pub const DEFAULT_WAL_AUTOCHECKPOINT_PAGES: u32 = 8192;
+
 /// Per-connection settings.
+///
+/// Start from [`Settings::default`] and change fields:
+///
+/// ```
+/// use storage_sqlite::{Settings, Synchronous};
+///
+/// let mut settings = Settings::default();
+/// settings.synchronous = Synchronous::Normal;
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Settings {
     /// The `synchronous` level (default [`Synchronous::Full`]).
     pub synchronous: Synchronous,
-    /// How long a writer waits for another connection's lock.
+    /// How long a writer waits for another connection's lock (default 5 s).
     pub busy_timeout: Duration,
+    /// The page size of a file this library creates: a power of two from 512 to 65536
+    /// (default [`DEFAULT_PAGE_SIZE`]). An existing file keeps the page size it was
+    /// created with; SQLite cannot change it in WAL mode.
+    pub page_size: u32,
+    /// Checkpoint the WAL into the database once it holds this many pages (default
+    /// [`DEFAULT_WAL_AUTOCHECKPOINT_PAGES`]). A checkpoint writes each page changed since
+    /// the last one once, and with [`Synchronous::Normal`] it is the only moment the
+    /// files are synced, so a larger WAL means fewer, cheaper checkpoints per commit.
+    /// 0 turns automatic checkpoints off: the WAL then grows until the host runs
+    /// `PRAGMA wal_checkpoint` itself.
+    pub wal_autocheckpoint_pages: u32,
 }
 
 impl Default for Settings {
@@ -90,6 +144,8 @@ impl Default for Settings {
         Settings {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
+            page_size: DEFAULT_PAGE_SIZE,
+            wal_autocheckpoint_pages: DEFAULT_WAL_AUTOCHECKPOINT_PAGES,
         }
     }
 }
@@ -109,6 +165,14 @@ pub enum OpenError {
         /// What this build knows.
         supported: u32,
     },
+    /// A setting SQLite would ignore or refuse.
+    #[error("invalid setting {name}: {reason}")]
+    InvalidSetting {
+        /// The field of [`Settings`].
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// One connection to the custody database. See the crate docs.
@@ -117,7 +181,17 @@ pub struct SqliteStore {
     conn: Connection,
 }
 
-fn configure(conn: &Connection, settings: &Settings, file: bool) -> rusqlite::Result<()> {
+fn configure(conn: &Connection, settings: &Settings, file: bool) -> Result<(), OpenError> {
+    let size = settings.page_size;
+    if !(512..=65536).contains(&size) || !size.is_power_of_two() {
+        return Err(OpenError::InvalidSetting {
+            name: "page_size",
+            reason: format!("{size} is not a power of two from 512 to 65536"),
+        });
+    }
+    // Before WAL: a new file takes the page size at its first write; an existing one
+    // keeps its own.
+    conn.pragma_update(None, "page_size", size)?;
     if file {
         // WAL lets readers and one writer work at once; it is a property of the file.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
@@ -130,6 +204,11 @@ fn configure(conn: &Connection, settings: &Settings, file: bool) -> rusqlite::Re
         Synchronous::Full => "FULL",
     };
     conn.pragma_update(None, "synchronous", sync)?;
+    conn.pragma_update(
+        None,
+        "wal_autocheckpoint",
+        settings.wal_autocheckpoint_pages,
+    )?;
     Ok(())
 }
 
@@ -485,11 +564,108 @@ impl CleanupJournal for SqliteStore {
 
 // ----- outbox ----------------------------------------------------------------------------
 
+/// An entry as `entry_json` holds it since schema version 3: everything but the queue
+/// ID, the operation ID and the position, which the row's own columns hold. The JSON is
+/// most of a submit's bytes, so it stays small; rows written before version 3 still
+/// carry the three fields, and the columns win when an entry is read.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryBody<'a> {
+    request: &'a MessageRequest,
+    controls: &'a Controls,
+    status: &'a EntryStatus,
+    auto_drain: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold_reason: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acceptance: Option<&'a Acceptance>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handoff: Option<&'a Handoff>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_message: Option<&'a SessionMessageOrigin>,
+}
+
 fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
-    to_json(entry).map_err(|reason| OutboxError::Corrupt {
+    // Every field is named, so a field added to the entry does not compile here until it
+    // is stored too.
+    let OutboxEntry {
+        queue_id: _,
+        operation_id: _,
+        position: _,
+        request,
+        controls,
+        status,
+        auto_drain,
+        error,
+        hold_reason,
+        acceptance,
+        handoff,
+        session_message,
+    } = entry;
+    to_json(&EntryBody {
+        request,
+        controls,
+        status,
+        auto_drain: *auto_drain,
+        error: error.as_ref(),
+        hold_reason: hold_reason.as_ref(),
+        acceptance: acceptance.as_ref(),
+        handoff: handoff.as_ref(),
+        session_message: session_message.as_ref(),
+    })
+    .map_err(|reason| OutboxError::Corrupt {
         what: "outbox entry".into(),
         reason,
     })
+}
+
+/// The outbox columns an entry is read from, in [`EntryRow`] order.
+const ENTRY_COLUMNS: &str = "queue_id, operation_id, position, entry_json";
+
+/// An outbox row: queue ID, operation ID, position and the entry JSON.
+struct EntryRow {
+    queue_id: String,
+    operation_id: String,
+    position: i64,
+    json: String,
+}
+
+impl EntryRow {
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<EntryRow> {
+        Ok(EntryRow {
+            queue_id: r.get(0)?,
+            operation_id: r.get(1)?,
+            position: r.get(2)?,
+            json: r.get(3)?,
+        })
+    }
+
+    /// The entry: the JSON with the columns put back.
+    fn decode(&self) -> Result<OutboxEntry, String> {
+        use serde_json::{Map, Value};
+        let mut fields: Map<String, Value> =
+            serde_json::from_str(&self.json).map_err(|e| e.to_string())?;
+        fields.insert("queueId".into(), self.queue_id.clone().into());
+        fields.insert("operationId".into(), self.operation_id.clone().into());
+        fields.insert("position".into(), self.position.into());
+        serde_json::from_value(Value::Object(fields)).map_err(|e| e.to_string())
+    }
+
+    /// What a session's outbox shows for the row: the entry, or a blocked entry when
+    /// the row does not decode.
+    fn into_stored(self) -> StoredEntry {
+        match self.decode() {
+            Ok(e) => StoredEntry::Entry(Box::new(e)),
+            Err(reason) => StoredEntry::Blocked(BlockedEntry {
+                operation_id: Some(self.operation_id).filter(|o| !o.is_empty()),
+                queue_id: self.queue_id,
+                position: self.position,
+                reason,
+            }),
+        }
+    }
 }
 
 fn insert_entry(
@@ -535,7 +711,7 @@ fn insert_identity(
     .execute(params![
         session.as_str(),
         op.as_str(),
-        fingerprint.as_str(),
+        FingerprintColumn::of(fingerprint),
         queue.as_str(),
         claimed_at.as_u64() as i64
     ])
@@ -543,12 +719,69 @@ fn insert_identity(
     Ok(())
 }
 
+/// A fingerprint as the identity table stores it: the 32 digest bytes when it is the 64
+/// lowercase hex characters this library computes, the text itself otherwise, so what
+/// is read back always equals what was written.
+enum FingerprintColumn<'a> {
+    Bytes([u8; 32]),
+    Text(&'a str),
+}
+
+impl<'a> FingerprintColumn<'a> {
+    fn of(digest: &'a Digest256) -> Self {
+        let hex = digest.as_str().as_bytes();
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut bytes = [0u8; 32];
+        if hex.len() == 64 {
+            let decoded = bytes.iter_mut().zip(hex.chunks_exact(2)).all(|(b, pair)| {
+                match (nibble(pair[0]), nibble(pair[1])) {
+                    (Some(hi), Some(lo)) => {
+                        *b = hi << 4 | lo;
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            if decoded {
+                return FingerprintColumn::Bytes(bytes);
+            }
+        }
+        FingerprintColumn::Text(digest.as_str())
+    }
+
+    fn read(value: rusqlite::types::Value) -> Result<Digest256, OutboxError> {
+        use rusqlite::types::Value;
+        match value {
+            Value::Blob(bytes) => Ok(Digest256::from_hex(timeline_core::seal::hex(&bytes))),
+            Value::Text(text) => Ok(Digest256::from_hex(text)),
+            other => Err(OutboxError::Corrupt {
+                what: "operation identity".into(),
+                reason: format!("the fingerprint is {}", other.data_type()),
+            }),
+        }
+    }
+}
+
+impl rusqlite::ToSql for FingerprintColumn<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            FingerprintColumn::Bytes(bytes) => ValueRef::Blob(bytes),
+            FingerprintColumn::Text(text) => ValueRef::Text(text.as_bytes()),
+        }))
+    }
+}
+
 fn read_identity(
     conn: &Connection,
     session: &SessionId,
     op: &OperationId,
 ) -> Result<Option<Identity>, OutboxError> {
-    let row: Option<(String, String, i64)> = conn
+    let row: Option<(rusqlite::types::Value, String, i64)> = conn
         .prepare_cached(
             "SELECT fingerprint, queue_id, removed FROM workspace_chat_outbox_operation_identity
              WHERE session_id = ?1 AND operation_id = ?2",
@@ -561,7 +794,7 @@ fn read_identity(
         .map_err(ob)?;
     row.map(|(fp, q, removed)| {
         Ok(Identity {
-            fingerprint: Digest256::from_hex(fp),
+            fingerprint: FingerprintColumn::read(fp)?,
             queue_id: id("identity queue ID", QueueId::new(q))?,
             removed: removed != 0,
         })
@@ -574,15 +807,15 @@ fn read_entry(
     session: &SessionId,
     queue: &QueueId,
 ) -> Result<Option<OutboxEntry>, OutboxError> {
-    let json: Option<String> = conn
-        .prepare_cached(
-            "SELECT entry_json FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
-        )
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2"
+        ))
         .map_err(ob)?
-        .query_row(params![session.as_str(), queue.as_str()], |r| r.get(0))
+        .query_row(params![session.as_str(), queue.as_str()], EntryRow::read)
         .optional()
         .map_err(ob)?;
-    Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
+    Ok(row.and_then(|r| r.decode().ok()))
 }
 
 fn mark_removed(tx: &Transaction<'_>, session: &SessionId, op: &str) -> Result<(), OutboxError> {
@@ -670,7 +903,7 @@ impl OutboxStore for SqliteStore {
             .execute(params![
                 session.as_str(),
                 entry.operation_id.as_str(),
-                fingerprint.as_str(),
+                FingerprintColumn::of(fingerprint),
                 entry.queue_id.as_str(),
                 entry.request.created_at.as_u64() as i64
             ])
@@ -778,33 +1011,17 @@ impl OutboxStore for SqliteStore {
     fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, OutboxError> {
         let mut stmt = self
             .conn
-            .prepare_cached(
-                "SELECT queue_id, operation_id, position, entry_json FROM workspace_chat_outbox
-                 WHERE session_id = ?1 ORDER BY position, queue_id",
-            )
+            .prepare_cached(&format!(
+                "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox
+                 WHERE session_id = ?1 ORDER BY position, queue_id"
+            ))
             .map_err(ob)?;
         let rows = stmt
-            .query_map(params![session.as_str()], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
+            .query_map(params![session.as_str()], EntryRow::read)
             .map_err(ob)?;
         let mut out = Vec::new();
         for row in rows {
-            let (queue_id, operation_id, position, json) = row.map_err(ob)?;
-            out.push(match serde_json::from_str::<OutboxEntry>(&json) {
-                Ok(e) => StoredEntry::Entry(Box::new(e)),
-                Err(e) => StoredEntry::Blocked(BlockedEntry {
-                    queue_id,
-                    operation_id: Some(operation_id).filter(|o| !o.is_empty()),
-                    position,
-                    reason: e.to_string(),
-                }),
-            });
+            out.push(row.map_err(ob)?.into_stored());
         }
         Ok(out)
     }
@@ -873,18 +1090,16 @@ impl OutboxStore for SqliteStore {
         queue_id: &QueueId,
     ) -> Result<Option<OutboxEntry>, OutboxError> {
         let tx = self.write().map_err(ob)?;
-        let row: Option<(String, String)> = tx
-            .prepare_cached(
-                "SELECT operation_id, entry_json FROM workspace_chat_outbox
-                 WHERE session_id = ?1 AND queue_id = ?2",
-            )
+        let row = tx
+            .prepare_cached(&format!(
+                "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox
+                 WHERE session_id = ?1 AND queue_id = ?2"
+            ))
             .map_err(ob)?
-            .query_row(params![session.as_str(), queue_id.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(params![session.as_str(), queue_id.as_str()], EntryRow::read)
             .optional()
             .map_err(ob)?;
-        let Some((op, json)) = row else {
+        let Some(row) = row else {
             return Ok(None);
         };
         tx.prepare_cached(
@@ -893,9 +1108,9 @@ impl OutboxStore for SqliteStore {
         .map_err(ob)?
         .execute(params![session.as_str(), queue_id.as_str()])
         .map_err(ob)?;
-        mark_removed(&tx, session, &op)?;
+        mark_removed(&tx, session, &row.operation_id)?;
         tx.commit().map_err(ob)?;
-        Ok(serde_json::from_str(&json).ok())
+        Ok(row.decode().ok())
     }
 
     fn set_positions(
@@ -903,12 +1118,16 @@ impl OutboxStore for SqliteStore {
         session: &SessionId,
         positions: &[(QueueId, i64)],
     ) -> Result<(), OutboxError> {
+        // The position is a column of its own; the entry JSON does not hold it.
         let tx = self.write().map_err(ob)?;
         for (q, p) in positions {
-            if let Some(mut e) = read_entry(&tx, session, q)? {
-                e.position = *p;
-                insert_entry(&tx, session, &e)?;
-            }
+            tx.prepare_cached(
+                "UPDATE workspace_chat_outbox SET position = ?3
+                 WHERE session_id = ?1 AND queue_id = ?2",
+            )
+            .map_err(ob)?
+            .execute(params![session.as_str(), q.as_str(), p])
+            .map_err(ob)?;
         }
         tx.commit().map_err(ob)
     }

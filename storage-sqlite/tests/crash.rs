@@ -38,10 +38,9 @@ type Check = Result<(), String>;
 fn settings() -> Settings {
     // NORMAL in WAL mode: an acknowledged write survives a process kill (not a power
     // loss), which is what this harness checks.
-    Settings {
-        synchronous: Synchronous::Normal,
-        busy_timeout: Duration::from_secs(5),
-    }
+    let mut settings = Settings::default();
+    settings.synchronous = Synchronous::Normal;
+    settings
 }
 
 fn session() -> SessionId {

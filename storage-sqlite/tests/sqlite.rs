@@ -67,6 +67,7 @@ fn a_version_1_database_upgrades_with_its_data() {
     let v1 = SqliteStore::open_at(&path, Settings::default(), 1).unwrap();
     assert_eq!(v1.schema_version().unwrap(), 1);
     // Data as version 1 wrote it.
+    const HEX: &str = "00ff0123456789abcdef00ff0123456789abcdef00ff0123456789abcdef00ff";
     let entry = serde_json::json!({
         "queueId": "q-1", "operationId": "op-1",
         "request": {"userText": "hello", "source": "composer", "createdAt": 5},
@@ -77,6 +78,7 @@ fn a_version_1_database_upgrades_with_its_data() {
         .execute_batch(&format!(
             "INSERT INTO workspace_chat_outbox VALUES ('s1', 'q-1', 'op-1', 0, '{entry}');
              INSERT INTO workspace_chat_outbox_operation_identity VALUES ('s1', 'op-1', 'abc', 'q-1', 0);
+             INSERT INTO workspace_chat_outbox_operation_identity VALUES ('s1', 'op-2', '{HEX}', 'q-2', 1);
              INSERT INTO chat_pending_terminal_overlay_cleanups VALUES ('s1', 'run-1');"
         ))
         .unwrap();
@@ -85,21 +87,56 @@ fn a_version_1_database_upgrades_with_its_data() {
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let s1 = SessionId::new("s1").unwrap();
     let entries = store.entries(&s1).unwrap();
-    assert_eq!(entries[0].entry().unwrap().request.user_text, "hello");
+    assert_eq!(entries.len(), 1);
+    let e = entries[0].entry().unwrap();
+    assert_eq!(
+        (e.queue_id.as_str(), e.operation_id.as_str(), e.position),
+        ("q-1", "op-1", 0)
+    );
+    assert_eq!(e.request.user_text, "hello");
+    // Version 3 rebuilt the outbox as a rowid table; the queue ID stays unique.
+    let dup = store.connection().execute(
+        "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+         VALUES ('s1', 'q-1', 'op-2', 1, '{}')",
+        [],
+    );
+    assert!(dup.is_err(), "a second row for (s1, q-1) was accepted");
     let id = store
         .identity(&s1, &OperationId::new("op-1").unwrap())
         .unwrap()
         .unwrap();
     assert_eq!(id.fingerprint.as_str(), "abc");
-    let claimed_at: i64 = store
-        .connection()
-        .query_row(
-            "SELECT claimed_at FROM workspace_chat_outbox_operation_identity",
-            [],
-            |r| r.get(0),
-        )
+    // Version 3 keeps a hex fingerprint as its 32 bytes and anything else as text; both
+    // read back exactly as written.
+    let hex = store
+        .identity(&s1, &OperationId::new("op-2").unwrap())
+        .unwrap()
         .unwrap();
-    assert_eq!(claimed_at, 0, "the new column has its default");
+    assert_eq!((hex.fingerprint.as_str(), hex.removed), (HEX, true));
+    let stored: Vec<(String, String)> = store
+        .connection()
+        .prepare("SELECT operation_id, typeof(fingerprint) FROM workspace_chat_outbox_operation_identity ORDER BY operation_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        stored,
+        [
+            ("op-1".to_string(), "text".to_string()),
+            ("op-2".into(), "blob".into())
+        ]
+    );
+    let claimed_at: Vec<i64> = store
+        .connection()
+        .prepare("SELECT claimed_at FROM workspace_chat_outbox_operation_identity")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(claimed_at, [0, 0], "the new column has its default");
     use overlay_core::store::CleanupJournal;
     assert_eq!(store.pending_cleanups(None).unwrap().len(), 1);
 }
@@ -128,10 +165,10 @@ fn a_newer_schema_is_refused() {
 fn every_connection_gets_its_pragmas() {
     let dir = tempfile::tempdir().unwrap();
     for (sync, expect) in [(Synchronous::Full, 2i64), (Synchronous::Normal, 1)] {
-        let settings = Settings {
-            synchronous: sync,
-            busy_timeout: std::time::Duration::from_millis(1234),
-        };
+        let mut settings = Settings::default();
+        settings.synchronous = sync;
+        settings.busy_timeout = std::time::Duration::from_millis(1234);
+        settings.wal_autocheckpoint_pages = 777;
         let store = SqliteStore::open(dir.path().join("p.sqlite"), settings).unwrap();
         let c = store.connection();
         let mode: String = c
@@ -144,12 +181,132 @@ fn every_connection_gets_its_pragmas() {
             .query_row("PRAGMA busy_timeout", [], |r| r.get(0))
             .unwrap();
         let synchronous: i64 = c.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        let checkpoint: i64 = c
+            .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(
-            (mode.as_str(), fk, busy, synchronous),
-            ("wal", 1, 1234, expect)
+            (mode.as_str(), fk, busy, synchronous, checkpoint),
+            ("wal", 1, 1234, expect, 777)
         );
     }
     assert_eq!(Settings::default().synchronous, Synchronous::Full);
+}
+
+/// A new entry `q` / `op` saying "hi".
+fn hi_entry() -> outbox_core::entry::OutboxEntry {
+    use outbox_core::entry::{Controls, MessageRequest, OutboxEntry};
+    OutboxEntry::queued(
+        outbox_core::ids::QueueId::new("q").unwrap(),
+        OperationId::new("op").unwrap(),
+        MessageRequest::text("hi", "composer", Millis(1)),
+        Controls::automatic(),
+        0,
+    )
+}
+
+// OB-02, ST-01: a claim stores the fingerprint as its 32 digest bytes and reads it back
+// as the same hex text; the entry JSON leaves out what the row's columns hold.
+#[test]
+fn a_claim_stores_compact_rows() {
+    use outbox_core::fingerprint::request_fingerprint;
+    let mut store = SqliteStore::open_in_memory(Settings::default()).unwrap();
+    let session = SessionId::new("s").unwrap();
+    let entry = hi_entry();
+    let fp = request_fingerprint(&session, &entry.queue_id, &entry.request);
+    store.claim(&session, &fp, &entry).unwrap();
+    let (kind, len): (String, i64) = store
+        .connection()
+        .query_row(
+            "SELECT typeof(fingerprint), length(fingerprint) FROM workspace_chat_outbox_operation_identity",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((kind.as_str(), len), ("blob", 32));
+    let identity = store
+        .identity(&session, &entry.operation_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(identity.fingerprint, fp);
+    let json: String = store
+        .connection()
+        .query_row("SELECT entry_json FROM workspace_chat_outbox", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    for column in ["queueId", "operationId", "position"] {
+        assert!(!json.contains(column), "{column} in {json}");
+    }
+    assert!(json.contains("\"userText\":\"hi\""), "{json}");
+    assert_eq!(store.entries(&session).unwrap()[0].entry(), Some(&entry));
+}
+
+fn page_size(store: &SqliteStore) -> i64 {
+    store
+        .connection()
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap()
+}
+
+// ST-02: a new file gets the configured page size; a file keeps the size it was
+// created with, whatever a later connection asks for.
+#[test]
+fn a_new_file_takes_the_page_size_and_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("default.sqlite"), Settings::default()).unwrap();
+    assert_eq!(
+        page_size(&store),
+        i64::from(storage_sqlite::DEFAULT_PAGE_SIZE)
+    );
+
+    let path = dir.path().join("big.sqlite");
+    let mut settings = Settings::default();
+    settings.page_size = 8192;
+    let mut store = SqliteStore::open(&path, settings).unwrap();
+    let session = SessionId::new("s").unwrap();
+    let target = TargetId::new("s").unwrap();
+    write(
+        &mut store,
+        &session,
+        &target,
+        &Change::Publish(vec![row("a".into())]),
+    )
+    .unwrap();
+    drop(store);
+    let mut store = SqliteStore::open(&path, Settings::default()).unwrap();
+    assert_eq!(page_size(&store), 8192);
+    let overlay = store.load(&session, &target).unwrap().unwrap();
+    assert_eq!(overlay.blocks.len(), 1);
+}
+
+// Page sizes SQLite would silently ignore are refused, at both ends of the range.
+#[test]
+fn page_sizes_outside_sqlites_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (size, ok) in [
+        (511, false),
+        (512, true),
+        (3000, false),
+        (65536, true),
+        (65537, false),
+        (131072, false),
+    ] {
+        let mut settings = Settings::default();
+        settings.page_size = size;
+        let opened = SqliteStore::open(dir.path().join(format!("{size}.sqlite")), settings);
+        match opened {
+            Ok(store) => {
+                assert!(ok, "{size} was accepted");
+                assert_eq!(page_size(&store), i64::from(size));
+            }
+            Err(OpenError::InvalidSetting { name, reason }) => {
+                assert!(!ok, "{size} was refused: {reason}");
+                assert_eq!(name, "page_size");
+                assert!(reason.starts_with(&size.to_string()), "{reason}");
+            }
+            Err(other) => panic!("{size}: {other}"),
+        }
+    }
 }
 
 fn row(id: String) -> StoredBlock {
@@ -252,4 +409,53 @@ fn a_corrupt_overlay_row_is_a_typed_error() {
         store.load(&s, &t),
         Err(StoreError::Corrupt { .. })
     ));
+}
+
+mod fingerprint_storage {
+    use outbox_core::fingerprint::Digest256;
+    use outbox_core::ids::SessionId;
+    use outbox_core::store::OutboxStore;
+    use proptest::prelude::*;
+    use storage_sqlite::{Settings, SqliteStore};
+
+    fn fingerprints() -> impl Strategy<Value = String> {
+        prop_oneof![
+            // What the library computes: 64 lowercase hex characters.
+            "[0-9a-f]{64}",
+            // Near misses that must stay text: uppercase, one short, one long, not hex.
+            "[0-9A-F]{64}",
+            "[0-9a-f]{63}",
+            "[0-9a-f]{65}",
+            "[0-9a-fg]{64}",
+            // Anything at all.
+            ".{0,80}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+        // OB-02, ST-01: whatever fingerprint is claimed reads back exactly, whether it is
+        // stored as 32 bytes or as text.
+        #[test]
+        fn a_fingerprint_reads_back_as_written(text in fingerprints()) {
+            let mut store = SqliteStore::open_in_memory(Settings::default()).unwrap();
+            let session = SessionId::new("s").unwrap();
+            let entry = super::hi_entry();
+            let fp = Digest256::from_hex(text.clone());
+            store.claim(&session, &fp, &entry).unwrap();
+            let identity = store.identity(&session, &entry.operation_id).unwrap().unwrap();
+            prop_assert_eq!(identity.fingerprint.as_str(), text.as_str());
+            let kind: String = store
+                .connection()
+                .query_row(
+                    "SELECT typeof(fingerprint) FROM workspace_chat_outbox_operation_identity",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            let hex = text.len() == 64 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            prop_assert_eq!(kind, if hex { "blob" } else { "text" });
+        }
+    }
 }

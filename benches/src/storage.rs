@@ -1,0 +1,248 @@
+//! The storage workloads: the same commits for the criterion bench (`benches/storage.rs`)
+//! and the paired runner (`src/bin/storage_paired.rs`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use outbox_core::entry::{Controls, EntryStatus, MessageRequest, OutboxEntry};
+use outbox_core::fingerprint::{request_fingerprint, Digest256};
+use outbox_core::ids::{OperationId, QueueId, SessionId};
+use outbox_core::store::OutboxStore;
+use rusqlite::{params, Connection, TransactionBehavior};
+use storage_sqlite::{Settings, SqliteStore, Synchronous, MIGRATIONS};
+use timeline_core::time::Millis;
+
+/// The entry of the `i`th submit: keys `q-i` and `op-i`, a one-line message.
+pub fn bench_entry(i: u64) -> OutboxEntry {
+    OutboxEntry::queued(
+        QueueId::new(format!("q-{i}")).expect("id"),
+        OperationId::new(format!("op-{i}")).expect("id"),
+        MessageRequest::text("run the tests again please", "composer", Millis(i)),
+        Controls::automatic(),
+        i as i64,
+    )
+}
+
+/// Counts one more submit and returns its entry and fingerprint.
+fn next_submit(i: &mut u64, session: &SessionId) -> (OutboxEntry, Digest256) {
+    *i += 1;
+    let e = bench_entry(*i);
+    let fp = request_fingerprint(session, &e.queue_id, &e.request);
+    (e, fp)
+}
+
+/// The session every submit goes to.
+pub fn bench_session() -> SessionId {
+    SessionId::new("session-1").expect("id")
+}
+
+/// The library's settings at `synchronous`.
+pub fn library_settings(synchronous: Synchronous) -> Settings {
+    let mut settings = Settings::default();
+    settings.synchronous = synchronous;
+    settings
+}
+
+fn sync_name(synchronous: Synchronous) -> &'static str {
+    match synchronous {
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Full => "FULL",
+    }
+}
+
+/// A plain rusqlite connection: WAL, `synchronous`, a busy timeout; with `library_pages`
+/// also the library's page size and checkpoint size, otherwise SQLite's defaults.
+pub fn raw_connection(path: &Path, synchronous: Synchronous, library_pages: bool) -> Connection {
+    let conn = Connection::open(path).expect("open");
+    if library_pages {
+        conn.pragma_update(None, "page_size", storage_sqlite::DEFAULT_PAGE_SIZE)
+            .expect("page size");
+        conn.pragma_update(
+            None,
+            "wal_autocheckpoint",
+            storage_sqlite::DEFAULT_WAL_AUTOCHECKPOINT_PAGES,
+        )
+        .expect("checkpoint");
+    }
+    conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+        .expect("wal");
+    conn.pragma_update(None, "synchronous", sync_name(synchronous))
+        .expect("sync");
+    conn.busy_timeout(Duration::from_secs(5)).expect("busy");
+    conn
+}
+
+/// (a) one `INSERT` per `IMMEDIATE` transaction into a two-column table.
+pub struct RawAppend {
+    conn: Connection,
+    i: u64,
+}
+
+impl RawAppend {
+    /// A new table in a new file.
+    pub fn open(path: &Path, synchronous: Synchronous, library_pages: bool) -> RawAppend {
+        let conn = raw_connection(path, synchronous, library_pages);
+        conn.execute_batch("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+            .expect("table");
+        RawAppend { conn, i: 0 }
+    }
+
+    /// One commit.
+    pub fn commit(&mut self) {
+        self.i += 1;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("tx");
+        tx.prepare_cached("INSERT INTO kv (k, v) VALUES (?1, ?2)")
+            .expect("prepare")
+            .execute(params![self.i as i64, "value"])
+            .expect("insert");
+        tx.commit().expect("commit");
+    }
+}
+
+/// (b) the library's submit claim.
+pub struct OurSubmit {
+    /// The store (the criterion bench runs its ledger and overlay cases on it too).
+    pub store: SqliteStore,
+    session: SessionId,
+    i: u64,
+}
+
+impl OurSubmit {
+    /// A new database file.
+    pub fn open(path: &Path, synchronous: Synchronous) -> OurSubmit {
+        OurSubmit {
+            store: SqliteStore::open(path, library_settings(synchronous)).expect("open"),
+            session: bench_session(),
+            i: 0,
+        }
+    }
+
+    /// One submit.
+    pub fn commit(&mut self) {
+        let (e, fp) = next_submit(&mut self.i, &self.session);
+        self.store.claim(&self.session, &fp, &e).expect("claim");
+    }
+}
+
+/// The entry JSON of the hand-written submit: the fields the library stores besides the
+/// columns (the bench's entries leave every optional field empty).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HandBody<'a> {
+    request: &'a MessageRequest,
+    controls: &'a Controls,
+    status: &'a EntryStatus,
+    auto_drain: bool,
+}
+
+/// The entry JSON the hand-written submit stores.
+pub fn hand_json(e: &OutboxEntry) -> String {
+    serde_json::to_string(&HandBody {
+        request: &e.request,
+        controls: &e.controls,
+        status: &e.status,
+        auto_drain: e.auto_drain,
+    })
+    .expect("json")
+}
+
+/// The 32 bytes of a hex digest, as the identity table stores them.
+fn digest_bytes(hex: &str) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for (k, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).expect("hex");
+    }
+    out
+}
+
+/// (e) the same two-insert submit written by hand: the library's schema and page
+/// settings, the same bytes.
+pub struct HandSubmit {
+    conn: Connection,
+    session: SessionId,
+    i: u64,
+}
+
+impl HandSubmit {
+    /// A new database file with the library's schema.
+    pub fn open(path: &Path, synchronous: Synchronous) -> HandSubmit {
+        let conn = raw_connection(path, synchronous, true);
+        for (_, sql) in MIGRATIONS {
+            conn.execute_batch(sql).expect("schema");
+        }
+        HandSubmit {
+            conn,
+            session: bench_session(),
+            i: 0,
+        }
+    }
+
+    /// One submit.
+    pub fn commit(&mut self) {
+        let (e, fp) = next_submit(&mut self.i, &self.session);
+        let json = hand_json(&e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("tx");
+        tx.prepare_cached(
+            "INSERT INTO workspace_chat_outbox_operation_identity
+                 (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
+             VALUES (?1, ?2, ?3, ?4, 0, ?5)",
+        )
+        .expect("prepare")
+        .execute(params![
+            self.session.as_str(),
+            e.operation_id.as_str(),
+            digest_bytes(fp.as_str()),
+            e.queue_id.as_str(),
+            self.i as i64
+        ])
+        .expect("identity");
+        tx.prepare_cached(
+            "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .expect("prepare")
+        .execute(params![
+            self.session.as_str(),
+            e.queue_id.as_str(),
+            e.operation_id.as_str(),
+            e.position,
+            json
+        ])
+        .expect("entry");
+        tx.commit().expect("commit");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The hand-written submit stores the same rows as the library.
+    #[test]
+    fn hand_written_submit_stores_what_the_library_stores() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut ours = OurSubmit::open(&dir.path().join("ours.sqlite"), Synchronous::Normal);
+        let mut hand = HandSubmit::open(&dir.path().join("hand.sqlite"), Synchronous::Normal);
+        ours.commit();
+        hand.commit();
+        let rows = |conn: &Connection| -> String {
+            conn.query_row(
+                "SELECT quote(i.fingerprint) || quote(i.queue_id) || quote(i.removed)
+                        || quote(i.claimed_at) || quote(o.operation_id) || quote(o.position)
+                        || quote(o.entry_json)
+                 FROM workspace_chat_outbox o
+                 JOIN workspace_chat_outbox_operation_identity i USING (session_id, operation_id)",
+                [],
+                |r| r.get(0),
+            )
+            .expect("one submit")
+        };
+        assert_eq!(rows(ours.store.connection()), rows(&hand.conn));
+    }
+}
