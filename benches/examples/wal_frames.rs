@@ -1,82 +1,240 @@
-//! Why a two-table submit commits slower than a single-row append: WAL frames written per
-//! commit, for the shapes in the storage benchmark (automatic checkpoints off, so the WAL
-//! size counts every frame). Run with
-//! `cargo run --release -p benches --example wal_frames`.
+//! Why a submit commits slower than a single-row append: the pages each commit changes,
+//! counted as WAL frames and attributed to the B-tree that owns each page (SQLite's
+//! `dbstat`). Every changed page is one frame written at commit, and with
+//! `synchronous = FULL` one more page to sync.
+//!
+//! Writers run with automatic checkpoints off. Each case first commits 50,000 times so
+//! the trees have their working depth (checkpointing every 1,000 commits from a second
+//! connection), then truncates the WAL and counts 5,000 commits, timed without
+//! checkpoints; `synchronous = NORMAL`. The submit cases run with the bench's keys (`q-N`, `op-N`)
+//! and with random UUID-like keys, as real queue and operation IDs are.
+//!
+//! `cargo run --release -p benches --example wal_frames`
 #![allow(clippy::unwrap_used)]
 
-use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::time::Instant;
 
-const COMMITS: u64 = 50_000;
-/// A WAL frame is a 24-byte header plus one 4096-byte page.
-const FRAME_BYTES: f64 = 4120.0;
+use outbox_core::entry::{Controls, MessageRequest, OutboxEntry};
+use outbox_core::fingerprint::request_fingerprint;
+use outbox_core::ids::{OperationId, QueueId, SessionId};
+use outbox_core::store::OutboxStore;
+use rusqlite::{params, Connection, TransactionBehavior};
+use storage_sqlite::{Settings, SqliteStore, Synchronous, MIGRATIONS};
+use timeline_core::time::Millis;
 
-fn measure(name: &str, schema: &str, mut write: impl FnMut(&Transaction, u64)) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("probe.sqlite");
-    let mut conn = Connection::open(&path).unwrap();
+const WARM: u64 = 50_000;
+const COMMITS: u64 = 5_000;
+
+/// How the keys of commit `i` look.
+#[derive(Clone, Copy)]
+enum Keys {
+    Bench,
+    Random,
+}
+
+impl Keys {
+    fn ids(self, i: u64) -> (String, String) {
+        match self {
+            Keys::Bench => (format!("q-{i}"), format!("op-{i}")),
+            Keys::Random => (uuid_like(i, 1), uuid_like(i, 2)),
+        }
+    }
+}
+
+/// A UUID-shaped key from a mixing hash (no randomness needed: only the order matters).
+fn uuid_like(i: u64, salt: u64) -> String {
+    let mix = |mut x: u64| {
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x ^ (x >> 29)
+    };
+    let a = mix(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt);
+    let b = mix(a);
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn entry(i: u64, keys: Keys) -> OutboxEntry {
+    let (queue, op) = keys.ids(i);
+    OutboxEntry::queued(
+        QueueId::new(queue).unwrap(),
+        OperationId::new(op).unwrap(),
+        MessageRequest::text("run the tests again please", "composer", Millis(i)),
+        Controls::automatic(),
+        i as i64,
+    )
+}
+
+/// Commits `commit(i)` for the warm-up, then counts frames per commit by B-tree. `conn`
+/// is a second connection to the writer's file; the writer must not checkpoint.
+fn measure(name: &str, conn: &Connection, wal: &Path, mut commit: impl FnMut(u64)) {
+    for i in 0..WARM {
+        commit(i);
+        if i % 1000 == 999 {
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                .unwrap();
+        }
+    }
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    let start = Instant::now();
+    for i in WARM..WARM + COMMITS {
+        commit(i);
+    }
+    let micros = start.elapsed().as_secs_f64() * 1e6 / COMMITS as f64;
+
+    let page_size: usize = conn
+        .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+        .unwrap() as usize;
+    let mut owner = HashMap::new();
+    let mut stmt = conn.prepare("SELECT pageno, name FROM dbstat").unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .unwrap();
+    for row in rows {
+        let (page, tree) = row.unwrap();
+        owner.insert(page as u32, tree);
+    }
+    let bytes = std::fs::read(wal).unwrap();
+    let mut by_tree = BTreeMap::<String, u64>::new();
+    let mut total = 0u64;
+    // A WAL is a 32-byte header, then frames: a 24-byte header (page number first) and
+    // the page.
+    let mut at = 32;
+    while at + 24 + page_size <= bytes.len() {
+        let page = u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let tree = match page {
+            1 => "page 1 (header)".to_string(),
+            p => owner.get(&p).cloned().unwrap_or_else(|| "free".into()),
+        };
+        *by_tree.entry(tree).or_default() += 1;
+        total += 1;
+        at += 24 + page_size;
+    }
+    let per = |n: u64| n as f64 / COMMITS as f64;
+    let split: Vec<String> = by_tree
+        .iter()
+        .map(|(tree, n)| format!("{tree} {:.2}", per(*n)))
+        .collect();
+    println!(
+        "| {name} | {page_size} | {micros:.1} µs | {:.2} | {:.1} | {} |",
+        per(total),
+        per(total) * (page_size + 24) as f64 / 1024.0,
+        split.join(", ")
+    );
+}
+
+fn raw(dir: &Path, file: &str, page_size: u32) -> Connection {
+    let conn = Connection::open(dir.join(file)).unwrap();
+    conn.pragma_update(None, "page_size", page_size).unwrap();
     conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
         .unwrap();
-    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;")
+    conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
+    conn.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+    conn
+}
+
+fn append(dir: &Path, page_size: u32) {
+    let file = format!("append-{page_size}.sqlite");
+    let mut conn = raw(dir, &file, page_size);
+    conn.execute_batch("CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
         .unwrap();
-    conn.execute_batch(schema).unwrap();
-    let start = Instant::now();
-    for i in 0..COMMITS {
+    let wal = dir.join(format!("{file}-wal"));
+    let name = format!("(a) one rowid append, {page_size}-byte pages");
+    let probe = raw(dir, &file, page_size);
+    measure(&name, &probe, &wal, |i| {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .unwrap();
-        write(&tx, i);
-        tx.commit().unwrap();
-    }
-    let micros = start.elapsed().as_secs_f64() * 1e6 / COMMITS as f64;
-    let wal = std::fs::metadata(dir.path().join("probe.sqlite-wal"))
-        .map(|m| m.len())
-        .unwrap_or(0);
-    let frames = wal as f64 / FRAME_BYTES / COMMITS as f64;
-    println!("{name:44} {micros:7.2} µs/commit  {frames:5.2} frames/commit");
-}
-
-fn main() {
-    let json = "x".repeat(300);
-    let fingerprint = "f".repeat(64);
-    let kv = "CREATE TABLE kv (k INTEGER PRIMARY KEY, v TEXT NOT NULL)";
-    let two = "CREATE TABLE identity (s TEXT, o TEXT, f TEXT, q TEXT, PRIMARY KEY (s, o)) WITHOUT ROWID;
-               CREATE TABLE outbox (s TEXT, q TEXT, o TEXT, p INTEGER, j TEXT, PRIMARY KEY (s, q)) WITHOUT ROWID;";
-    let submit = |tx: &Transaction, op: String, queue: String, i: u64, body: &str| {
-        tx.prepare_cached("INSERT INTO identity VALUES ('session', ?1, ?2, ?3)")
-            .unwrap()
-            .execute(params![op, fingerprint, queue])
-            .unwrap();
-        tx.prepare_cached("INSERT INTO outbox VALUES ('session', ?1, ?2, ?3, ?4)")
-            .unwrap()
-            .execute(params![queue, op, i as i64, body])
-            .unwrap();
-    };
-    measure("(a) one rowid append", kv, |tx, i| {
         tx.prepare_cached("INSERT INTO kv VALUES (?1, 'value')")
             .unwrap()
             .execute(params![i as i64])
             .unwrap();
+        tx.commit().unwrap();
     });
+}
+
+fn our_submit(dir: &Path, keys: Keys, label: &str) {
+    let file = format!("ours-{label}.sqlite");
+    let mut settings = Settings::default();
+    settings.synchronous = Synchronous::Normal;
+    settings.wal_autocheckpoint_pages = 0;
+    let mut store = SqliteStore::open(dir.join(&file), settings).unwrap();
+    let probe = SqliteStore::open(dir.join(&file), settings).unwrap();
+    let session = SessionId::new("session-1").unwrap();
+    let name = format!("our submit (schema {}), {label} keys", MIGRATIONS.len());
     measure(
-        "two rowid appends in two tables",
-        &format!("{kv}; CREATE TABLE kv2 (k INTEGER PRIMARY KEY, v TEXT NOT NULL)"),
-        |tx, i| {
-            for table in ["kv", "kv2"] {
-                tx.prepare_cached(&format!("INSERT INTO {table} VALUES (?1, 'value')"))
-                    .unwrap()
-                    .execute(params![i as i64])
-                    .unwrap();
-            }
+        &name,
+        probe.connection(),
+        &dir.join(format!("{file}-wal")),
+        |i| {
+            let e = entry(i, keys);
+            let fp = request_fingerprint(&session, &e.queue_id, &e.request);
+            store.claim(&session, &fp, &e).unwrap();
         },
     );
-    measure("submit shape, text keys (as in the bench)", two, |tx, i| {
-        submit(tx, format!("op-{i}"), format!("q-{i}"), i, &json)
+}
+
+/// The submit as schema version 2 stored it: both tables WITHOUT ROWID, the whole entry
+/// as JSON, the fingerprint as hex text, SQLite's default page size.
+fn schema_2_submit(dir: &Path, keys: Keys, label: &str) {
+    let file = format!("v2-{label}.sqlite");
+    let mut conn = raw(dir, &file, 4096);
+    for (_, sql) in &MIGRATIONS[..2] {
+        conn.execute_batch(sql).unwrap();
+    }
+    let probe = raw(dir, &file, 4096);
+    let session = SessionId::new("session-1").unwrap();
+    let name = format!("schema 2 submit, {label} keys");
+    measure(&name, &probe, &dir.join(format!("{file}-wal")), |i| {
+        let e = entry(i, keys);
+        let fp = request_fingerprint(&session, &e.queue_id, &e.request);
+        let json = serde_json::to_string(&e).unwrap();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .unwrap();
+        tx.prepare_cached(
+            "INSERT INTO workspace_chat_outbox_operation_identity
+                 (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
+             VALUES ('session-1', ?1, ?2, ?3, 0, ?4)",
+        )
+        .unwrap()
+        .execute(params![
+            e.operation_id.as_str(),
+            fp.as_str(),
+            e.queue_id.as_str(),
+            i as i64
+        ])
+        .unwrap();
+        tx.prepare_cached(
+            "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+             VALUES ('session-1', ?1, ?2, ?3, ?4)",
+        )
+        .unwrap()
+        .execute(params![e.queue_id.as_str(), e.operation_id.as_str(), e.position, json])
+        .unwrap();
+        tx.commit().unwrap();
     });
-    measure("submit shape, keys in insertion order", two, |tx, i| {
-        submit(tx, format!("op-{i:010}"), format!("q-{i:010}"), i, &json)
-    });
-    measure("submit shape, 1-byte entry", two, |tx, i| {
-        submit(tx, format!("op-{i}"), format!("q-{i}"), i, "v")
-    });
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    println!(
+        "| case | page size | time per commit | frames per commit | WAL KiB per commit | frames by B-tree |"
+    );
+    println!("|---|---:|---:|---:|---:|---|");
+    append(dir.path(), 4096);
+    append(dir.path(), storage_sqlite::DEFAULT_PAGE_SIZE);
+    for (keys, label) in [(Keys::Bench, "bench"), (Keys::Random, "random")] {
+        schema_2_submit(dir.path(), keys, label);
+        our_submit(dir.path(), keys, label);
+    }
 }
