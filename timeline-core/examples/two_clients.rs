@@ -3,7 +3,7 @@
 //! streams, settles into history, and the phone pages in older rows. The rows are
 //! printed side by side with an invariant report.
 //!
-//! `cargo run -p timeline-core --example demo`
+//! `cargo run -p timeline-core --example two_clients`
 
 use std::collections::HashSet;
 
