@@ -134,8 +134,11 @@ pub struct Settings {
     /// [`DEFAULT_WAL_AUTOCHECKPOINT_PAGES`]). A checkpoint writes each page changed since
     /// the last one once, and with [`Synchronous::Normal`] it is the only moment the
     /// files are synced, so a larger WAL means fewer, cheaper checkpoints per commit.
-    /// 0 turns automatic checkpoints off: the WAL then grows until the host runs
-    /// `PRAGMA wal_checkpoint` itself.
+    /// With [`Synchronous::Full`], commits after opening are slower until the WAL file
+    /// has grown to this size once (each sync then also records its new length; about
+    /// the first 1,700 submits with the default), so a host that reopens often may want
+    /// a smaller value. 0 turns automatic checkpoints off: the WAL then grows until the
+    /// host runs `PRAGMA wal_checkpoint` itself.
     pub wal_autocheckpoint_pages: u32,
 }
 
