@@ -149,15 +149,6 @@ pub fn hand_json(e: &OutboxEntry) -> String {
     .expect("json")
 }
 
-/// The 32 bytes of a hex digest, as the identity table stores them.
-fn digest_bytes(hex: &str) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    for (k, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).expect("hex");
-    }
-    out
-}
-
 /// (e) the same two-insert submit written by hand: the library's schema and page
 /// settings, the same bytes.
 pub struct HandSubmit {
@@ -197,7 +188,7 @@ impl HandSubmit {
         .execute(params![
             self.session.as_str(),
             e.operation_id.as_str(),
-            digest_bytes(fp.as_str()),
+            timeline_core::seal::unhex(fp.as_str()).expect("hex digest"),
             e.queue_id.as_str(),
             self.i as i64
         ])

@@ -732,28 +732,10 @@ enum FingerprintColumn<'a> {
 
 impl<'a> FingerprintColumn<'a> {
     fn of(digest: &'a Digest256) -> Self {
-        let hex = digest.as_str().as_bytes();
-        let nibble = |c: u8| match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        };
-        let mut bytes = [0u8; 32];
-        if hex.len() == 64 {
-            let decoded = bytes.iter_mut().zip(hex.chunks_exact(2)).all(|(b, pair)| {
-                match (nibble(pair[0]), nibble(pair[1])) {
-                    (Some(hi), Some(lo)) => {
-                        *b = hi << 4 | lo;
-                        true
-                    }
-                    _ => false,
-                }
-            });
-            if decoded {
-                return FingerprintColumn::Bytes(bytes);
-            }
+        match timeline_core::seal::unhex(digest.as_str()).map(<[u8; 32]>::try_from) {
+            Some(Ok(bytes)) => FingerprintColumn::Bytes(bytes),
+            _ => FingerprintColumn::Text(digest.as_str()),
         }
-        FingerprintColumn::Text(digest.as_str())
     }
 
     fn read(value: rusqlite::types::Value) -> Result<Digest256, OutboxError> {

@@ -83,13 +83,20 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+/// The bytes behind text [`hex`] wrote: `None` unless `s` is lower-case hex of whole
+/// bytes, so `hex(&unhex(s)?) == s` always holds.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let text = s.as_bytes();
+    if text.len() % 2 != 0 {
         return None;
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+    text.chunks_exact(2)
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
         .collect()
 }
 
@@ -111,5 +118,19 @@ mod tests {
         assert!(k.verify_hex("a", b"x", &k.mac_hex("a", b"x")));
         assert!(!k.verify_hex("a", b"y", &k.mac_hex("a", b"x")));
         assert!(!k.verify_hex("a", b"x", "zz"));
+    }
+
+    #[test]
+    fn unhex_reads_exactly_what_hex_writes() {
+        let bytes = [0x00, 0x0a, 0xff, 0x7e];
+        assert_eq!(unhex(&hex(&bytes)).as_deref(), Some(&bytes[..]));
+        assert_eq!(unhex("").as_deref(), Some(&[][..]));
+        // Upper case, a sign, an odd length, a non-digit and a multi-byte character are
+        // not text hex() writes.
+        for text in ["0A", "+a", "0", "zz", "\u{e9}1"] {
+            assert_eq!(unhex(text), None, "{text}");
+        }
+        let tag = HostKey::from_bytes([7; 32]).mac_hex("a", b"x");
+        assert!(!HostKey::from_bytes([7; 32]).verify_hex("a", b"x", &tag.to_uppercase()));
     }
 }
