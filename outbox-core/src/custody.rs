@@ -1027,13 +1027,7 @@ impl<S: OutboxStore> Custody<S> {
                 if !self.reads.contains_key(&k) {
                     let mut waiting = head.clone();
                     waiting.status = EntryStatus::Sending;
-                    if self
-                        .store
-                        .replace_entry(session, &head, &waiting)
-                        .unwrap_or(false)
-                    {
-                        self.read_history(session, ReadPurpose::Confirm, waiting);
-                    }
+                    self.read_after_replace(session, &head, waiting, ReadPurpose::Confirm);
                 }
                 return false;
             }
@@ -1043,13 +1037,7 @@ impl<S: OutboxStore> Custody<S> {
                 if l.acceptance.is_some() {
                     let mut waiting = head.clone();
                     waiting.auto_drain = false;
-                    if self
-                        .store
-                        .replace_entry(session, &head, &waiting)
-                        .unwrap_or(false)
-                    {
-                        self.read_history(session, ReadPurpose::Reopen, waiting);
-                    }
+                    self.read_after_replace(session, &head, waiting, ReadPurpose::Reopen);
                     return false;
                 }
                 if let Some(r) = reopen(&l, now) {
@@ -1296,6 +1284,24 @@ impl<S: OutboxStore> Custody<S> {
             session: session.clone(),
             operation_id,
         });
+    }
+
+    /// Saves `waiting` in place of `head` and, when that took (nobody changed the entry
+    /// meanwhile), asks for the history read of `purpose`.
+    fn read_after_replace(
+        &mut self,
+        session: &SessionId,
+        head: &OutboxEntry,
+        waiting: OutboxEntry,
+        purpose: ReadPurpose,
+    ) {
+        if self
+            .store
+            .replace_entry(session, head, &waiting)
+            .unwrap_or(false)
+        {
+            self.read_history(session, purpose, waiting);
+        }
     }
 
     fn hold_unconfirmed(&mut self, session: &SessionId, e: &OutboxEntry) {
