@@ -290,6 +290,14 @@ impl SqliteStore {
         self.conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
     }
+
+    /// Runs one write statement in its own `IMMEDIATE` transaction; the rows it changed.
+    fn write_one(&mut self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+        let tx = self.write()?;
+        let changed = tx.prepare_cached(sql)?.execute(params)?;
+        tx.commit()?;
+        Ok(changed)
+    }
 }
 
 // ----- error mapping ---------------------------------------------------------------------
@@ -461,15 +469,13 @@ impl OverlayStore for SqliteStore {
     }
 
     fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, OverlayError> {
-        let tx = self.write().map_err(ov)?;
-        let n = tx
-            .execute(
+        let n = self
+            .write_one(
                 "DELETE FROM chat_live_timeline_overlays
                  WHERE app_session_id = ?1 AND timeline_target_id = ?2",
                 params![session.as_str(), target.as_str()],
             )
             .map_err(ov)?;
-        tx.commit().map_err(ov)?;
         Ok(n > 0)
     }
 
@@ -510,26 +516,23 @@ impl OverlayStore for SqliteStore {
 
 impl CleanupJournal for SqliteStore {
     fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), OverlayError> {
-        let tx = self.write().map_err(ov)?;
-        tx.execute(
+        self.write_one(
             "INSERT OR IGNORE INTO chat_pending_terminal_overlay_cleanups (app_session_id, run_id)
              VALUES (?1, ?2)",
             params![session.as_str(), run.as_str()],
         )
         .map_err(ov)?;
-        tx.commit().map_err(ov)
+        Ok(())
     }
 
     fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, OverlayError> {
-        let tx = self.write().map_err(ov)?;
-        let n = tx
-            .execute(
+        let n = self
+            .write_one(
                 "DELETE FROM chat_pending_terminal_overlay_cleanups
                  WHERE app_session_id = ?1 AND run_id = ?2",
                 params![session.as_str(), run.as_str()],
             )
             .map_err(ov)?;
-        tx.commit().map_err(ov)?;
         Ok(n > 0)
     }
 
@@ -1210,13 +1213,12 @@ impl OutboxStore for SqliteStore {
         op: &OperationId,
         delivery: RouteDelivery,
     ) -> Result<(), OutboxError> {
-        let tx = self.write().map_err(ob)?;
-        tx.execute(
+        self.write_one(
             "UPDATE chat_session_messages SET delivery = ?2 WHERE operation_id = ?1",
             params![op.as_str(), delivery_text(delivery)],
         )
         .map_err(ob)?;
-        tx.commit().map_err(ob)
+        Ok(())
     }
 }
 
