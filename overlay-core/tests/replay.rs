@@ -23,6 +23,16 @@ fn config(max_events: usize, max_bytes: usize) -> ReplayConfig {
 }
 
 /// Appends the session-initialization event; returns its seq.
+/// Buffers cutting replays into `chunk_bytes` chunks, with the session's init event.
+fn started_with_chunks(chunk_bytes: usize) -> ReplayBuffers {
+    let mut b = ReplayBuffers::new(ReplayConfig {
+        chunk_bytes,
+        ..ReplayConfig::default()
+    });
+    init(&mut b, Millis(0));
+    b
+}
+
 fn init(b: &mut ReplayBuffers, at: Millis) -> u64 {
     b.append(
         &s(),
@@ -214,11 +224,7 @@ fn an_idle_session_is_reclaimed_and_a_resumed_one_says_so() {
 // envelope's running state is adopted.
 #[test]
 fn a_rebuild_suppresses_live_only_effects_and_adopts_the_running_state() {
-    let mut b = ReplayBuffers::new(ReplayConfig {
-        chunk_bytes: 2_048,
-        ..ReplayConfig::default()
-    });
-    init(&mut b, Millis(0));
+    let mut b = started_with_chunks(2_048);
     for i in 0..40 {
         let run = serde_json::json!({"type": "run_state", "running": i % 2 == 0}).to_string();
         b.append(&s(), EventKind::Other, run, Millis(0));
@@ -321,11 +327,7 @@ fn the_pending_bubble_never_ends_up_below_the_reply() {
 // for a new one and never shows a half-rebuilt timeline.
 #[test]
 fn bad_replays_ask_for_a_new_one_and_keep_the_view() {
-    let mut b = ReplayBuffers::new(ReplayConfig {
-        chunk_bytes: 1_024,
-        ..ReplayConfig::default()
-    });
-    init(&mut b, Millis(0));
+    let mut b = started_with_chunks(1_024);
     for i in 0..30 {
         b.append(
             &s(),

@@ -15,8 +15,8 @@ use overlay_core::window::{
 use timeline_core::anchor::{Anchor, AnchorError, AnchorToken, LinkPlace};
 use timeline_core::block::Block;
 use timeline_core::cursor::{BoundaryToken, CursorError};
-use timeline_core::key::{SessionId, TargetId};
-use timeline_core::wire::{MESSAGE_NOT_SAVED_NOTICE, ROW_NOT_SAVED_NOTICE};
+use timeline_core::key::{BlockKey, SessionId, TargetId};
+use timeline_core::wire::{TimelineWindow, MESSAGE_NOT_SAVED_NOTICE, ROW_NOT_SAVED_NOTICE};
 
 fn target<'a>(s: &'a SessionId, t: &'a TargetId) -> Target<'a> {
     Target {
@@ -24,6 +24,26 @@ fn target<'a>(s: &'a SessionId, t: &'a TargetId) -> Target<'a> {
         target: t,
         current_run: None,
     }
+}
+
+/// The anchored window for `anchor` in `t`, under the test host key.
+fn anchored(
+    store: &mut MemoryOverlayStore,
+    source: &mut dyn HistorySource,
+    t: Target<'_>,
+    anchor: &Anchor,
+) -> Result<TimelineWindow, WindowError> {
+    anchored_window(store, source, &host_key(), t, anchor).map(|built| built.window)
+}
+
+/// A link token to `row` (in `app_session`, when given), sealed with the test host key.
+fn link_token(app_session: Option<&str>, row: BlockKey) -> String {
+    AnchorToken::Link(LinkPlace {
+        app_session_id: app_session.map(str::to_owned),
+        thread_id: None,
+        row,
+    })
+    .encode(&host_key())
 }
 
 fn ids(blocks: &[Block]) -> Vec<String> {
@@ -306,15 +326,7 @@ fn an_anchor_in_the_newest_40_rows_gives_the_newest_window() {
     let mut store = store_with_live(vec![live("live-now", 9_999, "run-1")]);
     let mut source = filled(claude_source(), 100);
     let anchor = Anchor::row(&reply("h-70"));
-    let w = anchored_window(
-        &mut store,
-        &mut source,
-        &host_key(),
-        target(&s, &t),
-        &anchor,
-    )
-    .unwrap()
-    .window;
+    let w = anchored(&mut store, &mut source, target(&s, &t), &anchor).unwrap();
     assert_eq!(w.blocks.len(), 40);
     assert_eq!(w.blocks.last().unwrap().id.as_str(), "h-99");
     assert_eq!(w.anchor_row, Some(reply("h-70")));
@@ -329,21 +341,14 @@ fn a_page_in_the_past_has_no_overlay_and_newer_loads_join_without_gap() {
     let (s, t) = (session(), main_target());
     let mut store = store_with_live(vec![live("live-now", 9_999, "run-1")]);
     let mut source = filled(codex_source(), 200);
-    let token = AnchorToken::Link(LinkPlace {
-        app_session_id: None,
-        thread_id: None,
-        row: reply("h-30"),
-    })
-    .encode(&host_key());
-    let w = anchored_window(
+    let token = link_token(None, reply("h-30"));
+    let w = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &t),
         &Anchor::Link { token },
     )
-    .unwrap()
-    .window;
+    .unwrap();
     assert_eq!(w.blocks.len(), 40);
     assert_eq!(w.anchor_row, Some(reply("h-30")));
     assert!(w.blocks.iter().any(|b| b.key() == reply("h-30")));
@@ -358,15 +363,7 @@ fn a_page_in_the_past_has_no_overlay_and_newer_loads_join_without_gap() {
         let anchor = Anchor::Newer {
             token: next.clone(),
         };
-        let w = anchored_window(
-            &mut store,
-            &mut source,
-            &host_key(),
-            target(&s, &t),
-            &anchor,
-        )
-        .unwrap()
-        .window;
+        let w = anchored(&mut store, &mut source, target(&s, &t), &anchor).unwrap();
         assert!(w.blocks.len() <= 40);
         seen.extend(ids(&w.blocks));
         loads += 1;
@@ -397,33 +394,24 @@ fn a_place_that_is_not_saved_gives_the_notice_of_its_anchor_kind() {
     let (s, t) = (session(), main_target());
     let mut store = store_with_live(vec![live("only-live", 9_999, "run-1")]);
     let mut source = filled(claude_source(), 60);
-    let token = AnchorToken::Link(LinkPlace {
-        app_session_id: Some(s.as_str().into()),
-        thread_id: None,
-        row: reply("only-live"),
-    })
-    .encode(&host_key());
-    let w = anchored_window(
+    let token = link_token(Some(s.as_str()), reply("only-live"));
+    let w = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &t),
         &Anchor::Link { token },
     )
-    .unwrap()
-    .window;
+    .unwrap();
     assert_eq!(w.anchor_row, None);
     assert_eq!(w.anchor_notice.as_deref(), Some(MESSAGE_NOT_SAVED_NOTICE));
     assert_eq!(w.blocks.len(), 40);
-    let w = anchored_window(
+    let w = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &t),
         &Anchor::row(&reply("gone")),
     )
-    .unwrap()
-    .window;
+    .unwrap();
     assert_eq!(w.anchor_notice.as_deref(), Some(ROW_NOT_SAVED_NOTICE));
 }
 
@@ -434,16 +422,10 @@ fn anchors_that_do_not_belong_to_the_target_are_invalid() {
     let (s, t) = (session(), main_target());
     let mut store = MemoryOverlayStore::new();
     let mut source = filled(claude_source(), 60);
-    let other = AnchorToken::Link(LinkPlace {
-        app_session_id: Some("other".into()),
-        thread_id: None,
-        row: reply("h-1"),
-    })
-    .encode(&host_key());
-    let e = anchored_window(
+    let other = link_token(Some("other"), reply("h-1"));
+    let e = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &t),
         &Anchor::Link { token: other },
     )
@@ -459,19 +441,17 @@ fn anchors_that_do_not_belong_to_the_target_are_invalid() {
         row: reply("h-1"),
     })
     .encode(&timeline_core::seal::HostKey::from_bytes([0; 32]));
-    let e = anchored_window(
+    let e = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &t),
         &Anchor::Link { token: forged },
     )
     .unwrap_err();
     assert_eq!(e, WindowError::Anchor(AnchorError::Invalid));
-    let e = anchored_window(
+    let e = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &t),
         &Anchor::Newer { token: "".into() },
     )
@@ -482,20 +462,17 @@ fn anchors_that_do_not_belong_to_the_target_are_invalid() {
     ));
     // A newer token written for another target.
     let thread = TargetId::new("thread-7").unwrap();
-    let w = anchored_window(
+    let w = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &thread),
         &Anchor::row(&reply("h-2")),
     )
-    .unwrap()
-    .window;
+    .unwrap();
     let newer = w.newer_cursor.unwrap();
-    let e = anchored_window(
+    let e = anchored(
         &mut store,
         &mut source,
-        &host_key(),
         target(&s, &t),
         &Anchor::Newer { token: newer },
     )
