@@ -682,10 +682,7 @@ impl<S: OutboxStore> Custody<S> {
         request: MessageRequest,
         now: Millis,
     ) -> Result<Receipt, ActionError> {
-        let current = self.entry_by_queue(session, queue_id)?;
-        if current.status == EntryStatus::Sending {
-            return Err(ActionError::Blocked);
-        }
+        let current = self.queued_entry(session, queue_id)?;
         let mut new = current.clone();
         new.operation_id = new_operation.clone();
         new.request = request;
@@ -714,10 +711,7 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
-        let current = self.entry_by_queue(session, queue_id)?;
-        if current.status == EntryStatus::Sending {
-            return Err(ActionError::Blocked);
-        }
+        let current = self.queued_entry(session, queue_id)?;
         self.store.remove_entry(session, queue_id)?;
         if current.session_message.is_some() {
             self.set_delivery(&current.operation_id, RouteDelivery::Declined)?;
@@ -735,10 +729,7 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
-        let current = self.entry_by_queue(session, queue_id)?;
-        if current.status == EntryStatus::Sending {
-            return Err(ActionError::Blocked);
-        }
+        let current = self.queued_entry(session, queue_id)?;
         self.release_to_front(session, &current, now)?;
         Ok(())
     }
@@ -1822,6 +1813,20 @@ impl<S: OutboxStore> Custody<S> {
                 StoredEntry::Blocked(_) => None,
             })
             .collect())
+    }
+
+    /// The entry `queue_id` while it is queued; a sending entry is
+    /// [`ActionError::Blocked`] (the ledger or the history settles it first).
+    fn queued_entry(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<OutboxEntry, ActionError> {
+        let current = self.entry_by_queue(session, queue_id)?;
+        if current.status == EntryStatus::Sending {
+            return Err(ActionError::Blocked);
+        }
+        Ok(current)
     }
 
     fn entry_by_queue(
