@@ -26,7 +26,12 @@
 //! identity keeps the fingerprint as its 32 digest bytes; the entry JSON leaves out the
 //! queue ID, operation ID and position, which the row's columns hold. New files get
 //! 2 KiB pages and the WAL is checkpointed every 8192 pages (16 MiB): both are
-//! [`Settings`]. `benches/README.md` has the measurements.
+//! [`Settings`]. Version 4 stores a session, queue or operation ID that ends in a
+//! canonical UUID, as client IDs do, in 16 bytes instead of 36 characters
+//! ([`IdColumn`]; every other ID stays text and all read back exactly): the identity
+//! table keeps a row for every operation ever claimed, in random key order, so smaller
+//! keys mean fewer pages changed per submit and fewer copied per checkpoint.
+//! `benches/README.md` has the measurements.
 //!
 //! # Durability
 //!
@@ -69,8 +74,11 @@ use timeline_core::key::TargetId;
 use timeline_core::policy::MAX_EXACT_INTEGER;
 use timeline_core::time::Millis;
 
+mod id_column;
+pub use id_column::{read_id, IdColumn};
+
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: [(&str, &str); 3] = [
+pub const MIGRATIONS: [(&str, &str); 4] = [
     (
         "0001_initial",
         include_str!("../migrations/0001_initial.sql"),
@@ -82,6 +90,10 @@ pub const MIGRATIONS: [(&str, &str); 3] = [
     (
         "0003_compact_submit_rows",
         include_str!("../migrations/0003_compact_submit_rows.sql"),
+    ),
+    (
+        "0004_uuid_ids_as_bytes",
+        include_str!("../migrations/0004_uuid_ids_as_bytes.sql"),
     ),
 ];
 /// The schema version this build writes.
@@ -636,21 +648,35 @@ struct EntryRow {
     operation_id: String,
     position: i64,
     json: String,
+    /// Why an ID column did not read back as an ID (the row then shows as blocked).
+    bad_id: Option<String>,
 }
 
 impl EntryRow {
     fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<EntryRow> {
+        let mut bad_id = None;
+        let mut id_at = |i: usize| -> rusqlite::Result<String> {
+            Ok(read_id(r.get_ref(i)?).unwrap_or_else(|reason| {
+                bad_id.get_or_insert(reason);
+                String::new()
+            }))
+        };
+        let (queue_id, operation_id) = (id_at(0)?, id_at(1)?);
         Ok(EntryRow {
-            queue_id: r.get(0)?,
-            operation_id: r.get(1)?,
+            queue_id,
+            operation_id,
             position: r.get(2)?,
             json: r.get(3)?,
+            bad_id,
         })
     }
 
     /// The entry: the JSON with the columns put back.
     fn decode(&self) -> Result<OutboxEntry, String> {
         use serde_json::{Map, Value};
+        if let Some(reason) = &self.bad_id {
+            return Err(reason.clone());
+        }
         let mut fields: Map<String, Value> =
             serde_json::from_str(&self.json).map_err(|e| e.to_string())?;
         fields.insert("queueId".into(), self.queue_id.clone().into());
@@ -690,9 +716,9 @@ fn insert_entry(
     )
     .map_err(ob)?
     .execute(params![
-        session.as_str(),
-        entry.queue_id.as_str(),
-        entry.operation_id.as_str(),
+        IdColumn(session.as_str()),
+        IdColumn(entry.queue_id.as_str()),
+        IdColumn(entry.operation_id.as_str()),
         entry.position,
         json
     ])
@@ -715,10 +741,10 @@ fn insert_identity(
     )
     .map_err(ob)?
     .execute(params![
-        session.as_str(),
-        op.as_str(),
+        IdColumn(session.as_str()),
+        IdColumn(op.as_str()),
         FingerprintColumn::of(fingerprint),
-        queue.as_str(),
+        IdColumn(queue.as_str()),
         claimed_at.as_u64() as i64
     ])
     .map_err(ob)?;
@@ -769,18 +795,23 @@ fn read_identity(
     session: &SessionId,
     op: &OperationId,
 ) -> Result<Option<Identity>, OutboxError> {
-    let row: Option<(rusqlite::types::Value, String, i64)> = conn
+    let row: Option<(rusqlite::types::Value, Result<String, String>, i64)> = conn
         .prepare_cached(
             "SELECT fingerprint, queue_id, removed FROM workspace_chat_outbox_operation_identity
              WHERE session_id = ?1 AND operation_id = ?2",
         )
         .map_err(ob)?
-        .query_row(params![session.as_str(), op.as_str()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
+        .query_row(
+            params![IdColumn(session.as_str()), IdColumn(op.as_str())],
+            |r| Ok((r.get(0)?, read_id(r.get_ref(1)?), r.get(2)?)),
+        )
         .optional()
         .map_err(ob)?;
     row.map(|(fp, q, removed)| {
+        let q = q.map_err(|reason| OutboxError::Corrupt {
+            what: "identity queue ID".into(),
+            reason,
+        })?;
         Ok(Identity {
             fingerprint: FingerprintColumn::read(fp)?,
             queue_id: id("identity queue ID", QueueId::new(q))?,
@@ -800,7 +831,7 @@ fn read_entry(
             "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2"
         ))
         .map_err(ob)?
-        .query_row(params![session.as_str(), queue.as_str()], EntryRow::read)
+        .query_row(params![IdColumn(session.as_str()), IdColumn(queue.as_str())], EntryRow::read)
         .optional()
         .map_err(ob)?;
     Ok(row.and_then(|r| r.decode().ok()))
@@ -812,7 +843,7 @@ fn mark_removed(tx: &Transaction<'_>, session: &SessionId, op: &str) -> Result<(
          WHERE session_id = ?1 AND operation_id = ?2",
     )
     .map_err(ob)?
-    .execute(params![session.as_str(), op])
+    .execute(params![IdColumn(session.as_str()), IdColumn(op)])
     .map_err(ob)?;
     Ok(())
 }
@@ -889,10 +920,10 @@ impl OutboxStore for SqliteStore {
             )
             .map_err(ob)?
             .execute(params![
-                session.as_str(),
-                entry.operation_id.as_str(),
+                IdColumn(session.as_str()),
+                IdColumn(entry.operation_id.as_str()),
                 FingerprintColumn::of(fingerprint),
-                entry.queue_id.as_str(),
+                IdColumn(entry.queue_id.as_str()),
                 entry.request.created_at.as_u64() as i64
             ])
             .map_err(ob)?;
@@ -914,9 +945,9 @@ impl OutboxStore for SqliteStore {
             )
             .map_err(ob)?
             .execute(params![
-                session.as_str(),
-                entry.queue_id.as_str(),
-                entry.operation_id.as_str(),
+                IdColumn(session.as_str()),
+                IdColumn(entry.queue_id.as_str()),
+                IdColumn(entry.operation_id.as_str()),
                 entry.position,
                 json
             ])
@@ -1000,32 +1031,37 @@ impl OutboxStore for SqliteStore {
         let mut stmt = self
             .conn
             .prepare_cached(&format!(
-                "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox
-                 WHERE session_id = ?1 ORDER BY position, queue_id"
+                "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox WHERE session_id = ?1"
             ))
             .map_err(ob)?;
-        let rows = stmt
-            .query_map(params![session.as_str()], EntryRow::read)
+        let mut rows = stmt
+            .query_map(params![IdColumn(session.as_str())], EntryRow::read)
+            .map_err(ob)?
+            .collect::<Result<Vec<_>, _>>()
             .map_err(ob)?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(row.map_err(ob)?.into_stored());
-        }
-        Ok(out)
+        // Ordered here, not in SQL: a stored ID's bytes do not sort like its text.
+        rows.sort_by(|a, b| (a.position, &a.queue_id).cmp(&(b.position, &b.queue_id)));
+        Ok(rows.into_iter().map(EntryRow::into_stored).collect())
     }
 
     fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, OutboxError> {
         let mut stmt = self
             .conn
-            .prepare_cached(
-                "SELECT DISTINCT session_id FROM workspace_chat_outbox ORDER BY session_id",
-            )
+            .prepare_cached("SELECT DISTINCT session_id FROM workspace_chat_outbox")
             .map_err(ob)?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(ob)?;
+        let rows = stmt
+            .query_map([], |r| Ok(read_id(r.get_ref(0)?)))
+            .map_err(ob)?;
         let mut out = Vec::new();
         for s in rows {
-            out.push(id("outbox session", SessionId::new(s.map_err(ob)?))?);
+            let s = s.map_err(ob)?.map_err(|reason| OutboxError::Corrupt {
+                what: "outbox session".into(),
+                reason,
+            })?;
+            out.push(id("outbox session", SessionId::new(s))?);
         }
+        // Ordered here, not in SQL: a stored ID's bytes do not sort like its text.
+        out.sort();
         Ok(out)
     }
 
@@ -1084,7 +1120,10 @@ impl OutboxStore for SqliteStore {
                  WHERE session_id = ?1 AND queue_id = ?2"
             ))
             .map_err(ob)?
-            .query_row(params![session.as_str(), queue_id.as_str()], EntryRow::read)
+            .query_row(
+                params![IdColumn(session.as_str()), IdColumn(queue_id.as_str())],
+                EntryRow::read,
+            )
             .optional()
             .map_err(ob)?;
         let Some(row) = row else {
@@ -1094,7 +1133,10 @@ impl OutboxStore for SqliteStore {
             "DELETE FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
         )
         .map_err(ob)?
-        .execute(params![session.as_str(), queue_id.as_str()])
+        .execute(params![
+            IdColumn(session.as_str()),
+            IdColumn(queue_id.as_str())
+        ])
         .map_err(ob)?;
         mark_removed(&tx, session, &row.operation_id)?;
         tx.commit().map_err(ob)?;
@@ -1114,7 +1156,7 @@ impl OutboxStore for SqliteStore {
                  WHERE session_id = ?1 AND queue_id = ?2",
             )
             .map_err(ob)?
-            .execute(params![session.as_str(), q.as_str(), p])
+            .execute(params![IdColumn(session.as_str()), IdColumn(q.as_str()), p])
             .map_err(ob)?;
         }
         tx.commit().map_err(ob)
@@ -1168,7 +1210,8 @@ impl OutboxStore for SqliteStore {
         put_ledger(&tx, base, op, record)?;
         let mut removed = Vec::new();
         for session in scope {
-            let queues: Vec<String> = {
+            // Each queue ID as stored, to delete by, and as read back.
+            let queues: Vec<(rusqlite::types::Value, Result<String, String>)> = {
                 let mut stmt = tx
                     .prepare_cached(
                         "SELECT queue_id FROM workspace_chat_outbox
@@ -1176,17 +1219,24 @@ impl OutboxStore for SqliteStore {
                     )
                     .map_err(ob)?;
                 let rows = stmt
-                    .query_map(params![session.as_str(), op.as_str()], |r| r.get(0))
+                    .query_map(
+                        params![IdColumn(session.as_str()), IdColumn(op.as_str())],
+                        |r| Ok((r.get(0)?, read_id(r.get_ref(0)?))),
+                    )
                     .map_err(ob)?;
                 rows.collect::<Result<_, _>>().map_err(ob)?
             };
-            for q in queues {
+            for (stored, q) in queues {
                 tx.prepare_cached(
                     "DELETE FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
                 )
                 .map_err(ob)?
-                .execute(params![session.as_str(), q])
+                .execute(params![IdColumn(session.as_str()), stored])
                 .map_err(ob)?;
+                let q = q.map_err(|reason| OutboxError::Corrupt {
+                    what: "queue ID".into(),
+                    reason,
+                })?;
                 removed.push((session.clone(), id("queue ID", QueueId::new(q))?));
             }
             mark_removed(&tx, session, op.as_str())?;

@@ -459,3 +459,141 @@ mod fingerprint_storage {
         }
     }
 }
+
+// ST-02: a version 3 database whose IDs are UUID text upgrades to version 4; the rows
+// read back exactly, and the same operation is still the same claim.
+#[test]
+fn a_version_3_database_with_uuid_ids_upgrades() {
+    const SESSION: &str = "7d5e2a50-2b8e-4c77-9a43-0f5e1c7d9b21";
+    const QUEUE: &str = "0e5c7c34-5d1f-4a3b-9c2e-7f1a2b3c4d5e";
+    const OP: &str = "session-message-f3a9d2e1-8c7b-4f6a-9e5d-1c2b3a4f5e6d";
+    const UPPER: &str = "F3A9D2E1-8C7B-4F6A-9E5D-1C2B3A4F5E6D";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.sqlite");
+    let v3 = SqliteStore::open_at(&path, Settings::default(), 3).unwrap();
+    let entry = serde_json::json!({
+        "request": {"userText": "hello", "source": "composer", "createdAt": 5},
+        "controls": {"intent": "enqueue", "sendMode": "queue"},
+        "status": "queued", "autoDrain": true
+    });
+    v3.connection()
+        .execute_batch(&format!(
+            "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+                 VALUES ('{SESSION}', '{QUEUE}', '{OP}', 0, '{entry}'),
+                        ('{SESSION}', '{UPPER}', 'op-2', 1, '{entry}');
+             INSERT INTO workspace_chat_outbox_operation_identity
+                 (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
+                 VALUES ('{SESSION}', '{OP}', 'abc', '{QUEUE}', 0, 5),
+                        ('{SESSION}', 'op-2', 'def', '{UPPER}', 0, 5);"
+        ))
+        .unwrap();
+    drop(v3);
+    let mut store = SqliteStore::open(&path, Settings::default()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let kinds: Vec<String> = store
+        .connection()
+        .prepare(
+            "SELECT typeof(session_id) || ' ' || typeof(queue_id) || ' ' || typeof(operation_id)
+             FROM workspace_chat_outbox ORDER BY position",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(kinds, ["blob blob blob", "blob text text"]);
+
+    let session = SessionId::new(SESSION).unwrap();
+    let read: Vec<(String, String)> = store
+        .entries(&session)
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let e = e.entry().unwrap();
+            (e.queue_id.as_str().into(), e.operation_id.as_str().into())
+        })
+        .collect();
+    assert_eq!(
+        read,
+        [(QUEUE.into(), OP.into()), (UPPER.into(), "op-2".into())]
+    );
+    let op = OperationId::new(OP).unwrap();
+    let identity = store.identity(&session, &op).unwrap().unwrap();
+    assert_eq!(
+        (identity.fingerprint.as_str(), identity.queue_id.as_str()),
+        ("abc", QUEUE)
+    );
+    // The same operation claimed again finds the upgraded row.
+    let mut again = store.entries(&session).unwrap()[0].entry().unwrap().clone();
+    again.position = 7;
+    let claim = store
+        .claim(&session, &identity.fingerprint, &again)
+        .unwrap();
+    assert!(matches!(claim, outbox_core::store::Claim::Existing(_)));
+    assert_eq!(store.entries(&session).unwrap().len(), 2);
+}
+
+mod id_storage {
+    use proptest::prelude::*;
+    use rusqlite::Connection;
+    use storage_sqlite::{read_id, IdColumn, MIGRATIONS};
+
+    fn ids() -> impl Strategy<Value = String> {
+        let uuid = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
+        prop_oneof![
+            uuid.prop_map(|u| u),
+            ("(\\PC|[a-z-]){0,10}", uuid).prop_map(|(p, u)| p + &u),
+            // Near misses: upper case, a dash moved, one character short or long.
+            "[0-9A-F]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[0-9a-f]{7}-[0-9a-f]{5}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{11,13}",
+            "\\PC{0,50}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases((fixtures::proptest_cases() / 4).max(1)))]
+
+        // ST-02: migration 4 converts a stored ID exactly as the library writes a new
+        // one, so rows from before the upgrade are found by the same keys.
+        #[test]
+        fn migration_4_stores_ids_as_the_library_does(ids in prop::collection::vec(ids(), 1..40)) {
+            let conn = Connection::open_in_memory().unwrap();
+            for (_, sql) in &MIGRATIONS[..3] {
+                conn.execute_batch(sql).unwrap();
+            }
+            for (i, id) in ids.iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO workspace_chat_outbox_operation_identity
+                         (session_id, operation_id, fingerprint, queue_id)
+                     VALUES (?1, ?2, x'00', ?1)",
+                    rusqlite::params![id, i as i64],
+                )
+                .unwrap();
+            }
+            conn.execute_batch(MIGRATIONS[3].1).unwrap();
+            let mut stmt = conn
+                .prepare(
+                    "SELECT session_id, queue_id FROM workspace_chat_outbox_operation_identity
+                     ORDER BY CAST(operation_id AS INTEGER)",
+                )
+                .unwrap();
+            let stored: Vec<(rusqlite::types::Value, rusqlite::types::Value)> = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            prop_assert_eq!(stored.len(), ids.len());
+            for (id, (session, queue)) in ids.iter().zip(&stored) {
+                prop_assert_eq!(session, &IdColumn(id).value());
+                prop_assert_eq!(queue, &IdColumn(id).value());
+                let back = match session {
+                    rusqlite::types::Value::Blob(b) => read_id(rusqlite::types::ValueRef::Blob(b)),
+                    rusqlite::types::Value::Text(t) => read_id(rusqlite::types::ValueRef::Text(t.as_bytes())),
+                    other => panic!("stored as {other:?}"),
+                };
+                prop_assert_eq!(back.as_deref(), Ok(id.as_str()));
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! How the two tables a submit writes store their IDs (schema version 4).
+
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+
+/// Characters in a canonical UUID: 32 hex digits and four dashes.
+const UUID_TEXT: usize = 36;
+/// Bytes in a UUID.
+const UUID_BYTES: usize = 16;
+/// Where the dashes of a canonical UUID stand.
+const DASHES: [usize; 4] = [8, 13, 18, 23];
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// A session, queue or operation ID as `workspace_chat_outbox` and
+/// `workspace_chat_outbox_operation_identity` store it.
+///
+/// An ID whose last 36 characters are a canonical UUID (lower-case hex in groups of
+/// 8-4-4-4-12) is stored as a BLOB: the UTF-8 bytes before the UUID, then the UUID's 16
+/// bytes. Any other ID is stored as its text. [`read_id`] turns either back into the
+/// exact text, and two IDs are equal exactly when their stored values are, so keys and
+/// unique constraints on these columns mean what they would mean on the text. Use it
+/// to query those two tables directly:
+///
+/// ```
+/// use rusqlite::ToSql;
+/// use storage_sqlite::{read_id, IdColumn};
+///
+/// let conn = rusqlite::Connection::open_in_memory().unwrap();
+/// let id = "session-message-0e5c7c34-5d1f-4a3b-9c2e-7f1a2b3c4d5e";
+/// let stored: Vec<u8> = conn
+///     .query_row("SELECT ?1", [IdColumn(id)], |r| r.get(0))
+///     .unwrap();
+/// assert_eq!(stored.len(), "session-message-".len() + 16);
+/// let back = conn
+///     .query_row("SELECT ?1", [IdColumn(id)], |r| Ok(read_id(r.get_ref(0)?)))
+///     .unwrap();
+/// assert_eq!(back.as_deref(), Ok(id));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdColumn<'a>(pub &'a str);
+
+impl IdColumn<'_> {
+    /// The value stored for the ID.
+    pub fn value(&self) -> Value {
+        uuid_blob(self.0).map_or_else(|| Value::Text(self.0.to_owned()), Value::Blob)
+    }
+}
+
+impl rusqlite::ToSql for IdColumn<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match uuid_blob(self.0) {
+            Some(blob) => ToSqlOutput::Owned(Value::Blob(blob)),
+            None => ToSqlOutput::Borrowed(ValueRef::Text(self.0.as_bytes())),
+        })
+    }
+}
+
+/// The BLOB for an ID that ends in a canonical UUID: the bytes before it, then its 16
+/// bytes.
+fn uuid_blob(id: &str) -> Option<Vec<u8>> {
+    let text = id.as_bytes();
+    let split = text.len().checked_sub(UUID_TEXT)?;
+    let uuid = uuid_bytes(&text[split..])?;
+    let mut blob = Vec::with_capacity(split + UUID_BYTES);
+    blob.extend_from_slice(&text[..split]);
+    blob.extend_from_slice(&uuid);
+    Some(blob)
+}
+
+/// The 16 bytes of a canonical UUID's text; `None` for any other text (upper case,
+/// braces, missing or misplaced dashes).
+fn uuid_bytes(text: &[u8]) -> Option<[u8; UUID_BYTES]> {
+    if text.len() != UUID_TEXT {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut nibbles = [0u8; 2 * UUID_BYTES];
+    let mut n = 0;
+    for (i, &c) in text.iter().enumerate() {
+        if DASHES.contains(&i) {
+            if c != b'-' {
+                return None;
+            }
+        } else {
+            nibbles[n] = digit(c)?;
+            n += 1;
+        }
+    }
+    let mut out = [0u8; UUID_BYTES];
+    for (byte, pair) in out.iter_mut().zip(nibbles.chunks_exact(2)) {
+        *byte = pair[0] << 4 | pair[1];
+    }
+    Some(out)
+}
+
+/// The ID behind a value [`IdColumn`] stored: text as it is; a BLOB as the UTF-8 text
+/// of all but its last 16 bytes followed by those 16 bytes as a canonical UUID. Any
+/// other value is an error that says what was found.
+pub fn read_id(value: ValueRef<'_>) -> Result<String, String> {
+    match value {
+        ValueRef::Text(text) => {
+            String::from_utf8(text.to_vec()).map_err(|_| "the ID is not UTF-8 text".to_owned())
+        }
+        ValueRef::Blob(blob) => {
+            let Some(split) = blob.len().checked_sub(UUID_BYTES) else {
+                return Err(format!(
+                    "the ID is a {}-byte BLOB, shorter than a UUID",
+                    blob.len()
+                ));
+            };
+            let prefix = std::str::from_utf8(&blob[..split])
+                .map_err(|_| "the ID's text before its UUID is not UTF-8".to_owned())?;
+            let mut id = String::with_capacity(prefix.len() + UUID_TEXT);
+            id.push_str(prefix);
+            for (i, b) in blob[split..].iter().enumerate() {
+                if matches!(i, 4 | 6 | 8 | 10) {
+                    id.push('-');
+                }
+                id.push(DIGITS[(b >> 4) as usize] as char);
+                id.push(DIGITS[(b & 15) as usize] as char);
+            }
+            Ok(id)
+        }
+        other => Err(format!("the ID is {}", other.data_type())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stored(id: &str) -> Value {
+        IdColumn(id).value()
+    }
+
+    #[test]
+    fn canonical_uuids_are_stored_as_bytes_and_read_back() {
+        let uuid = "0e5c7c34-5d1f-4a3b-9c2e-7f1a2b3c4d5e";
+        for id in [
+            uuid.to_owned(),
+            format!("session-message-{uuid}"),
+            format!("é{uuid}"),
+        ] {
+            let Value::Blob(blob) = stored(&id) else {
+                panic!("{id} is stored as text");
+            };
+            assert_eq!(blob.len(), id.len() - UUID_TEXT + UUID_BYTES);
+            assert_eq!(read_id(ValueRef::Blob(&blob)).as_deref(), Ok(id.as_str()));
+        }
+    }
+
+    #[test]
+    fn other_spellings_stay_text() {
+        for id in [
+            "op-1",
+            "0E5C7C34-5D1F-4A3B-9C2E-7F1A2B3C4D5E",
+            "{0e5c7c34-5d1f-4a3b-9c2e-7f1a2b3c4d5e}",
+            "0e5c7c345d1f4a3b9c2e7f1a2b3c4d5e",
+            "0e5c7c34-5d1f-4a3b-9c2e-7f1a2b3c4d5",
+            "0e5c7c34-5d1f-4a3b-9c2e-7f1a2b3c4d5g",
+            "0e5c7c3-45d1f-4a3b-9c2e-7f1a2b3c4d5e",
+            "0e5c7c34-5d1f-4a3b-9c2e-7f1a2b3c4d5e ",
+        ] {
+            assert_eq!(stored(id), Value::Text(id.to_owned()), "{id}");
+        }
+    }
+
+    #[test]
+    fn values_that_no_id_becomes_are_errors() {
+        assert_eq!(
+            read_id(ValueRef::Blob(&[1, 2, 3])),
+            Err("the ID is a 3-byte BLOB, shorter than a UUID".to_owned())
+        );
+        let mut bad_prefix = vec![0xff];
+        bad_prefix.extend_from_slice(&[0; 16]);
+        assert!(read_id(ValueRef::Blob(&bad_prefix)).is_err());
+        assert_eq!(
+            read_id(ValueRef::Integer(7)),
+            Err("the ID is Integer".to_owned())
+        );
+        assert!(read_id(ValueRef::Null).is_err());
+    }
+
+    fn id_text() -> impl Strategy<Value = String> {
+        // Short prefixes (some not ASCII) with and without a UUID-like tail, so both
+        // branches and the near misses come up often.
+        let tail = prop_oneof![
+            Just(String::new()),
+            "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[0-9a-fA-F-]{36}",
+        ];
+        ("(\\PC|[a-z-]){0,12}", tail).prop_map(|(prefix, tail)| prefix + &tail)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+        // ST-01: what the submit tables store reads back as the exact ID, and two IDs
+        // are stored equal exactly when they are equal, so keys keep their meaning.
+        #[test]
+        fn every_id_reads_back_and_equality_is_kept(a in id_text(), b in id_text()) {
+            let (va, vb) = (stored(&a), stored(&b));
+            let back = match &va {
+                Value::Text(t) => read_id(ValueRef::Text(t.as_bytes())),
+                Value::Blob(blob) => read_id(ValueRef::Blob(blob)),
+                other => panic!("stored as {other:?}"),
+            };
+            prop_assert_eq!(back.as_deref(), Ok(a.as_str()));
+            prop_assert_eq!(va == vb, a == b);
+        }
+    }
+}
