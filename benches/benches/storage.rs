@@ -7,6 +7,7 @@
 //! (b) our submit claim (identity + entry in one transaction);
 //! (e) a hand-written rusqlite version of the same two-insert submit, on the library's
 //!     page settings;
+//! (b) and (e) again with UUID keys, as clients send them (`benches::storage::Keys`);
 //! (c) our ledger status update;
 //! (d) our overlay write (compare-and-set with the global revision counter).
 //!
@@ -16,7 +17,7 @@
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 
-use benches::storage::{bench_session, HandSubmit, OurSubmit, RawAppend};
+use benches::storage::{HandSubmit, Keys, OurSubmit, RawAppend};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use outbox_core::ids::OperationId;
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
@@ -43,18 +44,30 @@ fn storage(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new(name, label), |b| b.iter(|| raw.commit()));
         }
 
-        let mut ours = OurSubmit::open(&dir.path().join("ours.sqlite"), sync);
+        let mut ours = OurSubmit::open(&dir.path().join("ours.sqlite"), sync, Keys::Short);
         group.bench_function(BenchmarkId::new("b_our_submit", label), |b| {
             b.iter(|| ours.commit())
         });
 
-        let mut hand = HandSubmit::open(&dir.path().join("hand.sqlite"), sync);
+        let mut hand = HandSubmit::open(&dir.path().join("hand.sqlite"), sync, Keys::Short);
         group.bench_function(BenchmarkId::new("e_hand_written_submit", label), |b| {
             b.iter(|| hand.commit())
         });
 
+        let mut ours_uuid = OurSubmit::open(&dir.path().join("ours-uuid.sqlite"), sync, Keys::Uuid);
+        group.bench_function(BenchmarkId::new("b_our_submit_uuid_keys", label), |b| {
+            b.iter(|| ours_uuid.commit())
+        });
+
+        let mut hand_uuid =
+            HandSubmit::open(&dir.path().join("hand-uuid.sqlite"), sync, Keys::Uuid);
+        group.bench_function(
+            BenchmarkId::new("e_hand_written_submit_uuid_keys", label),
+            |b| b.iter(|| hand_uuid.commit()),
+        );
+
         let store = &mut ours.store;
-        let session = bench_session();
+        let session = Keys::Short.session();
         let op = OperationId::new("op-ledger").expect("id");
         let mut i = 0u64;
         group.bench_function(BenchmarkId::new("c_our_ledger", label), |b| {

@@ -6,8 +6,11 @@
 //! Writers run with automatic checkpoints off. Each case first commits 50,000 times so
 //! the trees have their working depth (checkpointing every 1,000 commits from a second
 //! connection), then truncates the WAL and counts 5,000 commits, timed without
-//! checkpoints; `synchronous = NORMAL`. The submit cases run with the bench's keys (`q-N`, `op-N`)
-//! and with random UUID-like keys, as real queue and operation IDs are.
+//! checkpoints; `synchronous = NORMAL`. "Pages to checkpoint" counts the distinct pages
+//! among those frames, per commit: what one checkpoint after them copies into the
+//! database file (a page changed by many commits is copied once). The submit cases run with the bench's short keys
+//! (`session-1`, `q-N`, `op-N`) and with UUID keys, as clients send them
+//! (`benches::storage::Keys`).
 //!
 //! `cargo run --release -p benches --example wal_frames`
 #![allow(clippy::unwrap_used)]
@@ -16,62 +19,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
 
-use outbox_core::entry::{Controls, MessageRequest, OutboxEntry};
+use benches::storage::{bench_entry, hand_json, Keys};
 use outbox_core::fingerprint::request_fingerprint;
-use outbox_core::ids::{OperationId, QueueId, SessionId};
 use outbox_core::store::OutboxStore;
+use rusqlite::types::Value;
 use rusqlite::{params, Connection, TransactionBehavior};
 use storage_sqlite::{Settings, SqliteStore, Synchronous, MIGRATIONS};
-use timeline_core::time::Millis;
 
 const WARM: u64 = 50_000;
 const COMMITS: u64 = 5_000;
-
-/// How the keys of commit `i` look.
-#[derive(Clone, Copy)]
-enum Keys {
-    Bench,
-    Random,
-}
-
-impl Keys {
-    fn ids(self, i: u64) -> (String, String) {
-        match self {
-            Keys::Bench => (format!("q-{i}"), format!("op-{i}")),
-            Keys::Random => (uuid_like(i, 1), uuid_like(i, 2)),
-        }
-    }
-}
-
-/// A UUID-shaped key from a mixing hash (no randomness needed: only the order matters).
-fn uuid_like(i: u64, salt: u64) -> String {
-    let mix = |mut x: u64| {
-        x ^= x >> 31;
-        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x ^ (x >> 29)
-    };
-    let a = mix(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt);
-    let b = mix(a);
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0xffff,
-        b >> 48,
-        b & 0xffff_ffff_ffff
-    )
-}
-
-fn entry(i: u64, keys: Keys) -> OutboxEntry {
-    let (queue, op) = keys.ids(i);
-    OutboxEntry::queued(
-        QueueId::new(queue).unwrap(),
-        OperationId::new(op).unwrap(),
-        MessageRequest::text("run the tests again please", "composer", Millis(i)),
-        Controls::automatic(),
-        i as i64,
-    )
-}
 
 /// Commits `commit(i)` for the warm-up, then counts frames per commit by B-tree. `conn`
 /// is a second connection to the writer's file; the writer must not checkpoint.
@@ -106,6 +62,7 @@ fn measure(name: &str, conn: &Connection, wal: &Path, mut commit: impl FnMut(u64
     let bytes = std::fs::read(wal).unwrap();
     let mut by_tree = BTreeMap::<String, u64>::new();
     let mut total = 0u64;
+    let mut distinct = std::collections::HashSet::new();
     // A WAL is a 32-byte header, then frames: a 24-byte header (page number first) and
     // the page.
     let mut at = 32;
@@ -117,6 +74,7 @@ fn measure(name: &str, conn: &Connection, wal: &Path, mut commit: impl FnMut(u64
         };
         *by_tree.entry(tree).or_default() += 1;
         total += 1;
+        distinct.insert(page);
         at += 24 + page_size;
     }
     let per = |n: u64| n as f64 / COMMITS as f64;
@@ -125,9 +83,10 @@ fn measure(name: &str, conn: &Connection, wal: &Path, mut commit: impl FnMut(u64
         .map(|(tree, n)| format!("{tree} {:.2}", per(*n)))
         .collect();
     println!(
-        "| {name} | {page_size} | {micros:.1} µs | {:.2} | {:.1} | {} |",
+        "| {name} | {page_size} | {micros:.1} µs | {:.2} | {:.1} | {:.2} | {} |",
         per(total),
         per(total) * (page_size + 24) as f64 / 1024.0,
+        per(distinct.len() as u64),
         split.join(", ")
     );
 }
@@ -169,57 +128,81 @@ fn our_submit(dir: &Path, keys: Keys, label: &str) {
     settings.wal_autocheckpoint_pages = 0;
     let mut store = SqliteStore::open(dir.join(&file), settings).unwrap();
     let probe = SqliteStore::open(dir.join(&file), settings).unwrap();
-    let session = SessionId::new("session-1").unwrap();
+    let session = keys.session();
     let name = format!("our submit (schema {}), {label} keys", MIGRATIONS.len());
     measure(
         &name,
         probe.connection(),
         &dir.join(format!("{file}-wal")),
         |i| {
-            let e = entry(i, keys);
+            let e = bench_entry(i, keys);
             let fp = request_fingerprint(&session, &e.queue_id, &e.request);
             store.claim(&session, &fp, &e).unwrap();
         },
     );
 }
 
-/// The submit as schema version 2 stored it: both tables WITHOUT ROWID, the whole entry
-/// as JSON, the fingerprint as hex text, SQLite's default page size.
-fn schema_2_submit(dir: &Path, keys: Keys, label: &str) {
-    let file = format!("v2-{label}.sqlite");
-    let mut conn = raw(dir, &file, 4096);
-    for (_, sql) in &MIGRATIONS[..2] {
+/// The submit as an older schema stored it, IDs as text. Version 2: both tables
+/// WITHOUT ROWID, the whole entry as JSON, the fingerprint as hex text, SQLite's default
+/// page size. Version 3: as version 4 but for the IDs (the library's page settings, the
+/// fingerprint as bytes, the slim entry JSON).
+fn old_schema_submit(dir: &Path, version: usize, keys: Keys, label: &str) {
+    let file = format!("v{version}-{label}.sqlite");
+    let page_size = if version == 2 {
+        4096
+    } else {
+        storage_sqlite::DEFAULT_PAGE_SIZE
+    };
+    let mut conn = raw(dir, &file, page_size);
+    for (_, sql) in &MIGRATIONS[..version] {
         conn.execute_batch(sql).unwrap();
     }
-    let probe = raw(dir, &file, 4096);
-    let session = SessionId::new("session-1").unwrap();
-    let name = format!("schema 2 submit, {label} keys");
+    let probe = raw(dir, &file, page_size);
+    let session = keys.session();
+    let name = format!("schema {version} submit, {label} keys");
     measure(&name, &probe, &dir.join(format!("{file}-wal")), |i| {
-        let e = entry(i, keys);
+        let e = bench_entry(i, keys);
         let fp = request_fingerprint(&session, &e.queue_id, &e.request);
-        let json = serde_json::to_string(&e).unwrap();
+        let (fingerprint, json) = if version == 2 {
+            (
+                Value::Text(fp.as_str().to_owned()),
+                serde_json::to_string(&e).unwrap(),
+            )
+        } else {
+            (
+                Value::Blob(timeline_core::seal::unhex(fp.as_str()).unwrap()),
+                hand_json(&e),
+            )
+        };
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .unwrap();
         tx.prepare_cached(
             "INSERT INTO workspace_chat_outbox_operation_identity
                  (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
-             VALUES ('session-1', ?1, ?2, ?3, 0, ?4)",
+             VALUES (?1, ?2, ?3, ?4, 0, ?5)",
         )
         .unwrap()
         .execute(params![
+            session.as_str(),
             e.operation_id.as_str(),
-            fp.as_str(),
+            fingerprint,
             e.queue_id.as_str(),
             i as i64
         ])
         .unwrap();
         tx.prepare_cached(
             "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
-             VALUES ('session-1', ?1, ?2, ?3, ?4)",
+             VALUES (?1, ?2, ?3, ?4, ?5)",
         )
         .unwrap()
-        .execute(params![e.queue_id.as_str(), e.operation_id.as_str(), e.position, json])
+        .execute(params![
+            session.as_str(),
+            e.queue_id.as_str(),
+            e.operation_id.as_str(),
+            e.position,
+            json
+        ])
         .unwrap();
         tx.commit().unwrap();
     });
@@ -228,13 +211,14 @@ fn schema_2_submit(dir: &Path, keys: Keys, label: &str) {
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     println!(
-        "| case | page size | time per commit | frames per commit | WAL KiB per commit | frames by B-tree |"
+        "| case | page size | time per commit | frames per commit | WAL KiB per commit | pages to checkpoint per commit | frames by B-tree |"
     );
-    println!("|---|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---:|---:|---:|---|");
     append(dir.path(), 4096);
     append(dir.path(), storage_sqlite::DEFAULT_PAGE_SIZE);
-    for (keys, label) in [(Keys::Bench, "bench"), (Keys::Random, "random")] {
-        schema_2_submit(dir.path(), keys, label);
+    for (keys, label) in [(Keys::Short, "short"), (Keys::Uuid, "UUID")] {
+        old_schema_submit(dir.path(), 2, keys, label);
+        old_schema_submit(dir.path(), 3, keys, label);
         our_submit(dir.path(), keys, label);
     }
 }

@@ -1,6 +1,6 @@
 //! The storage ratios measured paired: the raw append (a), the raw append on the
-//! library's page settings (a2), our submit (b) and the hand-written submit (e) take turns
-//! in rounds of commits, in a rotating order, on their own files in one directory, so a
+//! library's page settings (a2), our submit (b) and the hand-written submit (e), the last
+//! two also with UUID keys, take turns in rounds of commits, in a rotating order, on their own files in one directory, so a
 //! slow stretch of the disk falls on all of them alike. Each round gives one time per
 //! commit per case; the report prints the median over rounds and the median, lowest and
 //! highest of the per-round ratios.
@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use benches::storage::{HandSubmit, OurSubmit, RawAppend};
+use benches::storage::{HandSubmit, Keys, OurSubmit, RawAppend};
 use storage_sqlite::Synchronous;
 
 enum Case {
@@ -56,11 +56,19 @@ fn run(label: &str, sync: Synchronous, warm: usize, rounds: usize, per_round: us
         ),
         (
             "(b) our submit",
-            Case::Ours(OurSubmit::open(&path("b"), sync)),
+            Case::Ours(OurSubmit::open(&path("b"), sync, Keys::Short)),
         ),
         (
             "(e) hand-written submit",
-            Case::Hand(HandSubmit::open(&path("e"), sync)),
+            Case::Hand(HandSubmit::open(&path("e"), sync, Keys::Short)),
+        ),
+        (
+            "(b) our submit, UUID keys",
+            Case::Ours(OurSubmit::open(&path("b-uuid"), sync, Keys::Uuid)),
+        ),
+        (
+            "(e) hand-written submit, UUID keys",
+            Case::Hand(HandSubmit::open(&path("e-uuid"), sync, Keys::Uuid)),
         ),
     ];
     for (_, case) in cases.iter_mut() {
@@ -97,6 +105,9 @@ fn run(label: &str, sync: Synchronous, warm: usize, rounds: usize, per_round: us
     println!("(b)/(a) rate: {}", spread(&ratio(0, 2)));
     println!("(b)/(a2) rate: {}", spread(&ratio(1, 2)));
     println!("(b) time / (e) time: {}", spread(&ratio(2, 3)));
+    println!("(b) UUID keys / (a) rate: {}", spread(&ratio(0, 4)));
+    println!("(b) UUID keys / (a2) rate: {}", spread(&ratio(1, 4)));
+    println!("(b) time / (e) time, UUID keys: {}", spread(&ratio(4, 5)));
 }
 
 fn main() {
