@@ -77,7 +77,14 @@ fn child(db: &str, log: &str, round: &str) -> ! {
     let s = session();
     let target = TargetId::new("s1").expect("id");
     for i in 0u64.. {
-        let op = format!("op-{round}-{i}");
+        // Half the operations have UUID IDs, as clients send them (stored as bytes),
+        // half plain ones (stored as text).
+        let op = if i % 2 == 0 {
+            format!("op-{round}-{i}")
+        } else {
+            let round: u32 = round.parse().expect("round number");
+            format!("{round:08x}-0000-4000-8000-{i:012x}")
+        };
         let e = entry(&op);
         let fp = request_fingerprint(&s, &e.queue_id, &e.request);
         store.claim(&s, &fp, &e).expect("claim");
@@ -287,6 +294,21 @@ fn main() {
     println!("crash safety: {kills} kills, {acked} acknowledged writes, counter {last_counter}");
     if acked == 0 {
         failures.push("the writer never acknowledged a write; the harness proved nothing".into());
+    }
+    // Both ways an ID is stored were written and checked: UUIDs as bytes, others as text.
+    let kinds: Vec<String> = SqliteStore::open(&db, settings())
+        .expect("reopen")
+        .connection()
+        .prepare(
+            "SELECT DISTINCT typeof(operation_id) FROM workspace_chat_outbox_operation_identity
+             ORDER BY 1",
+        )
+        .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect())
+        .expect("kinds");
+    if kinds != ["blob", "text"] {
+        failures.push(format!(
+            "operation IDs stored as {kinds:?}, not as both blob and text"
+        ));
     }
     if !failures.is_empty() {
         eprintln!("crash safety failed:\n{}", failures.join("\n"));
