@@ -1,6 +1,7 @@
 //! How the two tables a submit writes store their IDs (schema version 4).
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+use timeline_core::seal::hex;
 
 /// Characters in a canonical UUID: 32 hex digits and four dashes.
 const UUID_TEXT: usize = 36;
@@ -8,7 +9,6 @@ const UUID_TEXT: usize = 36;
 const UUID_BYTES: usize = 16;
 /// Where the dashes of a canonical UUID stand.
 const DASHES: [usize; 4] = [8, 13, 18, 23];
-const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 /// A session, queue or operation ID as `workspace_chat_outbox` and
 /// `workspace_chat_outbox_operation_identity` store it.
@@ -113,18 +113,27 @@ pub fn read_id(value: ValueRef<'_>) -> Result<String, String> {
             };
             let prefix = std::str::from_utf8(&blob[..split])
                 .map_err(|_| "the ID's text before its UUID is not UTF-8".to_owned())?;
-            let mut id = String::with_capacity(prefix.len() + UUID_TEXT);
-            id.push_str(prefix);
-            for (i, b) in blob[split..].iter().enumerate() {
-                if matches!(i, 4 | 6 | 8 | 10) {
-                    id.push('-');
-                }
-                id.push(DIGITS[(b >> 4) as usize] as char);
-                id.push(DIGITS[(b & 15) as usize] as char);
-            }
-            Ok(id)
+            let h = hex(&blob[split..]);
+            Ok(format!(
+                "{prefix}{}-{}-{}-{}-{}",
+                &h[..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..]
+            ))
         }
         other => Err(format!("the ID is {}", other.data_type())),
+    }
+}
+
+/// How a stored value that [`read_id`] refuses is shown: text as it is (invalid UTF-8
+/// replaced), a BLOB in SQL's `X'..'` notation, anything else by its type.
+pub(crate) fn shown(value: ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Text(text) => String::from_utf8_lossy(text).into_owned(),
+        ValueRef::Blob(blob) => format!("X'{}'", hex(blob)),
+        other => other.data_type().to_string(),
     }
 }
 

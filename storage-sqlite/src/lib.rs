@@ -322,6 +322,14 @@ fn ob(e: rusqlite::Error) -> OutboxError {
     OutboxError::Unavailable(e.to_string())
 }
 
+/// The error for a stored `what` that does not read back, for `map_err`.
+fn corrupt(what: &'static str) -> impl FnOnce(String) -> OutboxError {
+    move |reason| OutboxError::Corrupt {
+        what: what.into(),
+        reason,
+    }
+}
+
 fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
     serde_json::to_string(v).map_err(|e| e.to_string())
 }
@@ -654,14 +662,18 @@ struct EntryRow {
 
 impl EntryRow {
     fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<EntryRow> {
+        // An ID column that does not read back blocks the entry: the queue ID is then
+        // shown as stored, the operation ID left out.
         let mut bad_id = None;
-        let mut id_at = |i: usize| -> rusqlite::Result<String> {
-            Ok(read_id(r.get_ref(i)?).unwrap_or_else(|reason| {
-                bad_id.get_or_insert(reason);
-                String::new()
-            }))
-        };
-        let (queue_id, operation_id) = (id_at(0)?, id_at(1)?);
+        let (queue, op) = (r.get_ref(0)?, r.get_ref(1)?);
+        let queue_id = read_id(queue).unwrap_or_else(|reason| {
+            bad_id.get_or_insert(reason);
+            id_column::shown(queue)
+        });
+        let operation_id = read_id(op).unwrap_or_else(|reason| {
+            bad_id.get_or_insert(reason);
+            String::new()
+        });
         Ok(EntryRow {
             queue_id,
             operation_id,
@@ -808,10 +820,7 @@ fn read_identity(
         .optional()
         .map_err(ob)?;
     row.map(|(fp, q, removed)| {
-        let q = q.map_err(|reason| OutboxError::Corrupt {
-            what: "identity queue ID".into(),
-            reason,
-        })?;
+        let q = q.map_err(corrupt("identity queue ID"))?;
         Ok(Identity {
             fingerprint: FingerprintColumn::read(fp)?,
             queue_id: id("identity queue ID", QueueId::new(q))?,
@@ -1054,10 +1063,7 @@ impl OutboxStore for SqliteStore {
             .map_err(ob)?;
         let mut out = Vec::new();
         for s in rows {
-            let s = s.map_err(ob)?.map_err(|reason| OutboxError::Corrupt {
-                what: "outbox session".into(),
-                reason,
-            })?;
+            let s = s.map_err(ob)?.map_err(corrupt("outbox session"))?;
             out.push(id("outbox session", SessionId::new(s))?);
         }
         // Ordered here, not in SQL: a stored ID's bytes do not sort like its text.
@@ -1233,10 +1239,7 @@ impl OutboxStore for SqliteStore {
                 .map_err(ob)?
                 .execute(params![IdColumn(session.as_str()), stored])
                 .map_err(ob)?;
-                let q = q.map_err(|reason| OutboxError::Corrupt {
-                    what: "queue ID".into(),
-                    reason,
-                })?;
+                let q = q.map_err(corrupt("queue ID"))?;
                 removed.push((session.clone(), id("queue ID", QueueId::new(q))?));
             }
             mark_removed(&tx, session, op.as_str())?;

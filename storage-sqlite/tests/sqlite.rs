@@ -597,3 +597,39 @@ mod id_storage {
         }
     }
 }
+
+// OB-05, ST-01: an outbox row whose ID column does not read back as an ID (a BLOB too
+// short to hold a UUID) shows as a blocked entry, the queue ID as stored; an identity
+// whose queue ID does not read back is a typed error, never a panic.
+#[test]
+fn an_undecodable_id_column_blocks_the_entry() {
+    use outbox_core::entry::StoredEntry;
+    use outbox_core::store::StoreError as OutboxError;
+    let mut store = SqliteStore::open_in_memory(Settings::default()).unwrap();
+    store
+        .connection()
+        .execute_batch(
+            "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+                 VALUES ('s1', x'0102', 'op-1', 0, '{}');
+             INSERT INTO workspace_chat_outbox_operation_identity
+                 (session_id, operation_id, fingerprint, queue_id)
+                 VALUES ('s1', 'op-1', 'abc', x'0102');",
+        )
+        .unwrap();
+    let s1 = SessionId::new("s1").unwrap();
+    let entries = store.entries(&s1).unwrap();
+    let [StoredEntry::Blocked(blocked)] = entries.as_slice() else {
+        panic!("{entries:?}");
+    };
+    assert_eq!(blocked.queue_id, "X'0102'");
+    assert_eq!(blocked.operation_id.as_deref(), Some("op-1"));
+    assert_eq!(
+        blocked.reason,
+        "the ID is a 2-byte BLOB, shorter than a UUID"
+    );
+    let identity = store.identity(&s1, &OperationId::new("op-1").unwrap());
+    assert!(
+        matches!(identity, Err(OutboxError::Corrupt { ref what, .. }) if what == "identity queue ID"),
+        "{identity:?}"
+    );
+}
