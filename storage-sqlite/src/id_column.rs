@@ -1,7 +1,7 @@
 //! How the two tables a submit writes store their IDs (schema version 4).
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
-use timeline_core::seal::hex;
+use timeline_core::seal::{hex, unhex};
 
 /// Characters in a canonical UUID: 32 hex digits and four dashes.
 const UUID_TEXT: usize = 36;
@@ -21,7 +21,6 @@ const DASHES: [usize; 4] = [8, 13, 18, 23];
 /// to query those two tables directly:
 ///
 /// ```
-/// use rusqlite::ToSql;
 /// use storage_sqlite::{read_id, IdColumn};
 ///
 /// let conn = rusqlite::Connection::open_in_memory().unwrap();
@@ -69,31 +68,16 @@ fn uuid_blob(id: &str) -> Option<Vec<u8>> {
 /// The 16 bytes of a canonical UUID's text; `None` for any other text (upper case,
 /// braces, missing or misplaced dashes).
 fn uuid_bytes(text: &[u8]) -> Option<[u8; UUID_BYTES]> {
-    if text.len() != UUID_TEXT {
+    if text.len() != UUID_TEXT || DASHES.iter().any(|&i| text[i] != b'-') {
         return None;
     }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut nibbles = [0u8; 2 * UUID_BYTES];
-    let mut n = 0;
-    for (i, &c) in text.iter().enumerate() {
-        if DASHES.contains(&i) {
-            if c != b'-' {
-                return None;
-            }
-        } else {
-            nibbles[n] = digit(c)?;
-            n += 1;
-        }
-    }
-    let mut out = [0u8; UUID_BYTES];
-    for (byte, pair) in out.iter_mut().zip(nibbles.chunks_exact(2)) {
-        *byte = pair[0] << 4 | pair[1];
-    }
-    Some(out)
+    let digits: String = text
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !DASHES.contains(i))
+        .map(|(_, &c)| char::from(c))
+        .collect();
+    unhex(&digits)?.try_into().ok()
 }
 
 /// The ID behind a value [`IdColumn`] stored: text as it is; a BLOB as the UTF-8 text
