@@ -502,6 +502,11 @@ fn a_version_3_database_with_uuid_ids_upgrades() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(kinds, ["blob blob blob", "blob text text"]);
+    let ok: String = store
+        .connection()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
 
     let session = SessionId::new(SESSION).unwrap();
     let read: Vec<(String, String)> = store
