@@ -1,74 +1,51 @@
 //! Custody: the pure cost of one full message cycle (submit, drain, accepted,
 //! confirmed, removed, run ended) against the in-memory store, and of one ledger
-//! transition.
+//! transition; and the same cycle on SQLite with UUID keys, NORMAL and FULL.
 //!
 //! `cargo bench -p benches --bench outbox`
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 
+use benches::custody::{custody_over, one_cycle};
+use benches::storage::{library_settings, Keys};
 use criterion::{criterion_group, criterion_main, Criterion};
-use outbox_core::adapter::{Capabilities, SendKind, SendResult};
-use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
-use outbox_core::entry::{Acceptance, Controls, MessageRequest};
-use outbox_core::ids::{OperationId, QueueId, SessionId, ThreadId, TurnId};
 use outbox_core::ledger::{transition, LedgerRecord, LedgerStatus};
 use outbox_core::store::memory::MemoryOutboxStore;
+use storage_sqlite::{SqliteStore, Synchronous};
 use timeline_core::time::Millis;
 
 fn cycle(c: &mut Criterion) {
-    let mut n = 0u64;
-    let mut custody = Custody::new(
-        MemoryOutboxStore::new(),
-        Box::new(move || {
-            n += 1;
-            format!("{n:032x}")
-        }),
-    );
-    let session = SessionId::new("session-1").expect("id");
-    custody.set_session(&session, SessionInfo::new(Capabilities::codex()));
-    let thread = ThreadId::new("thread-1").expect("id");
+    let (mut custody, session) = custody_over(MemoryOutboxStore::new(), Keys::Short);
     let mut i = 0u64;
     c.bench_function("custody_full_cycle", |b| {
         b.iter(|| {
             i += 1;
-            let now = Millis(i);
-            let op = OperationId::new(format!("op-{i}")).expect("id");
-            custody
-                .submit(
-                    SubmitRequest {
-                        session: session.clone(),
-                        queue_id: QueueId::new(format!("q-{i}")).expect("id"),
-                        operation_id: op.clone(),
-                        request: MessageRequest::text(
-                            "run the tests again please",
-                            "composer",
-                            now,
-                        ),
-                        controls: Controls::automatic(),
-                    },
-                    now,
-                )
-                .expect("submit");
-            let Some(Effect::Send(req)) = custody.poll_effect() else {
-                panic!("the drain sends");
-            };
-            let SendKind::Start { run } = &req.kind else {
-                panic!("a start");
-            };
-            let run = run.clone();
-            let acceptance = Acceptance {
-                run_id: run.clone(),
-                thread_id: thread.clone(),
-                turn_id: TurnId::new(format!("turn-{i}")).expect("id"),
-                accepted_at: now,
-            };
-            custody.handle_send_result(&session, &op, SendResult::Accepted(acceptance), now);
-            custody.handle_delivery_proof(&session, &op, now);
-            custody.handle_run_ended(&session, &run, &[], now);
-            debug_assert!(custody.poll_effect().is_none());
+            one_cycle(&mut custody, &session, Keys::Short, i);
         })
     });
+
+    // The same cycle on SQLite, with the IDs clients send: what a host pays per message
+    // for custody (every store write is a commit).
+    let mut group = c.benchmark_group("custody_full_cycle_sqlite_uuid_keys");
+    group.sample_size(30);
+    let dir = tempfile::tempdir().expect("dir");
+    for (label, sync) in [("normal", Synchronous::Normal), ("full", Synchronous::Full)] {
+        let store = SqliteStore::open(
+            dir.path().join(format!("{label}.sqlite")),
+            library_settings(sync),
+        )
+        .expect("open");
+        let (mut custody, session) = custody_over(store, Keys::Uuid);
+        let mut i = 0u64;
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                i += 1;
+                one_cycle(&mut custody, &session, Keys::Uuid, i);
+            })
+        });
+    }
+    group.finish();
 }
 
 fn ledger_transition(c: &mut Criterion) {
