@@ -1,5 +1,6 @@
-//! The storage workloads: the same commits for the criterion bench (`benches/storage.rs`)
-//! and the paired runner (`src/bin/storage_paired.rs`).
+//! The storage workloads: the same commits for the criterion bench (`benches/storage.rs`),
+//! the paired runner (`src/bin/storage_paired.rs`) and the examples, and the key shapes
+//! they run with.
 
 use std::path::Path;
 use std::time::Duration;
