@@ -330,15 +330,29 @@ fn corrupt(what: &'static str) -> impl FnOnce(String) -> OutboxError {
     }
 }
 
+/// The same for overlay storage.
+fn overlay_corrupt(what: impl Into<String>) -> impl FnOnce(String) -> OverlayError {
+    move |reason| OverlayError::Corrupt {
+        what: what.into(),
+        reason,
+    }
+}
+
 fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
     serde_json::to_string(v).map_err(|e| e.to_string())
 }
 
 fn id<T>(what: &'static str, v: Result<T, timeline_core::key::KeyError>) -> Result<T, OutboxError> {
-    v.map_err(|e| OutboxError::Corrupt {
-        what: what.into(),
-        reason: e.to_string(),
-    })
+    v.map_err(|e| corrupt(what)(e.to_string()))
+}
+
+/// An ID column as read by [`read_id`], made into its type.
+fn stored_id<T>(
+    what: &'static str,
+    read: Result<String, String>,
+    make: impl FnOnce(String) -> Result<T, timeline_core::key::KeyError>,
+) -> Result<T, OutboxError> {
+    id(what, make(read.map_err(corrupt(what))?))
 }
 
 // ----- overlays --------------------------------------------------------------------------
@@ -362,11 +376,8 @@ fn load_overlay(
     let Some((revision, epoch, json)) = row else {
         return Ok(None);
     };
-    let blocks: Vec<StoredBlock> =
-        serde_json::from_str(&json).map_err(|e| OverlayError::Corrupt {
-            what: format!("overlay {session}/{target}"),
-            reason: e.to_string(),
-        })?;
+    let blocks: Vec<StoredBlock> = serde_json::from_str(&json)
+        .map_err(|e| overlay_corrupt(format!("overlay {session}/{target}"))(e.to_string()))?;
     Ok(Some(StoredOverlay {
         format_version: FORMAT_VERSION,
         settlement_epoch: epoch as u64,
@@ -383,10 +394,7 @@ fn store_overlay(
     epoch: u64,
     blocks: Vec<StoredBlock>,
 ) -> Result<StoredOverlay, OverlayError> {
-    let json = to_json(&blocks).map_err(|reason| OverlayError::Corrupt {
-        what: "overlay blocks".into(),
-        reason,
-    })?;
+    let json = to_json(&blocks).map_err(overlay_corrupt("overlay blocks"))?;
     let counter: i64 = tx
         .prepare_cached("SELECT revision FROM chat_live_timeline_overlay_revisions WHERE id = 1")
         .map_err(ov)?
@@ -513,10 +521,9 @@ impl OverlayStore for SqliteStore {
         let mut out = Vec::new();
         for t in rows {
             let t = t.map_err(ov)?;
-            out.push(TargetId::new(t).map_err(|e| OverlayError::Corrupt {
-                what: "timeline target".into(),
-                reason: e.to_string(),
-            })?);
+            out.push(
+                TargetId::new(t).map_err(|e| overlay_corrupt("timeline target")(e.to_string()))?,
+            );
         }
         Ok(out)
     }
@@ -575,14 +582,10 @@ impl CleanupJournal for SqliteStore {
         let mut out = Vec::new();
         for row in rows {
             let (s, r) = row.map_err(ov)?;
-            let corrupt = |e: timeline_core::key::KeyError| OverlayError::Corrupt {
-                what: "cleanup journal row".into(),
-                reason: e.to_string(),
+            let bad = |e: timeline_core::key::KeyError| {
+                overlay_corrupt("cleanup journal row")(e.to_string())
             };
-            out.push((
-                SessionId::new(s).map_err(corrupt)?,
-                RunId::new(r).map_err(corrupt)?,
-            ));
+            out.push((SessionId::new(s).map_err(bad)?, RunId::new(r).map_err(bad)?));
         }
         Ok(out)
     }
@@ -820,10 +823,9 @@ fn read_identity(
         .optional()
         .map_err(ob)?;
     row.map(|(fp, q, removed)| {
-        let q = q.map_err(corrupt("identity queue ID"))?;
         Ok(Identity {
             fingerprint: FingerprintColumn::read(fp)?,
-            queue_id: id("identity queue ID", QueueId::new(q))?,
+            queue_id: stored_id("identity queue ID", q, QueueId::new)?,
             removed: removed != 0,
         })
     })
@@ -872,13 +874,10 @@ const ROUTE_COLUMNS: &str = "operation_id, recipient_session_id, sender_session_
     sender_run_id, sender_thread_id, chain_id, hop, created_at, delivery";
 
 fn parse_route(v: [Option<String>; 10]) -> Result<SessionMessageRoute, OutboxError> {
-    let corrupt = |reason: &str| OutboxError::Corrupt {
-        what: "session message route".into(),
-        reason: reason.into(),
-    };
-    let req = |i: usize| v[i].clone().ok_or_else(|| corrupt("missing column"));
+    let bad = |reason: &str| corrupt("session message route")(reason.into());
+    let req = |i: usize| v[i].clone().ok_or_else(|| bad("missing column"));
     let delivery: RouteDelivery = serde_json::from_value(serde_json::Value::String(req(9)?))
-        .map_err(|e| corrupt(&e.to_string()))?;
+        .map_err(|e| bad(&e.to_string()))?;
     Ok(SessionMessageRoute {
         operation_id: id("route operation", OperationId::new(req(0)?))?,
         recipient_session_id: id("route recipient", SessionId::new(req(1)?))?,
@@ -888,15 +887,15 @@ fn parse_route(v: [Option<String>; 10]) -> Result<SessionMessageRoute, OutboxErr
             .clone()
             .map(RunId::new)
             .transpose()
-            .map_err(|e| corrupt(&e.to_string()))?,
+            .map_err(|e| bad(&e.to_string()))?,
         sender_thread_id: v[5]
             .clone()
             .map(ThreadId::new)
             .transpose()
-            .map_err(|e| corrupt(&e.to_string()))?,
+            .map_err(|e| bad(&e.to_string()))?,
         chain_id: req(6)?,
-        hop: req(7)?.parse().map_err(|_| corrupt("hop"))?,
-        created_at: Millis(req(8)?.parse().map_err(|_| corrupt("created_at"))?),
+        hop: req(7)?.parse().map_err(|_| bad("hop"))?,
+        created_at: Millis(req(8)?.parse().map_err(|_| bad("created_at"))?),
         delivery,
     })
 }
@@ -1063,8 +1062,7 @@ impl OutboxStore for SqliteStore {
             .map_err(ob)?;
         let mut out = Vec::new();
         for s in rows {
-            let s = s.map_err(ob)?.map_err(corrupt("outbox session"))?;
-            out.push(id("outbox session", SessionId::new(s))?);
+            out.push(stored_id("outbox session", s.map_err(ob)?, SessionId::new)?);
         }
         // Ordered here, not in SQL: a stored ID's bytes do not sort like its text.
         out.sort();
@@ -1239,8 +1237,7 @@ impl OutboxStore for SqliteStore {
                 .map_err(ob)?
                 .execute(params![IdColumn(session.as_str()), stored])
                 .map_err(ob)?;
-                let q = q.map_err(corrupt("queue ID"))?;
-                removed.push((session.clone(), id("queue ID", QueueId::new(q))?));
+                removed.push((session.clone(), stored_id("queue ID", q, QueueId::new)?));
             }
             mark_removed(&tx, session, op.as_str())?;
         }
