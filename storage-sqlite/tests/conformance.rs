@@ -4,46 +4,50 @@
 
 use fixtures::conformance::Backend;
 use outbox_core::ids::SessionId;
-use storage_sqlite::{Settings, SqliteStore};
+use storage_sqlite::{IdColumn, Settings, SqliteStore};
 
-/// A database file in a temporary directory; a reopen closes the connection and opens
-/// the file again.
-pub struct FileBackend {
-    dir: tempfile::TempDir,
+/// SQLite on a file in a temporary directory, where a reopen closes the connection and
+/// opens the file again; or on `:memory:`, one connection for the whole case, which a
+/// reopen keeps.
+pub struct SqliteBackend {
+    dir: Option<tempfile::TempDir>,
 }
 
-impl Default for FileBackend {
-    /// A backend in a fresh temporary directory.
-    fn default() -> Self {
-        FileBackend {
-            dir: tempfile::tempdir().unwrap(),
+impl SqliteBackend {
+    /// A file in a fresh temporary directory.
+    pub fn file() -> Self {
+        SqliteBackend {
+            dir: Some(tempfile::tempdir().unwrap()),
         }
     }
+
+    /// `:memory:`.
+    pub fn in_memory() -> Self {
+        SqliteBackend { dir: None }
+    }
 }
 
-fn corrupt(store: &mut SqliteStore, session: &SessionId, queue: &str, op: &str) {
-    store
-        .connection()
-        .execute(
-            "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
-             VALUES (?1, ?2, ?3, -1, '{\"queueId\": 7, \"status\": \"lost\"}')",
-            rusqlite::params![session.as_str(), queue, op],
-        )
-        .unwrap();
-}
-
-impl Backend for FileBackend {
+impl Backend for SqliteBackend {
     type Store = SqliteStore;
     fn open(&mut self) -> SqliteStore {
-        SqliteStore::open(self.dir.path().join("custody.sqlite"), Settings::default()).unwrap()
+        match &self.dir {
+            Some(dir) => {
+                SqliteStore::open(dir.path().join("custody.sqlite"), Settings::default()).unwrap()
+            }
+            None => SqliteStore::open_in_memory(Settings::default()).unwrap(),
+        }
     }
     fn reopen(&mut self, store: SqliteStore) -> SqliteStore {
+        if self.dir.is_none() {
+            return store;
+        }
         drop(store);
         self.open()
     }
     fn set_revision_counter(&mut self, store: &mut SqliteStore, revision: u64) {
         store.set_revision_counter(revision).unwrap();
     }
+    /// Stores the row with its IDs as the library stores them (`IdColumn`).
     fn corrupt_entry(
         &mut self,
         store: &mut SqliteStore,
@@ -51,39 +55,21 @@ impl Backend for FileBackend {
         queue: &str,
         op: &str,
     ) {
-        corrupt(store, session, queue, op);
-    }
-}
-
-/// `:memory:`: one connection for the whole case; a reopen keeps it.
-pub struct InMemoryBackend;
-
-impl Backend for InMemoryBackend {
-    type Store = SqliteStore;
-    fn open(&mut self) -> SqliteStore {
-        SqliteStore::open_in_memory(Settings::default()).unwrap()
-    }
-    fn reopen(&mut self, store: SqliteStore) -> SqliteStore {
         store
-    }
-    fn set_revision_counter(&mut self, store: &mut SqliteStore, revision: u64) {
-        store.set_revision_counter(revision).unwrap();
-    }
-    fn corrupt_entry(
-        &mut self,
-        store: &mut SqliteStore,
-        session: &SessionId,
-        queue: &str,
-        op: &str,
-    ) {
-        corrupt(store, session, queue, op);
+            .connection()
+            .execute(
+                "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+                 VALUES (?1, ?2, ?3, -1, '{\"queueId\": 7, \"status\": \"lost\"}')",
+                rusqlite::params![IdColumn(session.as_str()), IdColumn(queue), IdColumn(op)],
+            )
+            .unwrap();
     }
 }
 
 mod file {
-    fixtures::storage_conformance!(super::FileBackend::default());
+    fixtures::storage_conformance!(super::SqliteBackend::file());
 }
 
 mod memory {
-    fixtures::storage_conformance!(super::InMemoryBackend);
+    fixtures::storage_conformance!(super::SqliteBackend::in_memory());
 }
