@@ -6,13 +6,9 @@ use std::collections::BTreeMap;
 
 use outbox_core::adapter::{Capabilities, SendKind, SendResult};
 use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
-use outbox_core::entry::{Acceptance, Controls, MessageRequest, OutboxEntry, StoredEntry};
-use outbox_core::fingerprint::Digest256;
-use outbox_core::ids::{OperationId, QueueId, SessionId, ThreadId, TurnId};
-use outbox_core::ledger::LedgerRecord;
-use outbox_core::store::{
-    Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute, StoreError,
-};
+use outbox_core::entry::{Acceptance, Controls, MessageRequest};
+use outbox_core::ids::{SessionId, ThreadId, TurnId};
+use outbox_core::store::OutboxStore;
 use timeline_core::time::Millis;
 
 use crate::storage::Keys;
@@ -104,22 +100,7 @@ macro_rules! counted {
     };
 }
 
-counted! {
-    claim(session: &SessionId, fingerprint: &Digest256, entry: &OutboxEntry) -> Result<Claim, StoreError>;
-    claim_session_message(recipient: &SessionId, fingerprint: &Digest256, entry: &OutboxEntry, route: &SessionMessageRoute) -> Result<RouteClaim, StoreError>;
-    identity(session: &SessionId, op: &OperationId) -> Result<Option<Identity>, StoreError>;
-    entries(session: &SessionId) -> Result<Vec<StoredEntry>, StoreError>;
-    outbox_sessions() -> Result<Vec<SessionId>, StoreError>;
-    replace_entry(session: &SessionId, expected: &OutboxEntry, new: &OutboxEntry) -> Result<bool, StoreError>;
-    rekey_entry(session: &SessionId, expected: &OutboxEntry, fingerprint: &Digest256, new: &OutboxEntry) -> Result<bool, StoreError>;
-    remove_entry(session: &SessionId, queue_id: &QueueId) -> Result<Option<OutboxEntry>, StoreError>;
-    set_positions(session: &SessionId, positions: &[(QueueId, i64)]) -> Result<(), StoreError>;
-    ledger(session: &SessionId, op: &OperationId) -> Result<Option<LedgerRecord>, StoreError>;
-    put_ledger(session: &SessionId, op: &OperationId, record: &LedgerRecord) -> Result<(), StoreError>;
-    confirm_sent(scope: &[SessionId], op: &OperationId, record: &LedgerRecord) -> Result<Vec<(SessionId, QueueId)>, StoreError>;
-    route(op: &OperationId) -> Result<Option<SessionMessageRoute>, StoreError>;
-    set_route_delivery(op: &OperationId, delivery: RouteDelivery) -> Result<(), StoreError>;
-}
+fixtures::outbox_store_methods!(counted);
 
 #[cfg(test)]
 mod tests {
