@@ -50,6 +50,15 @@ fn ids(blocks: &[Block]) -> Vec<String> {
     blocks.iter().map(|b| b.id.as_str().to_owned()).collect()
 }
 
+/// An older-page request without an expected boundary token.
+fn request(cursor: &str, page_size: usize) -> OlderPageRequest<'_> {
+    OlderPageRequest {
+        cursor,
+        page_size,
+        expected_boundary_token: None,
+    }
+}
+
 // OV-05, TL-07
 #[test]
 fn a_latest_window_settles_the_rows_its_page_holds_in_the_same_answer() {
@@ -100,9 +109,8 @@ fn an_older_page_carries_the_seam_the_ordered_keys_and_revision_plus_one() {
         let (cursor, rev) = first_cursor(&mut source);
         let token = source.boundary_token();
         let req = OlderPageRequest {
-            cursor: &cursor,
-            page_size: 5,
             expected_boundary_token: Some(&token),
+            ..request(&cursor, 5)
         };
         let page = older_page(&mut source, &host_key(), req).unwrap();
         assert_eq!(ids(&page.blocks), ["h-13", "h-14", "h-15", "h-16", "h-17"]);
@@ -114,9 +122,8 @@ fn an_older_page_carries_the_seam_the_ordered_keys_and_revision_plus_one() {
         // The next cursor's seam is the page's top row.
         let next = page.oldest_cursor.unwrap();
         let req = OlderPageRequest {
-            cursor: &next,
-            page_size: 5,
             expected_boundary_token: Some(&token),
+            ..request(&next, 5)
         };
         let page2 = older_page(&mut source, &host_key(), req).unwrap();
         assert_eq!(page2.boundary_block_keys, [reply("h-13")]);
@@ -140,11 +147,7 @@ fn cursors_for_another_thread_or_session_are_rejected() {
         ),
         30,
     );
-    let req = OlderPageRequest {
-        cursor: &cursor,
-        page_size: 5,
-        expected_boundary_token: None,
-    };
+    let req = request(&cursor, 5);
     assert_eq!(
         older_page(&mut other_thread, &host_key(), req),
         Err(WindowError::Cursor(CursorError::OtherThread))
@@ -161,22 +164,14 @@ fn cursors_for_another_thread_or_session_are_rejected() {
         ),
         30,
     );
-    let req = OlderPageRequest {
-        cursor: &cursor,
-        page_size: 5,
-        expected_boundary_token: None,
-    };
+    let req = request(&cursor, 5);
     assert_eq!(
         older_page(&mut other_session, &host_key(), req),
         Err(WindowError::Cursor(CursorError::OtherSession))
     );
     // A Claude cursor longer than 4,096 characters.
     let long = format!("{{\"session\":\"{}\"}}", "x".repeat(4_100));
-    let req = OlderPageRequest {
-        cursor: &long,
-        page_size: 5,
-        expected_boundary_token: None,
-    };
+    let req = request(&long, 5);
     assert_eq!(
         older_page(&mut claude, &host_key(), req),
         Err(WindowError::Cursor(CursorError::TooLong { max: 4096 }))
@@ -192,18 +187,13 @@ fn a_changed_source_fails_or_answers_reload_required() {
     codex.set_boundary_token(BoundaryToken::codex_owned_thread_store("owner-2"));
     // The client still expects the old source: empty page, reloadRequired.
     let req = OlderPageRequest {
-        cursor: &cursor,
-        page_size: 5,
         expected_boundary_token: Some(&old_token),
+        ..request(&cursor, 5)
     };
     let page = older_page(&mut codex, &host_key(), req).unwrap();
     assert!(page.reload_required && page.blocks.is_empty());
     // The cursor itself names the old source: "Timeline source changed".
-    let req = OlderPageRequest {
-        cursor: &cursor,
-        page_size: 5,
-        expected_boundary_token: None,
-    };
+    let req = request(&cursor, 5);
     let err = older_page(&mut codex, &host_key(), req).unwrap_err();
     assert_eq!(err.to_string(), "Timeline source changed");
 }
@@ -215,11 +205,7 @@ fn a_gone_position_answers_an_empty_page_with_reload_required() {
     let (cursor, _) = first_cursor(&mut claude);
     // The oldest item of the window (the cursor's position) disappears.
     assert!(claude.remove(&overlay_core::source::SourcePosition("item-18".into())));
-    let req = OlderPageRequest {
-        cursor: &cursor,
-        page_size: 5,
-        expected_boundary_token: None,
-    };
+    let req = request(&cursor, 5);
     let page = older_page(&mut claude, &host_key(), req).unwrap();
     assert!(page.reload_required);
 }
@@ -239,21 +225,13 @@ fn an_older_page_reads_at_most_four_source_pages() {
     }
     let (cursor, _) = first_cursor(&mut source);
     source.reads = 0;
-    let req = OlderPageRequest {
-        cursor: &cursor,
-        page_size: 10,
-        expected_boundary_token: None,
-    };
+    let req = request(&cursor, 10);
     let page = older_page(&mut source, &host_key(), req).unwrap();
     assert_eq!(source.reads, 4);
     assert!(page.blocks.is_empty());
     // The cursor moves past the invisible items; the next request reaches old rows.
     let next = page.oldest_cursor.unwrap();
-    let req = OlderPageRequest {
-        cursor: &next,
-        page_size: 10,
-        expected_boundary_token: None,
-    };
+    let req = request(&next, 10);
     let page = older_page(&mut source, &host_key(), req).unwrap();
     assert_eq!(ids(&page.blocks), ["old-0", "old-1", "old-2"]);
     assert!(page.oldest_cursor.is_none());
