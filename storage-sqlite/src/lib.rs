@@ -323,7 +323,7 @@ fn ob(e: rusqlite::Error) -> OutboxError {
 }
 
 /// The error for a stored `what` that does not read back, for `map_err`.
-fn corrupt(what: &'static str) -> impl FnOnce(String) -> OutboxError {
+fn corrupt(what: impl Into<String>) -> impl FnOnce(String) -> OutboxError {
     move |reason| OutboxError::Corrupt {
         what: what.into(),
         reason,
@@ -644,10 +644,7 @@ fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
         handoff: handoff.as_ref(),
         session_message: session_message.as_ref(),
     })
-    .map_err(|reason| OutboxError::Corrupt {
-        what: "outbox entry".into(),
-        reason,
-    })
+    .map_err(corrupt("outbox entry"))
 }
 
 /// The outbox columns an entry is read from, in [`EntryRow`] order.
@@ -787,10 +784,10 @@ impl<'a> FingerprintColumn<'a> {
         match value {
             Value::Blob(bytes) => Ok(Digest256::from_hex(timeline_core::seal::hex(&bytes))),
             Value::Text(text) => Ok(Digest256::from_hex(text)),
-            other => Err(OutboxError::Corrupt {
-                what: "operation identity".into(),
-                reason: format!("the fingerprint is {}", other.data_type()),
-            }),
+            other => Err(corrupt("operation identity")(format!(
+                "the fingerprint is {}",
+                other.data_type()
+            ))),
         }
     }
 }
@@ -939,10 +936,7 @@ impl OutboxStore for SqliteStore {
             let existing = read_identity(&tx, session, &entry.operation_id)?;
             return existing
                 .map(Claim::Existing)
-                .ok_or_else(|| OutboxError::Corrupt {
-                    what: "operation identity".into(),
-                    reason: "claimed but unreadable".into(),
-                });
+                .ok_or_else(|| corrupt("operation identity")("claimed but unreadable".into()));
         }
         // A queue ID that holds another operation's entry is refused (nothing written).
         let placed = tx
@@ -1182,10 +1176,8 @@ impl OutboxStore for SqliteStore {
             .optional()
             .map_err(ob)?;
         json.map(|j| {
-            serde_json::from_str(&j).map_err(|e| OutboxError::Corrupt {
-                what: format!("ledger {session}/{op}"),
-                reason: e.to_string(),
-            })
+            serde_json::from_str(&j)
+                .map_err(|e| corrupt(format!("ledger {session}/{op}"))(e.to_string()))
         })
         .transpose()
     }
@@ -1278,10 +1270,7 @@ fn put_ledger(
     op: &OperationId,
     record: &LedgerRecord,
 ) -> Result<(), OutboxError> {
-    let json = to_json(record).map_err(|reason| OutboxError::Corrupt {
-        what: "ledger record".into(),
-        reason,
-    })?;
+    let json = to_json(record).map_err(corrupt("ledger record"))?;
     let status = serde_json::to_value(record.status)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
