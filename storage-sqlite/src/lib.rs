@@ -829,20 +829,44 @@ fn read_identity(
     .transpose()
 }
 
+/// The outbox row of (session, queue), decoded or not.
+fn read_entry_row(
+    conn: &Connection,
+    session: &SessionId,
+    queue: &QueueId,
+) -> Result<Option<EntryRow>, OutboxError> {
+    conn.prepare_cached(&format!(
+        "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2"
+    ))
+    .map_err(ob)?
+    .query_row(
+        params![IdColumn(session.as_str()), IdColumn(queue.as_str())],
+        EntryRow::read,
+    )
+    .optional()
+    .map_err(ob)
+}
+
+/// The entry of (session, queue), if its row decodes.
 fn read_entry(
     conn: &Connection,
     session: &SessionId,
     queue: &QueueId,
 ) -> Result<Option<OutboxEntry>, OutboxError> {
-    let row = conn
-        .prepare_cached(&format!(
-            "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2"
-        ))
+    Ok(read_entry_row(conn, session, queue)?.and_then(|r| r.decode().ok()))
+}
+
+/// Deletes the outbox row of (session, queue); `queue` as the column holds it.
+fn delete_entry(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    queue: &dyn rusqlite::ToSql,
+) -> Result<(), OutboxError> {
+    tx.prepare_cached("DELETE FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2")
         .map_err(ob)?
-        .query_row(params![IdColumn(session.as_str()), IdColumn(queue.as_str())], EntryRow::read)
-        .optional()
+        .execute(params![IdColumn(session.as_str()), queue])
         .map_err(ob)?;
-    Ok(row.and_then(|r| r.decode().ok()))
+    Ok(())
 }
 
 fn mark_removed(tx: &Transaction<'_>, session: &SessionId, op: &str) -> Result<(), OutboxError> {
@@ -1112,30 +1136,10 @@ impl OutboxStore for SqliteStore {
         queue_id: &QueueId,
     ) -> Result<Option<OutboxEntry>, OutboxError> {
         let tx = self.write().map_err(ob)?;
-        let row = tx
-            .prepare_cached(&format!(
-                "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox
-                 WHERE session_id = ?1 AND queue_id = ?2"
-            ))
-            .map_err(ob)?
-            .query_row(
-                params![IdColumn(session.as_str()), IdColumn(queue_id.as_str())],
-                EntryRow::read,
-            )
-            .optional()
-            .map_err(ob)?;
-        let Some(row) = row else {
+        let Some(row) = read_entry_row(&tx, session, queue_id)? else {
             return Ok(None);
         };
-        tx.prepare_cached(
-            "DELETE FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
-        )
-        .map_err(ob)?
-        .execute(params![
-            IdColumn(session.as_str()),
-            IdColumn(queue_id.as_str())
-        ])
-        .map_err(ob)?;
+        delete_entry(&tx, session, &IdColumn(queue_id.as_str()))?;
         mark_removed(&tx, session, &row.operation_id)?;
         tx.commit().map_err(ob)?;
         Ok(row.decode().ok())
@@ -1223,12 +1227,7 @@ impl OutboxStore for SqliteStore {
                 rows.collect::<Result<_, _>>().map_err(ob)?
             };
             for (stored, q) in queues {
-                tx.prepare_cached(
-                    "DELETE FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2",
-                )
-                .map_err(ob)?
-                .execute(params![IdColumn(session.as_str()), stored])
-                .map_err(ob)?;
+                delete_entry(&tx, session, &stored)?;
                 removed.push((session.clone(), stored_id("queue ID", q, QueueId::new)?));
             }
             mark_removed(&tx, session, op.as_str())?;
