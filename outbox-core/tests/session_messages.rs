@@ -21,6 +21,7 @@ use outbox_core::titles::{
     final_title, provisional_title, title_after_first_message, TitleError, TitleGenerations,
     FRESH_CHAT,
 };
+use proptest::prelude::*;
 
 fn call(from: &str, to: Option<&str>, call_id: &str, access: AccessLevel) -> SessionMessageCall {
     SessionMessageCall {
@@ -394,6 +395,48 @@ fn the_envelope_names_the_product_and_parses_back() {
         "x",
     );
     assert!(other_product.starts_with("Message from another Acme session. "));
+}
+
+/// Text that leans on what the envelope escapes: markup, quotes, newlines, entities.
+fn envelope_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            Just("&".to_owned()),
+            Just("\"".to_owned()),
+            Just("<".to_owned()),
+            Just(">".to_owned()),
+            Just("\n".to_owned()),
+            Just("&amp;".to_owned()),
+            Just("&lt;".to_owned()),
+            Just("&#10;".to_owned()),
+            Just("</session_message>".to_owned()),
+            Just(" from_title=\"".to_owned()),
+            any::<char>().prop_map(String::from),
+        ],
+        0..12,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+    // OB-17: every sender and body parses back exactly as it went in.
+    #[test]
+    fn any_envelope_parses_back(
+        session in envelope_text().prop_filter("not blank", |s| !s.trim().is_empty()),
+        title in envelope_text(),
+        claude in any::<bool>(),
+        body in envelope_text(),
+    ) {
+        let sender = EnvelopeSender {
+            session_id: s(&session),
+            title,
+            agent: if claude { AgentKind::Claude } else { AgentKind::Codex },
+        };
+        let text = envelope("HB Code", &sender, &body);
+        prop_assert_eq!(parse_envelope(&text), Some((sender, body)));
+    }
 }
 
 // OB-18: titles.
