@@ -21,17 +21,30 @@
 //! Unknown record types from a newer peer decode as [`SessionHistoryRecord::Unknown`]
 //! and are skipped.
 //!
+//! Every sequence number and time is an integer in `0..=2^53 - 1` ([`WireInt`]), like
+//! every number on the wire. Decoding refuses anything else (a negative, a fraction,
+//! 2^53 and above, a gap whose magnitude is past the range). Values built in memory are
+//! checked where they are used: [`pack`], [`write_packed_page`], [`unpack`],
+//! [`SessionHistoryRecord::seq_range`], the [`Journal`] and [`AssistantFold::fold_record`]
+//! answer [`RowError::Seq`] or [`RowError::Time`] instead of overflowing. So no
+//! arithmetic here can overflow, and [`pack`] refuses exactly what [`unpack`] would
+//! refuse: pack then unpack is the identity for every page `pack` accepts.
+//!
 //! ```
-//! use timeline_core::history::{pack, unpack_records, SessionEvent, DeltaKind};
+//! use timeline_core::history::{pack, unpack_records, SessionEvent, DeltaKind, RowError};
 //!
 //! let events: Vec<SessionEvent> = ["Hel", "lo", " wörld"]
 //!     .iter()
 //!     .enumerate()
 //!     .map(|(i, t)| SessionEvent::delta(i as u64 + 1, 1_000 + 7 * i as u64, "s1", DeltaKind::Text, "msg-1", t))
 //!     .collect();
-//! let records = pack(&events);
+//! let records = pack(&events).unwrap();
 //! assert_eq!(records.len(), 1, "one row for the run");
 //! assert_eq!(unpack_records(&records).unwrap(), events);
+//!
+//! // A time past 2^53 - 1 is refused, not packed into a row that cannot be read back.
+//! let late = SessionEvent::delta(1, 1 << 53, "s1", DeltaKind::Text, "msg-1", "x");
+//! assert_eq!(pack(&[late]), Err(RowError::Time));
 //! ```
 
 use std::collections::BTreeMap;
@@ -40,6 +53,8 @@ use std::ops::RangeInclusive;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::wire::WireInt;
 
 /// The three kinds of assistant deltas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -87,13 +102,15 @@ impl DeltaKind {
 }
 
 /// A logical session event. Deltas carry `block` and `text`; other events carry
-/// `data`. Unknown fields are ignored.
+/// `data`. Unknown fields are ignored; `seq` and `time` decode only in `0..=2^53 - 1`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionEvent {
-    /// The session's sequence number.
+    /// The session's sequence number (at most 2^53 - 1 to be packed or published).
+    #[serde(deserialize_with = "WireInt::deserialize_u64")]
     pub seq: u64,
-    /// When, in milliseconds.
+    /// When, in milliseconds (at most 2^53 - 1 to be packed or published).
+    #[serde(deserialize_with = "WireInt::deserialize_u64")]
     pub time: u64,
     /// The event type.
     #[serde(rename = "type")]
@@ -155,6 +172,28 @@ impl SessionEvent {
         let kind = DeltaKind::of_event_type(&self.kind)?;
         Some((kind, self.block.as_deref()?, self.text.as_deref()?))
     }
+
+    /// Checks that `seq` and `time` are wire integers (`0..=2^53 - 1`):
+    /// [`RowError::Seq`] or [`RowError::Time`] otherwise.
+    pub fn check_numbers(&self) -> Result<(), RowError> {
+        self.numbers().map(drop)
+    }
+
+    fn numbers(&self) -> Result<(WireInt, WireInt), RowError> {
+        let seq = WireInt::new(self.seq).map_err(|_| RowError::Seq)?;
+        let time = WireInt::new(self.time).map_err(|_| RowError::Time)?;
+        Ok((seq, time))
+    }
+
+    /// A delta that a chunk row can carry without loss: a delta with no `data` (a row
+    /// keeps fragments, not per-member data).
+    fn as_packable_delta(&self) -> Option<(DeltaKind, &str, &str)> {
+        if self.data.is_null() {
+            self.as_delta()
+        } else {
+            None
+        }
+    }
 }
 
 /// The data of a chunk row.
@@ -166,7 +205,9 @@ pub struct ChunkData {
     pub text: String,
     /// Each fragment's length in UTF-8 bytes.
     pub lengths: Vec<u32>,
-    /// Each member's time minus the previous member's (one fewer than the members).
+    /// Each member's time minus the previous member's (one fewer than the members);
+    /// each magnitude at most 2^53 - 1.
+    #[serde(deserialize_with = "WireInt::deserialize_signed_vec")]
     pub gaps: Vec<i64>,
 }
 
@@ -177,9 +218,11 @@ pub struct ChunkRowEvent {
     /// `chunkrow/text-chunks`, `chunkrow/reasoning-chunks` or `chunkrow/tool-call-chunks`.
     #[serde(rename = "type")]
     pub kind: String,
-    /// The first member's sequence number.
+    /// The first member's sequence number; the last member's is at most 2^53 - 1.
+    #[serde(deserialize_with = "WireInt::deserialize_u64")]
     pub seq: u64,
-    /// The first member's time.
+    /// The first member's time; every member's time is in `0..=2^53 - 1`.
+    #[serde(deserialize_with = "WireInt::deserialize_u64")]
     pub time: u64,
     /// The session of every member.
     pub session_id: String,
@@ -194,6 +237,19 @@ impl ChunkRowEvent {
     /// Members in the row.
     pub fn member_count(&self) -> usize {
         self.data.lengths.len()
+    }
+
+    /// The inclusive sequence range of the members, `[seq, seq + memberCount - 1]`
+    /// (PK-03): [`RowError::Shape`] for a row without members, [`RowError::Seq`] when
+    /// the range reaches past 2^53 - 1.
+    pub fn seq_range(&self) -> Result<RangeInclusive<u64>, RowError> {
+        let extra = self.member_count().checked_sub(1).ok_or(RowError::Shape)?;
+        let first = WireInt::new(self.seq).map_err(|_| RowError::Seq)?;
+        let last = u64::try_from(extra)
+            .ok()
+            .and_then(|extra| first.checked_add(extra))
+            .ok_or(RowError::Seq)?;
+        Ok(first.get()..=last.get())
     }
 }
 
@@ -210,15 +266,18 @@ pub enum SessionHistoryRecord {
 }
 
 impl SessionHistoryRecord {
-    /// The inclusive logical sequence range the record covers.
-    pub fn seq_range(&self) -> Option<RangeInclusive<u64>> {
+    /// The inclusive logical sequence range the record covers (PK-03): `[seq, seq]` for
+    /// an event, `[seq, seq + memberCount - 1]` for a row, `None` for an unknown record.
+    /// A range that reaches past 2^53 - 1 is [`RowError::Seq`]; a row without members is
+    /// [`RowError::Shape`].
+    pub fn seq_range(&self) -> Result<Option<RangeInclusive<u64>>, RowError> {
         match self {
-            SessionHistoryRecord::Event(e) => Some(e.seq..=e.seq),
-            SessionHistoryRecord::Chunks(r) => {
-                let n = r.member_count() as u64;
-                Some(r.seq..=r.seq + n.saturating_sub(1))
+            SessionHistoryRecord::Event(e) => {
+                let seq = WireInt::new(e.seq).map_err(|_| RowError::Seq)?.get();
+                Ok(Some(seq..=seq))
             }
-            SessionHistoryRecord::Unknown => None,
+            SessionHistoryRecord::Chunks(r) => r.seq_range().map(Some),
+            SessionHistoryRecord::Unknown => Ok(None),
         }
     }
 }
@@ -305,7 +364,8 @@ pub struct HistoryPage {
     pub records: Vec<SessionHistoryRecord>,
 }
 
-/// A packed row that does not decode into its members.
+/// A record that does not decode into logical events, or events that cannot be packed
+/// so that unpacking gives them back: the input is invalid and is refused whole.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RowError {
@@ -318,12 +378,20 @@ pub enum RowError {
     /// The lengths do not add up to the text, or a length cuts a character.
     #[error("chunk row lengths do not split the text into whole characters")]
     Lengths,
-    /// A time before 0 or past u64.
-    #[error("chunk row gaps leave the time range")]
+    /// A time outside `0..=2^53 - 1`: an event's time, a row's time, or a member's
+    /// time (the row's time plus the gaps before it).
+    #[error("a time leaves the exact integer range 0..=2^53-1")]
     Time,
+    /// A sequence number past 2^53 - 1: an event's, or a row's first or last member's.
+    #[error("a sequence number is past the exact integer range (2^53 - 1)")]
+    Seq,
+    /// A fragment longer than a chunk row's lengths can say (2^32 - 1 bytes).
+    #[error("a fragment is longer than a chunk row length can say")]
+    FragmentTooLong,
 }
 
-/// Checks a row: kind, shape, lengths against the text, times.
+/// Checks a row: kind, shape, lengths against the text, the sequence range and every
+/// member's time inside `0..=2^53 - 1`.
 pub fn validate_row(row: &ChunkRowEvent) -> Result<DeltaKind, RowError> {
     let kind =
         DeltaKind::of_row_type(&row.kind).ok_or_else(|| RowError::UnknownKind(row.kind.clone()))?;
@@ -341,12 +409,10 @@ pub fn validate_row(row: &ChunkRowEvent) -> Result<DeltaKind, RowError> {
     if at != d.text.len() {
         return Err(RowError::Lengths);
     }
-    let mut t = row.time as i128;
+    row.seq_range()?;
+    let mut t = WireInt::new(row.time).map_err(|_| RowError::Time)?;
     for &g in &d.gaps {
-        t += g as i128;
-        if t < 0 || t > u64::MAX as i128 {
-            return Err(RowError::Time);
-        }
+        t = t.checked_add_signed(g).ok_or(RowError::Time)?;
     }
     Ok(kind)
 }
@@ -356,20 +422,26 @@ pub fn unpack(row: &ChunkRowEvent) -> Result<Vec<SessionEvent>, RowError> {
     let kind = validate_row(row)?;
     let d = &row.data;
     let mut out = Vec::with_capacity(d.lengths.len());
-    let (mut at, mut time) = (0usize, row.time as i128);
-    for (i, &len) in d.lengths.iter().enumerate() {
+    let mut at = 0usize;
+    let mut seq = WireInt::new(row.seq).map_err(|_| RowError::Seq)?;
+    let mut time = WireInt::new(row.time).map_err(|_| RowError::Time)?;
+    // The first member sits at the row's time; each later one a gap after the previous.
+    let gaps = std::iter::once(0).chain(d.gaps.iter().copied());
+    for (i, (&len, gap)) in d.lengths.iter().zip(gaps).enumerate() {
         if i > 0 {
-            time += d.gaps[i - 1] as i128;
+            seq = seq.next().ok_or(RowError::Seq)?;
         }
-        let end = at + len as usize;
+        time = time.checked_add_signed(gap).ok_or(RowError::Time)?;
+        let end = at.checked_add(len as usize).ok_or(RowError::Lengths)?;
+        let text = d.text.get(at..end).ok_or(RowError::Lengths)?;
         out.push(SessionEvent {
-            seq: row.seq + i as u64,
-            time: time as u64,
+            seq: seq.get(),
+            time: time.get(),
             kind: kind.event_type().to_owned(),
             session_id: row.session_id.clone(),
             turn_id: row.turn_id.clone(),
             block: Some(d.block.clone()),
-            text: Some(d.text[at..end].to_owned()),
+            text: Some(text.to_owned()),
             data: serde_json::Value::Null,
         });
         at = end;
@@ -377,12 +449,16 @@ pub fn unpack(row: &ChunkRowEvent) -> Result<Vec<SessionEvent>, RowError> {
     Ok(out)
 }
 
-/// Every logical event of a page (rows unpacked; unknown records skipped).
+/// Every logical event of a page (rows unpacked; unknown records skipped). An event
+/// whose `seq` or `time` is past 2^53 - 1 is refused like a row that does not decode.
 pub fn unpack_records(records: &[SessionHistoryRecord]) -> Result<Vec<SessionEvent>, RowError> {
     let mut out = Vec::new();
     for r in records {
         match r {
-            SessionHistoryRecord::Event(e) => out.push(e.clone()),
+            SessionHistoryRecord::Event(e) => {
+                e.check_numbers()?;
+                out.push(e.clone());
+            }
             SessionHistoryRecord::Chunks(row) => out.extend(unpack(row)?),
             SessionHistoryRecord::Unknown => {}
         }
@@ -391,12 +467,13 @@ pub fn unpack_records(records: &[SessionHistoryRecord]) -> Result<Vec<SessionEve
 }
 
 /// True when `b` may join the run that `a` ends: same kind, block, session and turn,
-/// and the next sequence number (`a` is known to be a delta).
+/// the next sequence number, and no `data` (`a` is known to be a packable delta).
 fn joins(a: &SessionEvent, b: &SessionEvent) -> bool {
-    b.seq == a.seq + 1
+    a.seq.checked_add(1) == Some(b.seq)
         && a.kind == b.kind
         && a.block == b.block
         && b.text.is_some()
+        && b.data.is_null()
         && a.session_id == b.session_id
         && a.turn_id == b.turn_id
 }
@@ -405,13 +482,14 @@ fn joins(a: &SessionEvent, b: &SessionEvent) -> bool {
 fn runs(events: &[SessionEvent]) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut i = 0;
     std::iter::from_fn(move || {
-        if i >= events.len() {
-            return None;
-        }
+        let first = events.get(i)?;
         let start = i;
         i += 1;
-        if events[start].as_delta().is_some() {
-            while i < events.len() && joins(&events[i - 1], &events[i]) {
+        if first.as_packable_delta().is_some() {
+            while let (Some(a), Some(b)) = (events.get(i - 1), events.get(i)) {
+                if !joins(a, b) {
+                    break;
+                }
                 i += 1;
             }
         }
@@ -419,21 +497,38 @@ fn runs(events: &[SessionEvent]) -> impl Iterator<Item = (usize, usize)> + '_ {
     })
 }
 
-fn row_of(run: &[SessionEvent]) -> ChunkRowEvent {
-    let first = &run[0];
-    let (kind, block, _) = first.as_delta().unwrap_or((DeltaKind::Text, "", ""));
+/// The gap from `prev`'s time to `next`'s, both checked to be wire integers.
+fn gap(prev: &SessionEvent, next: &SessionEvent) -> Result<i64, RowError> {
+    let (_, p) = prev.numbers()?;
+    let (_, n) = next.numbers()?;
+    Ok(p.signed_diff(n))
+}
+
+/// A fragment's length as a chunk row records it.
+fn fragment_len(e: &SessionEvent) -> Result<u32, RowError> {
+    u32::try_from(e.text.as_deref().map_or(0, str::len)).map_err(|_| RowError::FragmentTooLong)
+}
+
+/// The row of a run of two or more packable deltas.
+fn row_of(run: &[SessionEvent]) -> Result<ChunkRowEvent, RowError> {
+    let Some(first) = run.first() else {
+        return Err(RowError::Shape);
+    };
+    let (kind, block, _) = first.as_packable_delta().ok_or(RowError::Shape)?;
+    first.check_numbers()?;
     let mut text = String::new();
     let mut lengths = Vec::with_capacity(run.len());
-    let mut gaps = Vec::with_capacity(run.len() - 1);
-    for (i, e) in run.iter().enumerate() {
-        let t = e.text.as_deref().unwrap_or_default();
-        text.push_str(t);
-        lengths.push(t.len() as u32);
-        if i > 0 {
-            gaps.push(e.time as i64 - run[i - 1].time as i64);
+    let mut gaps = Vec::with_capacity(run.len().saturating_sub(1));
+    let mut prev: Option<&SessionEvent> = None;
+    for e in run {
+        lengths.push(fragment_len(e)?);
+        text.push_str(e.text.as_deref().unwrap_or_default());
+        if let Some(p) = prev {
+            gaps.push(gap(p, e)?);
         }
+        prev = Some(e);
     }
-    ChunkRowEvent {
+    Ok(ChunkRowEvent {
         kind: kind.row_type().to_owned(),
         seq: first.seq,
         time: first.time,
@@ -445,53 +540,84 @@ fn row_of(run: &[SessionEvent]) -> ChunkRowEvent {
             lengths,
             gaps,
         },
-    }
+    })
 }
 
 /// Packs a page of logical events: consecutive deltas of one block and kind (and
-/// session and turn, with consecutive sequence numbers) become one row; everything else
-/// stays an event.
-pub fn pack(events: &[SessionEvent]) -> Vec<SessionHistoryRecord> {
+/// session and turn, with consecutive sequence numbers, and no `data`) become one row;
+/// everything else stays an event.
+///
+/// Refuses, whole, what [`unpack_records`] would refuse, so unpacking the result gives
+/// back exactly `events`: a `seq` past 2^53 - 1 ([`RowError::Seq`]), a `time` past it
+/// ([`RowError::Time`]), a fragment in a row longer than 2^32 - 1 bytes
+/// ([`RowError::FragmentTooLong`]).
+pub fn pack(events: &[SessionEvent]) -> Result<Vec<SessionHistoryRecord>, RowError> {
+    for e in events {
+        e.check_numbers()?;
+    }
     runs(events)
-        .map(|(a, b)| {
-            if b - a > 1 {
-                SessionHistoryRecord::Chunks(row_of(&events[a..b]))
-            } else {
-                SessionHistoryRecord::Event(events[a].clone())
-            }
+        .map(|(a, b)| match events.get(a..b) {
+            Some([one]) => Ok(SessionHistoryRecord::Event(one.clone())),
+            Some(run) => row_of(run).map(SessionHistoryRecord::Chunks),
+            None => Err(RowError::Shape),
         })
         .collect()
 }
 
+/// Why [`write_packed_page`] wrote no page.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackError {
+    /// The events cannot be packed so that unpacking gives them back (the same refusal
+    /// as [`pack`]); the input is invalid.
+    #[error(transparent)]
+    Row(#[from] RowError),
+    /// An event did not serialize.
+    #[error("an event did not serialize: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
 /// Serializes `{"records":[...]}` of the packed page straight from the logical events
-/// into `out` (cleared first), without building rows or cloning fragments.
-pub fn write_packed_page(
-    events: &[SessionEvent],
-    out: &mut Vec<u8>,
-) -> Result<(), serde_json::Error> {
-    use std::io::Write as _;
+/// into `out` (cleared first), without building rows or cloning fragments. Writes
+/// exactly what serializing [`pack`]'s records writes, and refuses what it refuses; on
+/// an error `out` is left empty.
+pub fn write_packed_page(events: &[SessionEvent], out: &mut Vec<u8>) -> Result<(), PackError> {
     out.clear();
+    let written = write_records(events, out);
+    if written.is_err() {
+        out.clear();
+    }
+    written
+}
+
+fn write_records(events: &[SessionEvent], out: &mut Vec<u8>) -> Result<(), PackError> {
+    for e in events {
+        e.check_numbers()?;
+    }
     out.extend_from_slice(br#"{"records":["#);
     for (n, (a, b)) in runs(events).enumerate() {
         if n > 0 {
             out.push(b',');
         }
-        if b - a == 1 {
-            out.extend_from_slice(br#"{"type":"event","event":"#);
-            serde_json::to_writer(&mut *out, &events[a])?;
-            out.push(b'}');
-            continue;
-        }
-        let run = &events[a..b];
-        let first = &run[0];
-        let (kind, block, _) = first.as_delta().unwrap_or((DeltaKind::Text, "", ""));
+        let run = events.get(a..b).ok_or(RowError::Shape)?;
+        let first = match run {
+            [one] => {
+                out.extend_from_slice(br#"{"type":"event","event":"#);
+                serde_json::to_writer(&mut *out, one)?;
+                out.push(b'}');
+                continue;
+            }
+            [first, ..] => first,
+            [] => return Err(RowError::Shape.into()),
+        };
+        let (kind, block, _) = first.as_packable_delta().ok_or(RowError::Shape)?;
         out.extend_from_slice(br#"{"type":"chunks","event":{"type":""#);
         out.extend_from_slice(kind.row_type().as_bytes());
-        let _ = write!(
-            out,
-            r#"","seq":{},"time":{},"sessionId":"#,
-            first.seq, first.time
-        );
+        out.extend_from_slice(br#"","seq":"#);
+        push_u64(out, first.seq);
+        out.extend_from_slice(br#","time":"#);
+        push_u64(out, first.time);
+        out.extend_from_slice(br#","sessionId":"#);
         escape_into(out, &first.session_id);
         if let Some(turn) = &first.turn_id {
             out.extend_from_slice(br#","turnId":"#);
@@ -508,14 +634,17 @@ pub fn write_packed_page(
             if i > 0 {
                 out.push(b',');
             }
-            push_u64(out, e.text.as_deref().map_or(0, str::len) as u64);
+            push_u64(out, u64::from(fragment_len(e)?));
         }
         out.extend_from_slice(br#"],"gaps":["#);
-        for i in 1..run.len() {
-            if i > 1 {
+        for (i, pair) in run.windows(2).enumerate() {
+            if i > 0 {
                 out.push(b',');
             }
-            let gap = run[i].time as i64 - run[i - 1].time as i64;
+            let [prev, next] = pair else {
+                return Err(RowError::Shape.into());
+            };
+            let gap = gap(prev, next)?;
             if gap < 0 {
                 out.push(b'-');
             }
@@ -652,11 +781,17 @@ pub enum JournalOutcome {
         /// Where it breaks.
         at: u64,
     },
-    /// A packed row that does not decode.
+    /// A record that does not decode: a packed row that does not split into its
+    /// members, or an event or row whose sequence numbers or times leave
+    /// `0..=2^53 - 1`. Nothing of the page is published.
     BadRow(RowError),
 }
 
 /// Publishes records only when their sequence ranges continue what it holds.
+///
+/// Every range it holds or compares lies in `0..=2^53 - 1` (records outside are refused
+/// with [`JournalOutcome::BadRow`] first), so the `± 1` of its continuity checks never
+/// overflows.
 #[derive(Clone, Debug, Default)]
 pub struct Journal {
     span: Option<RangeInclusive<u64>>,
@@ -678,19 +813,22 @@ impl Journal {
         let mut ranged: Vec<(RangeInclusive<u64>, &SessionHistoryRecord)> =
             Vec::with_capacity(records.len());
         for r in records {
-            if let SessionHistoryRecord::Chunks(row) = r {
-                if let Err(e) = validate_row(row) {
-                    return JournalOutcome::BadRow(e);
+            let checked = match r {
+                SessionHistoryRecord::Event(e) => e.check_numbers(),
+                SessionHistoryRecord::Chunks(row) => validate_row(row).map(drop),
+                SessionHistoryRecord::Unknown => Ok(()),
+            };
+            let range = match checked.and_then(|()| r.seq_range()) {
+                Ok(Some(range)) => range,
+                Ok(None) => continue,
+                Err(e) => return JournalOutcome::BadRow(e),
+            };
+            if let Some((prev, _)) = ranged.last() {
+                if prev.end().checked_add(1) != Some(*range.start()) {
+                    return JournalOutcome::BrokenPage { at: *range.start() };
                 }
             }
-            if let Some(range) = r.seq_range() {
-                if let Some((prev, _)) = ranged.last() {
-                    if *range.start() != prev.end() + 1 {
-                        return JournalOutcome::BrokenPage { at: *range.start() };
-                    }
-                }
-                ranged.push((range, r));
-            }
+            ranged.push((range, r));
         }
         let (Some(first), Some(last)) = (ranged.first(), ranged.last()) else {
             return JournalOutcome::Duplicate;
@@ -704,11 +842,13 @@ impl Journal {
             };
         };
         let (start, end) = (*span.start(), *span.end());
+        // Every bound is at most 2^53 - 1, so `+ 1` below never saturates, and every
+        // `- 1` is of a number known to be above another.
         if page_end < start {
             // An older page must join right below what is published.
-            if page_end + 1 < start {
+            if page_end.saturating_add(1) < start {
                 return JournalOutcome::Gap {
-                    missing: page_end + 1..=start - 1,
+                    missing: page_end.saturating_add(1)..=start.saturating_sub(1),
                 };
             }
             self.span = Some(page_start..=end);
@@ -717,9 +857,9 @@ impl Journal {
                 records: ranged.into_iter().map(|(_, r)| r.clone()).collect(),
             };
         }
-        if page_start > end + 1 {
+        if page_start > end.saturating_add(1) {
             return JournalOutcome::Gap {
-                missing: end + 1..=page_start - 1,
+                missing: end.saturating_add(1)..=page_start.saturating_sub(1),
             };
         }
         if page_start < start {
@@ -750,16 +890,20 @@ impl Journal {
         }
     }
 
-    /// A live event.
+    /// A live event. One whose `seq` or `time` is past 2^53 - 1 is
+    /// [`JournalOutcome::BadRow`] and is not published.
     pub fn accept_live(&mut self, event: &SessionEvent) -> JournalOutcome {
+        if let Err(e) = event.check_numbers() {
+            return JournalOutcome::BadRow(e);
+        }
         match self.span.clone() {
             None => {
                 self.span = Some(event.seq..=event.seq);
             }
             Some(span) if event.seq <= *span.end() => return JournalOutcome::Duplicate,
-            Some(span) if event.seq > span.end() + 1 => {
+            Some(span) if event.seq > span.end().saturating_add(1) => {
                 return JournalOutcome::Gap {
-                    missing: span.end() + 1..=event.seq - 1,
+                    missing: span.end().saturating_add(1)..=event.seq.saturating_sub(1),
                 }
             }
             Some(span) => self.span = Some(*span.start()..=event.seq),
@@ -804,9 +948,11 @@ impl AssistantFold {
         Self::default()
     }
 
-    /// Folds one scalar event (non-deltas count as entries only).
+    /// Folds one scalar event (non-deltas count as entries only). It does no arithmetic
+    /// on the event's numbers; [`AssistantFold::fold_record`] and the [`Journal`] refuse
+    /// events whose numbers are past 2^53 - 1.
     pub fn fold_event(&mut self, e: &SessionEvent) {
-        self.entries += 1;
+        self.entries = self.entries.saturating_add(1);
         let Some((kind, block, text)) = e.as_delta() else {
             return;
         };
@@ -817,23 +963,21 @@ impl AssistantFold {
     /// ([`validate_row`]); an invalid row is not folded.
     pub fn fold_row(&mut self, row: &ChunkRowEvent) -> Result<(), RowError> {
         let kind = validate_row(row)?;
-        self.entries += 1;
-        let n = row.member_count() as u64;
-        self.push(
-            kind,
-            &row.data.block,
-            &row.data.text,
-            row.time,
-            row.seq + n - 1,
-            n,
-        );
+        let last_seq = *row.seq_range()?.end();
+        let n = u64::try_from(row.member_count()).map_err(|_| RowError::Shape)?;
+        self.entries = self.entries.saturating_add(1);
+        self.push(kind, &row.data.block, &row.data.text, row.time, last_seq, n);
         Ok(())
     }
 
-    /// Folds a record.
+    /// Folds a record. An event or row whose numbers are past 2^53 - 1 is refused and
+    /// not folded.
     pub fn fold_record(&mut self, r: &SessionHistoryRecord) -> Result<(), RowError> {
         match r {
-            SessionHistoryRecord::Event(e) => self.fold_event(e),
+            SessionHistoryRecord::Event(e) => {
+                e.check_numbers()?;
+                self.fold_event(e);
+            }
             SessionHistoryRecord::Chunks(row) => self.fold_row(row)?,
             SessionHistoryRecord::Unknown => {}
         }
@@ -862,7 +1006,7 @@ impl AssistantFold {
             }
         }
         self.first_token_time.get_or_insert(first_time);
-        self.delta_count += count;
+        self.delta_count = self.delta_count.saturating_add(count);
         self.last_delta_seq = Some(last_seq);
     }
 }

@@ -1,5 +1,10 @@
 //! Time as a value. Nothing in the core crates reads a clock: every machine takes `now`
 //! as an argument and hands deadlines back as [`Millis`].
+//!
+//! The arithmetic [`Millis`] offers saturates instead of overflowing. A [`Millis`] may
+//! hold any `u64` (a deadline may sit at `u64::MAX`); a timestamp that crosses the wire
+//! must also be at most 2^53 - 1, which the wire decoders check
+//! ([`crate::wire::WireInt`], [`crate::wire::ResponseError::NumberOutOfRange`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -15,9 +20,9 @@ impl Millis {
     /// Zero milliseconds.
     pub const ZERO: Millis = Millis(0);
 
-    /// `secs` seconds.
+    /// `secs` seconds, saturating at `u64::MAX` instead of overflowing.
     pub const fn from_secs(secs: u64) -> Millis {
-        Millis(secs * 1000)
+        Millis(secs.saturating_mul(1000))
     }
 
     /// The raw number of milliseconds.

@@ -2,12 +2,28 @@
 //!
 //! Unknown fields are ignored (additive protocol); a malformed known field is a typed
 //! [`ResponseError`]. Validation checks what the reducer relies on: no key twice, every
-//! number inside JavaScript's exact-integer range, `orderedBlockKeys` equal to the older
-//! rows followed by the seam.
+//! number inside JavaScript's exact-integer range (revisions, epochs, every block's
+//! `timestamp` and every part of its `sourceOrder`), `orderedBlockKeys` equal to the
+//! older rows followed by the seam.
+//!
+//! [`WireInt`] is the type-level form of that range: an integer in `0..=2^53 - 1`, built
+//! only through a checked constructor or a decoder that refuses anything else (a
+//! negative, a fraction, or 2^53 and above). Packed history decodes its sequence numbers
+//! and times through it.
+//!
+//! ```
+//! use timeline_core::wire::{OutOfRange, WireInt};
+//!
+//! assert_eq!(WireInt::new(9_007_199_254_740_991).map(WireInt::get), Ok(9_007_199_254_740_991));
+//! assert_eq!(WireInt::new(9_007_199_254_740_992), Err(OutOfRange(9_007_199_254_740_992)));
+//! assert!(serde_json::from_str::<WireInt>("9007199254740992").is_err());
+//! assert!(serde_json::from_str::<WireInt>("-1").is_err());
+//! assert!(serde_json::from_str::<WireInt>("1.5").is_err());
+//! ```
 
 use std::collections::HashSet;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::block::Block;
 use crate::cursor::BoundaryToken;
@@ -29,7 +45,7 @@ pub enum ResponseError {
     /// Two blocks with one key in one list.
     #[error("malformed timeline response: block {0} appears twice")]
     DuplicateKey(BlockKey),
-    /// A number a client must read exactly is past 2^53 - 1.
+    /// A number a client must read exactly is past 2^53 - 1 (the field's wire name).
     #[error("malformed timeline response: {0} is past the exact integer range")]
     NumberOutOfRange(&'static str),
     /// `orderedBlockKeys` is not the older rows followed by the seam.
@@ -50,16 +66,129 @@ pub enum ResponseError {
     NewerRowsDoNotFollow,
 }
 
-fn exact(n: u64, what: &'static str) -> Result<(), ResponseError> {
-    if n > MAX_EXACT_INTEGER {
-        return Err(ResponseError::NumberOutOfRange(what));
+/// A number past the exact integer range (2^53 - 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is past the exact integer range (2^53 - 1)")]
+pub struct OutOfRange(pub u64);
+
+/// An integer a client reads exactly: `0..=2^53 - 1` ([`MAX_EXACT_INTEGER`]).
+///
+/// The only ways to get one are [`WireInt::new`], [`TryFrom<u64>`], the arithmetic
+/// below (which refuses to leave the range) and decoding, which refuses negatives,
+/// fractions and anything past the range. Serialized as a plain JSON number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct WireInt(u64);
+
+impl WireInt {
+    /// Zero.
+    pub const ZERO: WireInt = WireInt(0);
+    /// 2^53 - 1, the largest value.
+    pub const MAX: WireInt = WireInt(MAX_EXACT_INTEGER);
+
+    /// `n`, when it is at most 2^53 - 1.
+    pub const fn new(n: u64) -> Result<WireInt, OutOfRange> {
+        if n > MAX_EXACT_INTEGER {
+            return Err(OutOfRange(n));
+        }
+        Ok(WireInt(n))
     }
-    Ok(())
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// `self + n`, or `None` past 2^53 - 1.
+    pub const fn checked_add(self, n: u64) -> Option<WireInt> {
+        match self.0.checked_add(n) {
+            Some(sum) if sum <= MAX_EXACT_INTEGER => Some(WireInt(sum)),
+            _ => None,
+        }
+    }
+
+    /// `self + 1`, or `None` at [`WireInt::MAX`].
+    pub const fn next(self) -> Option<WireInt> {
+        self.checked_add(1)
+    }
+
+    /// `self + d` for a signed `d`, or `None` when the sum leaves `0..=2^53 - 1`.
+    pub const fn checked_add_signed(self, d: i64) -> Option<WireInt> {
+        match self.0.checked_add_signed(d) {
+            Some(sum) if sum <= MAX_EXACT_INTEGER => Some(WireInt(sum)),
+            _ => None,
+        }
+    }
+
+    /// `later - self` as a signed difference. Both lie in `0..=2^53 - 1`, so the
+    /// difference always fits in an `i64` and its magnitude in the range.
+    pub const fn signed_diff(self, later: WireInt) -> i64 {
+        // Both values are below 2^53, so both casts and the subtraction are exact.
+        later.0 as i64 - self.0 as i64
+    }
+
+    /// Decodes a `u64` field through the range check (`#[serde(deserialize_with)]`).
+    pub fn deserialize_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        WireInt::deserialize(d).map(WireInt::get)
+    }
+
+    /// Decodes a list of signed differences whose magnitudes stay in the range
+    /// (`#[serde(deserialize_with)]`), such as the time gaps of a packed row.
+    pub fn deserialize_signed_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<i64>, D::Error> {
+        let v = Vec::<i64>::deserialize(d)?;
+        if let Some(bad) = v.iter().find(|g| g.unsigned_abs() > MAX_EXACT_INTEGER) {
+            return Err(serde::de::Error::custom(format_args!(
+                "{bad} is past the exact integer range (2^53 - 1)"
+            )));
+        }
+        Ok(v)
+    }
 }
 
-fn unique_keys(blocks: &[Block]) -> Result<(), ResponseError> {
+impl TryFrom<u64> for WireInt {
+    type Error = OutOfRange;
+    fn try_from(n: u64) -> Result<WireInt, OutOfRange> {
+        WireInt::new(n)
+    }
+}
+
+impl From<WireInt> for u64 {
+    fn from(n: WireInt) -> u64 {
+        n.0
+    }
+}
+
+impl std::fmt::Display for WireInt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<'de> Deserialize<'de> for WireInt {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<WireInt, D::Error> {
+        // `u64` refuses negatives and fractions; the range check refuses 2^53 and up.
+        let n = u64::deserialize(d)?;
+        WireInt::new(n).map_err(serde::de::Error::custom)
+    }
+}
+
+fn exact(n: u64, what: &'static str) -> Result<(), ResponseError> {
+    WireInt::new(n)
+        .map(drop)
+        .map_err(|_| ResponseError::NumberOutOfRange(what))
+}
+
+/// Checks each block's numbers (`timestamp`, every part of `sourceOrder`) and that no
+/// key appears twice.
+fn check_blocks(blocks: &[Block]) -> Result<(), ResponseError> {
     let mut seen = HashSet::with_capacity(blocks.len());
     for b in blocks {
+        exact(b.timestamp.as_u64(), "timestamp")?;
+        if let Some(order) = &b.source_order {
+            for &part in order.as_slice() {
+                exact(part, "sourceOrder")?;
+            }
+        }
         let k = b.key();
         if !seen.insert(k.clone()) {
             return Err(ResponseError::DuplicateKey(k));
@@ -81,11 +210,11 @@ pub struct LiveOverlay {
 }
 
 impl LiveOverlay {
-    /// Checks the numbers and that no key appears twice.
+    /// Checks the numbers (its own and its blocks') and that no key appears twice.
     pub fn validate(&self) -> Result<(), ResponseError> {
         exact(self.settlement_epoch, "settlementEpoch")?;
         exact(self.revision, "revision")?;
-        unique_keys(&self.blocks)
+        check_blocks(&self.blocks)
     }
 }
 
@@ -119,10 +248,10 @@ pub struct TimelineWindow {
 }
 
 impl TimelineWindow {
-    /// Checks numbers and unique keys of the page and of its overlay.
+    /// Checks numbers (blocks' included) and unique keys of the page and of its overlay.
     pub fn validate(&self) -> Result<(), ResponseError> {
         exact(self.window_revision, "windowRevision")?;
-        unique_keys(&self.blocks)?;
+        check_blocks(&self.blocks)?;
         if let Some(o) = &self.live_overlay {
             o.validate()?;
         }
@@ -171,13 +300,13 @@ impl OlderPage {
         }
     }
 
-    /// Checks numbers, unique keys and `orderedBlockKeys`.
+    /// Checks numbers (blocks' included), unique keys and `orderedBlockKeys`.
     pub fn validate(&self) -> Result<(), ResponseError> {
         if self.reload_required {
             return Ok(());
         }
         exact(self.window_revision, "windowRevision")?;
-        unique_keys(&self.blocks)?;
+        check_blocks(&self.blocks)?;
         let expected = self
             .blocks
             .iter()

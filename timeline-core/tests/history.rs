@@ -26,7 +26,7 @@ proptest! {
     // fragments, multi-byte text, huge gaps and runs of one included.
     #[test]
     fn unpacking_a_packed_page_gives_back_every_event(events in event_stream()) {
-        let records = pack(&events);
+        let records = pack(&events).unwrap();
         prop_assert_eq!(unpack_records(&records).unwrap(), events.clone());
         // Through JSON too, and the direct writer writes exactly what serde writes.
         let page = HistoryPage { records: records.clone() };
@@ -44,7 +44,7 @@ proptest! {
     fn scalar_and_packed_folds_agree(events in event_stream()) {
         let mut scalar = AssistantFold::new();
         for e in &events { scalar.fold_event(e); }
-        let records = pack(&events);
+        let records = pack(&events).unwrap();
         let mut packed = AssistantFold::new();
         for r in &records { packed.fold_record(r).unwrap(); }
         prop_assert_eq!(packed.entries, records.len() as u64);
@@ -70,7 +70,7 @@ proptest! {
         for (a, b) in cuts {
             let (x, y) = (a.index(n), b.index(n));
             let (lo, hi) = (x.min(y), x.max(y) + 1);
-            deliveries.push(D::Page(pack(&events[lo..hi])));
+            deliveries.push(D::Page(pack(&events[lo..hi]).unwrap()));
         }
         for l in live { deliveries.push(D::Live(events[l.index(n)].clone())); }
         let mut journal = Journal::new();
@@ -125,7 +125,7 @@ fn records_have_the_seed_wire_shape() {
         )])
         .collect();
     let json = serde_json::to_value(HistoryPage {
-        records: pack(&events),
+        records: pack(&events).unwrap(),
     })
     .unwrap();
     assert_eq!(
@@ -164,7 +164,7 @@ fn malformed_rows_are_typed_errors() {
         .enumerate()
         .map(|(i, t)| SessionEvent::delta(1 + i as u64, 1, "s", DeltaKind::Text, "b", t))
         .collect();
-    let SessionHistoryRecord::Chunks(row) = pack(&events).remove(0) else {
+    let SessionHistoryRecord::Chunks(row) = pack(&events).unwrap().remove(0) else {
         panic!()
     };
     let mut cut_char = row.clone();
@@ -219,7 +219,7 @@ fn pages_are_chosen_from_logical_events_at_message_boundaries() {
     assert_eq!(select_page(&events, None, 10), 11..21, "exactly m2");
     assert_eq!(select_page(&events, Some(11), 3), 0..11);
     let page = &events[select_page(&events, None, 15)];
-    assert_eq!(pack(page).len(), 3);
+    assert_eq!(pack(page).unwrap().len(), 3);
 }
 
 // PK-03: each outcome, by name.
@@ -234,7 +234,7 @@ fn journal_outcomes() {
             }
         })
         .collect();
-    let page = |a: usize, b: usize| pack(&events[a..b]);
+    let page = |a: usize, b: usize| pack(&events[a..b]).unwrap();
     let mut j = Journal::new();
     assert!(matches!(
         j.accept_page(&page(10, 14)),
@@ -273,7 +273,7 @@ fn journal_outcomes() {
         .collect();
     straddle_run.truncate(5);
     assert_eq!(
-        j.accept_page(&pack(&straddle_run)),
+        j.accept_page(&pack(&straddle_run).unwrap()),
         JournalOutcome::PartialOverlap { record: 15..=19 }
     );
     // Live dedup and gaps.
@@ -330,7 +330,7 @@ fn real_delta_shapes_fold_the_same_scalar_and_packed() {
         for e in &events {
             scalar.fold_event(e);
         }
-        let records = pack(&events);
+        let records = pack(&events).unwrap();
         assert!(rows(&records) >= 2);
         let mut packed = AssistantFold::new();
         for r in &records {
@@ -352,7 +352,7 @@ fn real_delta_shapes_fold_the_same_scalar_and_packed() {
 fn the_synthetic_tail_page_has_the_seed_cardinalities() {
     let events = synthetic_tail_page(1);
     assert_eq!(events.len(), SEED_LOGICAL_EVENTS);
-    let records = pack(&events);
+    let records = pack(&events).unwrap();
     assert_eq!(records.len(), SEED_RECORDS);
     assert_eq!(rows(&records), SEED_ROWS);
     let lens: Vec<usize> = events
