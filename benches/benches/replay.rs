@@ -30,14 +30,18 @@ fn replay(c: &mut Criterion) {
         max_events: 1_000,
         ..ReplayConfig::default()
     });
-    buffers.append(
-        &session,
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    buffers
+        .append(
+            &session,
+            EventKind::Init,
+            r#"{"type":"session_init"}"#.into(),
+            Millis(0),
+        )
+        .expect("one JSON object");
     for s in serialized.iter().take(1_000) {
-        buffers.append(&session, EventKind::Other, s.clone(), Millis(0));
+        buffers
+            .append(&session, EventKind::Other, s.clone(), Millis(0))
+            .expect("one JSON object");
     }
     let mut i = 0usize;
     group.bench_function("append_with_trimming", |b| {
@@ -59,9 +63,11 @@ fn replay(c: &mut Criterion) {
         EventKind::Init,
         r#"{"type":"session_init"}"#.into(),
         Millis(0),
-    );
+    )
+    .expect("one JSON object");
     for v in &values {
-        full.append(&session, EventKind::Other, v.to_string(), Millis(0));
+        full.append(&session, EventKind::Other, v.to_string(), Millis(0))
+            .expect("one JSON object");
     }
     assert!(full.bytes(&session) > 7_500_000);
     group.throughput(criterion::Throughput::Bytes(full.bytes(&session) as u64));

@@ -9,13 +9,48 @@
 //! Events are kept in their serialized form, so the byte total is exact (it is the size
 //! of what is replayed) and a replay is mostly a copy. A replay is a series of
 //! `structured_replay` envelopes (`seq`, `last`, `truncated`, `reclaimed`, `running`,
-//! `events`), each at most 256 KB serialized, in order. Approval events already decided
-//! are stamped with their outcome (`"outcome": "allowed" | "denied"`), so no old card
-//! looks actionable.
+//! `events`), in order. Approval events already decided are stamped with their outcome
+//! (`"outcome": "allowed" | "denied"`), so no old card looks actionable.
 //!
-//! A single event larger than a chunk cannot travel in one: it is replaced, in its
-//! place, by `{"type":"replay_event_omitted","seq":N,"bytes":B}`, and the replay is
-//! marked truncated. It is never dropped silently and never splits or loops.
+//! # Events are checked at the boundary
+//!
+//! [`ReplayBuffers::append`] takes exactly one JSON object and refuses anything else
+//! with [`AppendError::InvalidEvent`], handing the text back and leaving the buffer as
+//! it was: empty text, invalid JSON, a value that is not an object (array, number,
+//! string, ...), an object followed by more text (`{"a":1}{"b":2}`: a second event
+//! must never ride in on the first), an object nested deeper than [`MAX_EVENT_DEPTH`]
+//! (a replay envelope adds two levels and a client's JSON parser has a recursion
+//! limit), and an object with a top-level `"seq"` key (the buffer assigns `seq`; a
+//! second one would override it in a client's parse). "JSON" means what a client's
+//! `serde_json` parse into a value accepts: numbers out of the `f64` range and lone
+//! UTF-16 surrogates in escapes are refused too, since one such event would make every
+//! later replay chunk carrying it unreadable. JSON whitespace around the object is
+//! allowed and removed (in place); whitespace inside is kept. The check is one pass over
+//! the text that allocates nothing unless a string holds escapes.
+//!
+//! # Every replay ends
+//!
+//! A chunk is at most [`ReplayConfig::chunk_bytes`] serialized (256 KB by default: iOS
+//! WebSocket frames stop near 1 MiB). The parts of a chunk are the envelope (with the
+//! running state) and the events, and none of them can make a replay loop or pass the
+//! limit unannounced:
+//!
+//! - An event whose replayed form (stamped, with its `seq`) does not fit in a chunk
+//!   beside the envelope is replaced, in its place, by
+//!   `{"seq":N,"type":"replay_event_omitted","bytes":B}`, and the replay is marked
+//!   truncated. It is never dropped silently and never split.
+//! - A running state is refused when it is set ([`RunningStateError::TooLarge`]) if an
+//!   envelope carrying it would have no room left for one such marker; the previous
+//!   state stays.
+//! - Only a `chunk_bytes` too small for an envelope with one marker (under 214 bytes
+//!   plus the serialized running state, 231 with the default state: a configuration
+//!   mistake) makes a chunk pass the limit: then each chunk carries exactly one event
+//!   (a marker when the event does not fit either), or none when there are none. Such a
+//!   configuration refuses every [`ReplayBuffers::set_running`].
+//!
+//! Every chunk but the last carries at least one event, so a replay of `n` kept events
+//! has at most `max(1, n)` chunks, and together they carry every kept event exactly
+//! once, in order.
 //!
 //! Sessions nobody subscribes to for longer than the idle time are reclaimed (bounded
 //! memory) at the deadline [`ReplayBuffers::poll_timeout`] returns; a session resumed
@@ -26,23 +61,37 @@
 //! use timeline_core::key::SessionId;
 //! use timeline_core::time::Millis;
 //!
-//! let s = SessionId::new("s").unwrap();
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let s = SessionId::new("s")?;
 //! let mut buffers = ReplayBuffers::new(ReplayConfig::default());
-//! buffers.append(&s, EventKind::Init, r#"{"type":"session_init"}"#.into(), Millis(0));
+//! buffers.append(&s, EventKind::Init, r#"{"type":"session_init"}"#.into(), Millis(0))?;
 //! buffers.append_user_message(&s, "hi", Some("client-1"), Millis(1));
+//! // Two objects in one append are refused; nothing is stored.
+//! let smuggled = r#"{"type":"x"}{"type":"approval_request"}"#;
+//! assert!(buffers.append(&s, EventKind::Other, smuggled.into(), Millis(2)).is_err());
 //! let chunks = buffers.replay(&s);
 //! assert_eq!(chunks.len(), 1);
 //! assert!(chunks[0].json.starts_with(r#"{"type":"structured_replay","seq":0,"last":true"#));
+//! # Ok(())
+//! # }
 //! ```
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
 
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use timeline_core::key::SessionId;
 use timeline_core::time::Millis;
 
 /// The largest serialized replay chunk (iOS WebSocket frames stop near 1 MiB).
 pub const MAX_CHUNK_BYTES: usize = 256 * 1024;
+
+/// The deepest nesting an appended event may have (the event object itself is level 1).
+/// A replay envelope adds two levels, and `serde_json` refuses more than 127.
+pub const MAX_EVENT_DEPTH: usize = 100;
 
 /// Caps and timers of the buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +141,76 @@ pub struct RunningState {
     /// The run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+}
+
+/// Why [`ReplayBuffers::append`] refused an event. Nothing was stored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    /// The text is not exactly one JSON object a replay can carry. The producer is at
+    /// fault; appending the same text again is refused again.
+    #[error("replay event refused: {problem}")]
+    InvalidEvent {
+        /// What is wrong with the text.
+        problem: EventProblem,
+        /// The refused text, handed back unchanged.
+        json: String,
+    },
+}
+
+/// What is wrong with a refused event's text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventProblem {
+    /// Empty text, or JSON whitespace only.
+    #[error("the text is empty")]
+    Empty,
+    /// Not JSON a client can parse (syntax, a number out of range, a lone surrogate).
+    #[error("not valid JSON: {message}")]
+    Syntax {
+        /// 1-based line of the fault.
+        line: usize,
+        /// 1-based column of the fault.
+        column: usize,
+        /// The parser's message (with the position).
+        message: String,
+    },
+    /// Valid JSON, but not an object.
+    #[error("the JSON value is not an object")]
+    NotAnObject,
+    /// More text follows the object (a second object, a comma, ...).
+    #[error("text follows the object at line {line}, column {column}")]
+    TrailingText {
+        /// 1-based line where the extra text starts.
+        line: usize,
+        /// 1-based column where the extra text starts.
+        column: usize,
+    },
+    /// The object nests deeper than [`MAX_EVENT_DEPTH`].
+    #[error("the object nests deeper than {limit} levels")]
+    TooDeep {
+        /// The limit ([`MAX_EVENT_DEPTH`]).
+        limit: usize,
+    },
+    /// The object has its own top-level `"seq"`; only the buffer assigns one.
+    #[error(r#"the object has a top-level "seq", which only the replay buffer assigns"#)]
+    ReservedSeq,
+}
+
+/// Why [`ReplayBuffers::set_running`] refused a running state. The previous state stays.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunningStateError {
+    /// Serialized, the running state would leave a replay chunk no room for one event.
+    #[error("running state of {bytes} bytes passes the {limit} bytes a replay chunk leaves it")]
+    TooLarge {
+        /// Its serialized size.
+        bytes: usize,
+        /// The largest serialized running state the configured chunk size allows.
+        limit: usize,
+        /// The refused state, handed back.
+        running: RunningState,
+    },
 }
 
 /// An event as kept: its object JSON without `seq`, which replays and broadcasts put
@@ -154,34 +273,46 @@ impl ReplayBuffers {
     }
 
     fn log(&mut self, session: &SessionId, now: Millis) -> &mut SessionLog {
-        if !self.sessions.contains_key(session) {
-            let mut log = SessionLog {
+        let reclaimed = &mut self.reclaimed;
+        let log = self
+            .sessions
+            .entry(session.clone())
+            .or_insert_with(|| SessionLog {
                 idle_since: Some(now),
+                // A session resumed after a reclaim starts empty and says so.
+                reclaimed: reclaimed.remove(session).is_some(),
                 ..SessionLog::default()
-            };
-            // A session resumed after a reclaim starts empty and says so.
-            log.reclaimed = self.reclaimed.remove(session).is_some();
-            self.sessions.insert(session.clone(), log);
-        }
-        let log = self.sessions.get_mut(session).expect("inserted above");
+            });
         if log.subscribers == 0 && log.idle_since.is_none() {
             log.idle_since = Some(now);
         }
         log
     }
 
-    /// Appends a serialized event (a JSON object); returns its sequence number. The
+    /// Appends a serialized event, which must be exactly one JSON object (see the module
+    /// docs); returns its sequence number. Surrounding JSON whitespace is removed. The
     /// stored and broadcast form carries `"seq"` first ([`ReplayBuffers::event`]). Trims
-    /// the oldest events (never the init event) past either cap. O(1) amortized.
+    /// the oldest events (never the init event) past either cap. One validating pass
+    /// over the text, then O(1) amortized.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::InvalidEvent`] for anything but one object a replay can carry;
+    /// the buffer is unchanged and the text is handed back.
     pub fn append(
         &mut self,
         session: &SessionId,
         kind: EventKind,
         json: String,
         now: Millis,
-    ) -> u64 {
+    ) -> Result<u64, AppendError> {
+        let json = checked_event(json)?;
+        Ok(self.store(session, kind, json, now))
+    }
+
+    /// Stores an event already known to be one object a replay can carry.
+    fn store(&mut self, session: &SessionId, kind: EventKind, json: String, now: Millis) -> u64 {
         let (max_events, max_bytes) = (self.config.max_events, self.config.max_bytes);
-        let json = object_form(json);
         // One lookup on the hot path; a new session takes the slow one.
         let log = match self.sessions.get_mut(session) {
             Some(log) => log,
@@ -202,7 +333,7 @@ impl ReplayBuffers {
                 let first = log.events.front()?.seq;
                 // Sequence numbers are dense among kept events, except where the init
                 // event sits.
-                let guess = seq.checked_sub(first)? as usize;
+                let guess = usize::try_from(seq.checked_sub(first)?).ok()?;
                 let start = guess.saturating_sub(1).min(log.events.len());
                 log.events.range(start..).take(3).find(|e| e.seq == seq)?
             }
@@ -212,14 +343,20 @@ impl ReplayBuffers {
         Some(out)
     }
 
-    /// Appends a serialized event built from a value.
+    /// Appends a serialized event built from a value, checked like
+    /// [`ReplayBuffers::append`].
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::InvalidEvent`] when the value is not an object, nests deeper than
+    /// [`MAX_EVENT_DEPTH`] or has a top-level `"seq"`; the buffer is unchanged.
     pub fn append_value(
         &mut self,
         session: &SessionId,
         kind: EventKind,
         event: &serde_json::Value,
         now: Millis,
-    ) -> u64 {
+    ) -> Result<u64, AppendError> {
         self.append(session, kind, event.to_string(), now)
     }
 
@@ -231,9 +368,10 @@ impl ReplayBuffers {
         client_id: Option<&str>,
         now: Millis,
     ) -> u64 {
+        // Always one flat object without "seq": nothing to check.
         let event =
             serde_json::json!({ "type": "user_message", "text": text, "clientId": client_id });
-        self.append_value(session, EventKind::Other, &event, now)
+        self.store(session, EventKind::Other, event.to_string(), now)
     }
 
     /// Records an approval decision; replays stamp the request with it.
@@ -244,8 +382,36 @@ impl ReplayBuffers {
     }
 
     /// Sets the running state a replay carries.
-    pub fn set_running(&mut self, session: &SessionId, running: RunningState, now: Millis) {
+    ///
+    /// # Errors
+    ///
+    /// [`RunningStateError::TooLarge`] when an envelope carrying it would leave a chunk
+    /// no room for one event; the previous state stays and the state is handed back.
+    pub fn set_running(
+        &mut self,
+        session: &SessionId,
+        running: RunningState,
+        now: Millis,
+    ) -> Result<(), RunningStateError> {
+        let bytes = running_json(&running).len();
+        let limit = self.running_limit();
+        if bytes > limit {
+            return Err(RunningStateError::TooLarge {
+                bytes,
+                limit,
+                running,
+            });
+        }
         self.log(session, now).running = running;
+        Ok(())
+    }
+
+    /// The largest serialized running state that leaves a chunk room for one event
+    /// marker beside the envelope.
+    fn running_limit(&self) -> usize {
+        self.config
+            .chunk_bytes
+            .saturating_sub(frame_len(u64::MAX, "") + max_marker_len())
     }
 
     /// Exact serialized bytes of the events kept (init included).
@@ -310,7 +476,9 @@ impl ReplayBuffers {
             || self.sessions.get(session).is_some_and(|l| l.reclaimed)
     }
 
-    /// The replay of a session, in chunks of at most `chunk_bytes` serialized each.
+    /// The replay of a session, in chunks of at most `chunk_bytes` serialized each
+    /// (except in the one documented case of the module docs). Always ends: at most
+    /// `max(1, n)` chunks for `n` kept events.
     pub fn replay(&self, session: &SessionId) -> Vec<ReplayChunk> {
         let mut chunks = Vec::new();
         let mut buf = String::new();
@@ -326,7 +494,8 @@ impl ReplayBuffers {
 
     /// Streams the replay: each chunk is built in `buf` (reused across chunks and
     /// calls) and handed to `send` before the next one is built, so a server sends
-    /// 256 KB at a time without allocating a buffer per chunk.
+    /// 256 KB at a time without allocating a buffer per chunk. `send` is called at most
+    /// `max(1, n)` times for `n` kept events, the last time with `last == true`.
     pub fn replay_with(
         &self,
         session: &SessionId,
@@ -336,60 +505,59 @@ impl ReplayBuffers {
         let empty = SessionLog::default();
         let log = self.sessions.get(session).unwrap_or(&empty);
         let reclaimed = self.was_reclaimed(session);
-        let running = serde_json::to_string(&log.running).unwrap_or_else(|_| "{}".into());
-        let budget = self
-            .config
-            .chunk_bytes
-            .saturating_sub(header_len(u64::MAX, &running) + 2);
+        let running = running_json(&log.running);
+        let chunk_bytes = self.config.chunk_bytes;
+        // Room for events in any chunk: the longest envelope has a 20-digit chunk seq.
+        let budget = chunk_bytes.saturating_sub(frame_len(u64::MAX, &running));
         // Events in order, decided approvals stamped, oversize ones replaced.
         let mut truncated = log.truncated || reclaimed;
-        let mut events: Vec<(u64, std::borrow::Cow<'_, str>)> =
-            Vec::with_capacity(log.events.len() + 1);
+        let mut events: Vec<(u64, Cow<'_, str>)> = Vec::with_capacity(log.events.len() + 1);
         for e in log.init.iter().chain(log.events.iter()) {
-            let json: std::borrow::Cow<'_, str> =
-                match e.approval.as_ref().and_then(|id| log.decided.get(id)) {
-                    Some(allowed) => stamp(&e.json, *allowed).into(),
-                    None => e.json.as_str().into(),
-                };
+            let json: Cow<'_, str> = match e.approval.as_ref().and_then(|id| log.decided.get(id)) {
+                Some(allowed) => stamp(&e.json, *allowed).into(),
+                None => e.json.as_str().into(),
+            };
             let len = seq_len(e.seq, &json);
             if len > budget {
                 truncated = true;
-                let marker = format!(r#"{{"type":"replay_event_omitted","bytes":{len}}}"#);
-                events.push((e.seq, marker.into()));
+                events.push((e.seq, omitted(len).into()));
             } else {
                 events.push((e.seq, json));
             }
         }
-        // Pack: a chunk closes when the next event would pass the cap.
-        let mut start = 0;
+        // Pack: a chunk closes when the next event would pass the cap. Its first event
+        // is always taken, so every chunk but the last makes progress; it fits unless
+        // `chunk_bytes` cannot hold an envelope with one marker.
+        let mut rest = events.as_slice();
         let mut seq = 0u64;
         loop {
-            let room = self.config.chunk_bytes - header_len(seq, &running) - 2;
-            let mut end = start;
-            let mut used = 0;
-            while end < events.len() {
-                let add = seq_len(events[end].0, &events[end].1) + usize::from(end > start);
-                if used + add > room {
+            let room = chunk_bytes.saturating_sub(frame_len(seq, &running));
+            let mut take = 0;
+            let mut used = 0usize;
+            for (i, (event_seq, json)) in rest.iter().enumerate() {
+                let add = seq_len(*event_seq, json).saturating_add(usize::from(i > 0));
+                if i > 0 && used.saturating_add(add) > room {
                     break;
                 }
-                used += add;
-                end += 1;
+                used = used.saturating_add(add);
+                take = i + 1;
             }
-            let last = end >= events.len();
+            let (these, later) = rest.split_at(take);
+            let last = later.is_empty();
             buf.clear();
             buf.push_str(&header(seq, last, truncated, reclaimed, &running));
-            for (i, (seq, json)) in events[start..end].iter().enumerate() {
+            for (i, (event_seq, json)) in these.iter().enumerate() {
                 if i > 0 {
                     buf.push(',');
                 }
-                write_with_seq(buf, *seq, json);
+                write_with_seq(buf, *event_seq, json);
             }
             buf.push_str("]}");
             send(seq, last, buf);
             if last {
                 break;
             }
-            start = end;
+            rest = later;
             seq += 1;
         }
     }
@@ -435,17 +603,210 @@ fn push(
     seq
 }
 
-/// An event as an object: serialized objects are kept as they are; anything else is
-/// wrapped as `{"event":...}`.
-fn object_form(json: String) -> String {
-    let trimmed = json.trim();
-    if trimmed.starts_with('{') && trimmed.ends_with('}') {
-        if trimmed.len() == json.len() {
-            return json;
-        }
-        return trimmed.to_owned();
+/// JSON whitespace (RFC 8259): narrower than [`char::is_whitespace`].
+fn is_json_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r')
+}
+
+/// The event text if it is exactly one JSON object a replay can carry, with the JSON
+/// whitespace around it removed in place.
+fn checked_event(mut json: String) -> Result<String, AppendError> {
+    if let Err(problem) = check_object(&json) {
+        return Err(AppendError::InvalidEvent { problem, json });
     }
-    format!(r#"{{"event":{trimmed}}}"#)
+    let end = json.trim_end_matches(is_json_space).len();
+    json.truncate(end);
+    let start = json.len() - json.trim_start_matches(is_json_space).len();
+    if start > 0 {
+        json.drain(..start);
+    }
+    Ok(json)
+}
+
+/// One pass over `text` with `serde_json`'s own parser (the one clients use), building
+/// nothing: accepts exactly the texts that parse into one object value, no deeper than
+/// [`MAX_EVENT_DEPTH`], without a top-level `"seq"`.
+fn check_object(text: &str) -> Result<(), EventProblem> {
+    if text.trim_matches(is_json_space).is_empty() {
+        return Err(EventProblem::Empty);
+    }
+    let found = Cell::new(None);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let part = Part {
+        level: 1,
+        found: &found,
+    };
+    if let Err(e) = part.deserialize(&mut de) {
+        return Err(found.take().unwrap_or_else(|| EventProblem::Syntax {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        }));
+    }
+    de.end().map_err(|e| EventProblem::TrailingText {
+        line: e.line(),
+        column: e.column(),
+    })
+}
+
+/// A JSON value at nesting `level` (the event object is level 1). Records why it
+/// refused in `found`, so the refusal keeps its type through `serde_json`'s error.
+#[derive(Clone, Copy)]
+struct Part<'a> {
+    level: usize,
+    found: &'a Cell<Option<EventProblem>>,
+}
+
+impl Part<'_> {
+    fn refuse<E: de::Error>(self, problem: EventProblem) -> Result<(), E> {
+        self.found.set(Some(problem));
+        Err(E::custom("refused replay event"))
+    }
+
+    /// A scalar: fine inside the object, refused in its place.
+    fn scalar<E: de::Error>(self) -> Result<(), E> {
+        if self.level == 1 {
+            return self.refuse(EventProblem::NotAnObject);
+        }
+        Ok(())
+    }
+
+    fn child(self) -> Self {
+        Part {
+            level: self.level + 1,
+            found: self.found,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Part<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Part<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_i128<E: de::Error>(self, _: i128) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_u128<E: de::Error>(self, _: u128) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if self.level == 1 {
+            return self.refuse(EventProblem::NotAnObject);
+        }
+        if self.level > MAX_EVENT_DEPTH {
+            return self.refuse(EventProblem::TooDeep {
+                limit: MAX_EVENT_DEPTH,
+            });
+        }
+        while seq.next_element_seed(self.child())?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        if self.level > MAX_EVENT_DEPTH {
+            return self.refuse(EventProblem::TooDeep {
+                limit: MAX_EVENT_DEPTH,
+            });
+        }
+        let key = Key {
+            top: self.level == 1,
+            found: self.found,
+        };
+        while map.next_key_seed(key)?.is_some() {
+            map.next_value_seed(self.child())?;
+        }
+        Ok(())
+    }
+}
+
+/// An object key; at the top level `"seq"` (escaped or not) is refused.
+#[derive(Clone, Copy)]
+struct Key<'a> {
+    top: bool,
+    found: &'a Cell<Option<EventProblem>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<(), E> {
+        if self.top && key == "seq" {
+            self.found.set(Some(EventProblem::ReservedSeq));
+            return Err(E::custom("refused replay event"));
+        }
+        Ok(())
+    }
+}
+
+/// The running state as every envelope carries it.
+fn running_json(running: &RunningState) -> String {
+    // Serializing a bool and a string cannot fail; the fallback keeps the field clients
+    // require.
+    serde_json::to_string(running)
+        .unwrap_or_else(|_| format!(r#"{{"running":{}}}"#, running.running))
+}
+
+/// The marker that stands in for an event of `bytes` bytes too large for a chunk.
+fn omitted(bytes: usize) -> String {
+    format!(r#"{{"type":"replay_event_omitted","bytes":{bytes}}}"#)
+}
+
+/// The longest marker as replayed (20-digit seq and size).
+fn max_marker_len() -> usize {
+    seq_len(u64::MAX, &omitted(usize::MAX)).max(seq_len(u64::MAX, &omitted(0)))
 }
 
 fn digits(n: u64) -> usize {
@@ -458,7 +819,9 @@ fn digits(n: u64) -> usize {
 
 /// True for `{}` (with any inner whitespace).
 fn empty_object(json: &str) -> bool {
-    json[1..json.len() - 1].trim().is_empty()
+    json.strip_prefix('{')
+        .and_then(|j| j.strip_suffix('}'))
+        .is_some_and(|inner| inner.trim_matches(is_json_space).is_empty())
 }
 
 /// The size of `json` with `"seq":N` put first.
@@ -470,16 +833,33 @@ fn seq_len(seq: u64, json: &str) -> usize {
     }
 }
 
+/// Writes `n` in decimal without allocating.
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // n % 10 < 10, so the cast keeps the value.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for d in &digits[at..] {
+        out.push(char::from(*d));
+    }
+}
+
 /// Writes `json` with `"seq":N` put first.
 fn write_with_seq(out: &mut String, seq: u64, json: &str) {
-    use std::fmt::Write as _;
     out.push_str(r#"{"seq":"#);
-    let _ = write!(out, "{seq}");
+    push_u64(out, seq);
     if empty_object(json) {
         out.push('}');
     } else {
         out.push(',');
-        out.push_str(&json[1..]);
+        out.push_str(json.strip_prefix('{').unwrap_or(json));
     }
 }
 
@@ -489,9 +869,10 @@ fn header(seq: u64, last: bool, truncated: bool, reclaimed: bool, running: &str)
     )
 }
 
-/// The longest header of chunk `seq` (`false` is longer than `true`).
-fn header_len(seq: u64, running: &str) -> usize {
-    header(seq, false, false, false, running).len()
+/// The most an envelope of chunk `seq` adds around its events: the longest header
+/// (`false` is longer than `true`) and the closing `]}`.
+fn frame_len(seq: u64, running: &str) -> usize {
+    header(seq, false, false, false, running).len() + 2
 }
 
 /// Adds `"outcome"` to a serialized approval event.

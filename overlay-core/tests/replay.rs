@@ -1,7 +1,10 @@
 //! Replay on join: the server's ring buffer and the client reducer (RB-01 to RB-05).
 #![allow(clippy::unwrap_used)]
 
-use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState, MAX_CHUNK_BYTES};
+use overlay_core::replay::{
+    AppendError, EventKind, EventProblem, ReplayBuffers, ReplayChunk, ReplayConfig, RunningState,
+    RunningStateError, MAX_CHUNK_BYTES, MAX_EVENT_DEPTH,
+};
 use proptest::prelude::*;
 use timeline_core::key::SessionId;
 use timeline_core::replay::{
@@ -22,7 +25,6 @@ fn config(max_events: usize, max_bytes: usize) -> ReplayConfig {
     }
 }
 
-/// Appends the session-initialization event; returns its seq.
 /// Buffers cutting replays into `chunk_bytes` chunks, with the session's init event.
 fn started_with_chunks(chunk_bytes: usize) -> ReplayBuffers {
     let mut b = ReplayBuffers::new(ReplayConfig {
@@ -33,6 +35,7 @@ fn started_with_chunks(chunk_bytes: usize) -> ReplayBuffers {
     b
 }
 
+/// Appends the session-initialization event; returns its seq.
 fn init(b: &mut ReplayBuffers, at: Millis) -> u64 {
     b.append(
         &s(),
@@ -40,6 +43,7 @@ fn init(b: &mut ReplayBuffers, at: Millis) -> u64 {
         r#"{"type":"session_init"}"#.into(),
         at,
     )
+    .unwrap()
 }
 
 fn delta(text: &str) -> String {
@@ -60,12 +64,14 @@ fn the_event_cap_trims_the_oldest_but_never_the_init_event() {
     let mut b = ReplayBuffers::new(config(3, usize::MAX));
     init(&mut b, Millis(0));
     for i in 0..3 {
-        b.append(&s(), EventKind::Other, delta(&i.to_string()), Millis(0));
+        b.append(&s(), EventKind::Other, delta(&i.to_string()), Millis(0))
+            .unwrap();
     }
     assert_eq!(b.len(&s()), 3);
     let c = join(&b);
     assert!(!c.truncated(), "at the limit nothing is trimmed");
-    b.append(&s(), EventKind::Other, delta("3"), Millis(0));
+    b.append(&s(), EventKind::Other, delta("3"), Millis(0))
+        .unwrap();
     assert_eq!(b.len(&s()), 3);
     let c = join(&b);
     assert!(c.truncated());
@@ -79,7 +85,11 @@ fn the_event_cap_trims_the_oldest_but_never_the_init_event() {
 fn the_byte_cap_counts_exactly_what_is_replayed() {
     let mut probe = ReplayBuffers::new(config(usize::MAX, usize::MAX));
     let seqs: Vec<u64> = (0..4)
-        .map(|i| probe.append(&s(), EventKind::Other, delta(&format!("{i}")), Millis(0)))
+        .map(|i| {
+            probe
+                .append(&s(), EventKind::Other, delta(&format!("{i}")), Millis(0))
+                .unwrap()
+        })
         .collect();
     let sizes: Vec<usize> = seqs
         .iter()
@@ -90,12 +100,14 @@ fn the_byte_cap_counts_exactly_what_is_replayed() {
     // A cap of exactly the four events keeps them; one byte less drops the oldest.
     let mut b = ReplayBuffers::new(config(usize::MAX, total));
     for i in 0..4 {
-        b.append(&s(), EventKind::Other, delta(&format!("{i}")), Millis(0));
+        b.append(&s(), EventKind::Other, delta(&format!("{i}")), Millis(0))
+            .unwrap();
     }
     assert_eq!((b.len(&s()), b.bytes(&s())), (4, total));
     let mut b = ReplayBuffers::new(config(usize::MAX, total - 1));
     for i in 0..4 {
-        b.append(&s(), EventKind::Other, delta(&format!("{i}")), Millis(0));
+        b.append(&s(), EventKind::Other, delta(&format!("{i}")), Millis(0))
+            .unwrap();
     }
     assert_eq!(b.len(&s()), 3);
     assert_eq!(b.bytes(&s()), total - sizes[0]);
@@ -111,9 +123,11 @@ fn user_messages_are_recorded_at_their_true_position() {
     let mut b = ReplayBuffers::new(ReplayConfig::default());
     init(&mut b, Millis(0));
     b.append_user_message(&s(), "run the tests", Some("c-1"), Millis(1));
-    b.append(&s(), EventKind::Other, delta("Running"), Millis(2));
+    b.append(&s(), EventKind::Other, delta("Running"), Millis(2))
+        .unwrap();
     b.append_user_message(&s(), "also lint (steer)", Some("c-2"), Millis(3));
-    b.append(&s(), EventKind::Other, delta("Linting"), Millis(4));
+    b.append(&s(), EventKind::Other, delta("Linting"), Millis(4))
+        .unwrap();
     let c = join(&b);
     let kinds: Vec<String> = c
         .entries()
@@ -136,7 +150,8 @@ fn replay_chunks_stay_under_256_kb_and_decided_approvals_are_stamped() {
             EventKind::Other,
             delta(&"y".repeat(300 + i % 50)),
             Millis(0),
-        );
+        )
+        .unwrap();
     }
     let approval =
         serde_json::json!({"type": "approval_request", "requestId": "r1", "text": "rm -rf build"})
@@ -148,7 +163,8 @@ fn replay_chunks_stay_under_256_kb_and_decided_approvals_are_stamped() {
         },
         approval,
         Millis(0),
-    );
+    )
+    .unwrap();
     b.decide_approval(&s(), "r1", false);
     let chunks = b.replay(&s());
     assert!(chunks.len() >= 3);
@@ -178,13 +194,16 @@ fn replay_chunks_stay_under_256_kb_and_decided_approvals_are_stamped() {
 fn an_event_larger_than_a_chunk_is_replaced_by_a_marker() {
     let mut b = ReplayBuffers::new(ReplayConfig::default());
     init(&mut b, Millis(0));
-    let big = b.append(
-        &s(),
-        EventKind::Other,
-        delta(&"z".repeat(300_000)),
-        Millis(0),
-    );
-    b.append(&s(), EventKind::Other, delta("after"), Millis(0));
+    let big = b
+        .append(
+            &s(),
+            EventKind::Other,
+            delta(&"z".repeat(300_000)),
+            Millis(0),
+        )
+        .unwrap();
+    b.append(&s(), EventKind::Other, delta("after"), Millis(0))
+        .unwrap();
     let chunks = b.replay(&s());
     assert!(chunks.iter().all(|c| c.json.len() <= MAX_CHUNK_BYTES));
     let c = join(&b);
@@ -227,7 +246,7 @@ fn a_rebuild_suppresses_live_only_effects_and_adopts_the_running_state() {
     let mut b = started_with_chunks(2_048);
     for i in 0..40 {
         let run = serde_json::json!({"type": "run_state", "running": i % 2 == 0}).to_string();
-        b.append(&s(), EventKind::Other, run, Millis(0));
+        b.append(&s(), EventKind::Other, run, Millis(0)).unwrap();
         let approval =
             serde_json::json!({"type": "approval_request", "requestId": format!("r{i}")})
                 .to_string();
@@ -238,7 +257,8 @@ fn a_rebuild_suppresses_live_only_effects_and_adopts_the_running_state() {
             },
             approval,
             Millis(0),
-        );
+        )
+        .unwrap();
     }
     b.set_running(
         &s(),
@@ -247,7 +267,8 @@ fn a_rebuild_suppresses_live_only_effects_and_adopts_the_running_state() {
             run_id: Some("run-9".into()),
         },
         Millis(0),
-    );
+    )
+    .unwrap();
     let chunks = b.replay(&s());
     assert!(chunks.len() > 2);
     let mut c = ConversationClient::new();
@@ -276,12 +297,14 @@ fn a_rebuild_suppresses_live_only_effects_and_adopts_the_running_state() {
         "init + 40 cards; run states change state, not rows"
     );
     // Live again: effects flow.
-    let next = b.append(
-        &s(),
-        EventKind::Other,
-        serde_json::json!({"type": "run_state", "running": false}).to_string(),
-        Millis(0),
-    );
+    let next = b
+        .append(
+            &s(),
+            EventKind::Other,
+            serde_json::json!({"type": "run_state", "running": false}).to_string(),
+            Millis(0),
+        )
+        .unwrap();
     assert_eq!(
         c.handle_live(&b.event(&s(), next).unwrap()),
         ReplayOutcome::Applied
@@ -296,19 +319,23 @@ fn a_rebuild_suppresses_live_only_effects_and_adopts_the_running_state() {
 fn the_pending_bubble_never_ends_up_below_the_reply() {
     let mut b = ReplayBuffers::new(ReplayConfig::default());
     let mut c = ConversationClient::new();
-    let init = b.append(
-        &s(),
-        EventKind::Init,
-        r#"{"type":"session_init"}"#.into(),
-        Millis(0),
-    );
+    let init = b
+        .append(
+            &s(),
+            EventKind::Init,
+            r#"{"type":"session_init"}"#.into(),
+            Millis(0),
+        )
+        .unwrap();
     c.handle_live(&b.event(&s(), init).unwrap());
     c.send("c-1", "run the tests");
     assert!(matches!(c.view().last(), Some(ViewRow::Pending { .. })));
     // The server records the message, then the reply starts; the client gets the reply
     // first (reordering on a reconnect) and the acknowledgement after.
     let user = b.append_user_message(&s(), "run the tests", Some("c-1"), Millis(1));
-    let reply = b.append(&s(), EventKind::Other, delta("Running"), Millis(2));
+    let reply = b
+        .append(&s(), EventKind::Other, delta("Running"), Millis(2))
+        .unwrap();
     assert_eq!(
         c.handle_live(&b.event(&s(), reply).unwrap()),
         ReplayOutcome::RequestReplay(ReplayProblem::Gap)
@@ -334,13 +361,15 @@ fn bad_replays_ask_for_a_new_one_and_keep_the_view() {
             EventKind::Other,
             delta(&format!("part {i} of a longer reply")),
             Millis(0),
-        );
+        )
+        .unwrap();
         b.append(
             &s(),
             EventKind::Other,
             r#"{"type":"future_event_kind","x":1}"#.into(),
             Millis(0),
-        );
+        )
+        .unwrap();
     }
     let chunks = b.replay(&s());
     assert!(chunks.len() >= 3);
@@ -422,28 +451,32 @@ fn serve(b: &mut ReplayBuffers, stream: &[Ev]) -> Vec<String> {
                 Some(&format!("c-{i}")),
                 Millis(0),
             ),
-            Ev::Delta(n) => b.append(
-                &s(),
-                EventKind::Other,
-                delta(&"d".repeat(*n as usize + 1)),
-                Millis(0),
-            ),
+            Ev::Delta(n) => b
+                .append(
+                    &s(),
+                    EventKind::Other,
+                    delta(&"d".repeat(*n as usize + 1)),
+                    Millis(0),
+                )
+                .unwrap(),
             Ev::Approval(r, decided) => {
                 let id = format!("r{i}-{r}");
                 let json =
                     serde_json::json!({"type": "approval_request", "requestId": id}).to_string();
-                let seq = b.append(
-                    &s(),
-                    EventKind::Approval {
-                        request_id: id.clone(),
-                    },
-                    json,
-                    Millis(0),
-                );
+                let seq = b
+                    .append(
+                        &s(),
+                        EventKind::Approval {
+                            request_id: id.clone(),
+                        },
+                        json,
+                        Millis(0),
+                    )
+                    .unwrap();
                 live.push(b.event(&s(), seq).unwrap());
                 if let Some(allowed) = decided {
                     b.decide_approval(&s(), &id, *allowed);
-                    b.append(&s(), EventKind::Other, serde_json::json!({"type": "approval_decided", "requestId": id, "allowed": allowed}).to_string(), Millis(0))
+                    b.append(&s(), EventKind::Other, serde_json::json!({"type": "approval_decided", "requestId": id, "allowed": allowed}).to_string(), Millis(0)).unwrap()
                 } else {
                     continue;
                 }
@@ -456,20 +489,24 @@ fn serve(b: &mut ReplayBuffers, stream: &[Ev]) -> Vec<String> {
                         run_id: None,
                     },
                     Millis(0),
-                );
+                )
+                .unwrap();
                 b.append(
                     &s(),
                     EventKind::Other,
                     serde_json::json!({"type": "run_state", "running": r}).to_string(),
                     Millis(0),
                 )
+                .unwrap()
             }
-            Ev::Unknown => b.append(
-                &s(),
-                EventKind::Other,
-                r#"{"type":"added_later"}"#.into(),
-                Millis(0),
-            ),
+            Ev::Unknown => b
+                .append(
+                    &s(),
+                    EventKind::Other,
+                    r#"{"type":"added_later"}"#.into(),
+                    Millis(0),
+                )
+                .unwrap(),
         };
         live.push(b.event(&s(), seq).unwrap());
     }
@@ -598,29 +635,33 @@ fn serve_one(b: &mut ReplayBuffers, e: &Ev) -> Vec<String> {
             push(b, seq);
         }
         Ev::Delta(n) => {
-            let seq = b.append(
-                &s(),
-                EventKind::Other,
-                delta(&"d".repeat(*n as usize + 1)),
-                Millis(0),
-            );
+            let seq = b
+                .append(
+                    &s(),
+                    EventKind::Other,
+                    delta(&"d".repeat(*n as usize + 1)),
+                    Millis(0),
+                )
+                .unwrap();
             push(b, seq);
         }
         Ev::Approval(r, decided) => {
             let id = format!("late-{r}-{}", b.len(&s()));
             let json = serde_json::json!({"type": "approval_request", "requestId": id}).to_string();
-            let seq = b.append(
-                &s(),
-                EventKind::Approval {
-                    request_id: id.clone(),
-                },
-                json,
-                Millis(0),
-            );
+            let seq = b
+                .append(
+                    &s(),
+                    EventKind::Approval {
+                        request_id: id.clone(),
+                    },
+                    json,
+                    Millis(0),
+                )
+                .unwrap();
             push(b, seq);
             if let Some(allowed) = decided {
                 b.decide_approval(&s(), &id, *allowed);
-                let seq = b.append(&s(), EventKind::Other, serde_json::json!({"type": "approval_decided", "requestId": id, "allowed": allowed}).to_string(), Millis(0));
+                let seq = b.append(&s(), EventKind::Other, serde_json::json!({"type": "approval_decided", "requestId": id, "allowed": allowed}).to_string(), Millis(0)).unwrap();
                 push(b, seq);
             }
         }
@@ -632,24 +673,661 @@ fn serve_one(b: &mut ReplayBuffers, e: &Ev) -> Vec<String> {
                     run_id: None,
                 },
                 Millis(0),
-            );
-            let seq = b.append(
-                &s(),
-                EventKind::Other,
-                serde_json::json!({"type": "run_state", "running": r}).to_string(),
-                Millis(0),
-            );
+            )
+            .unwrap();
+            let seq = b
+                .append(
+                    &s(),
+                    EventKind::Other,
+                    serde_json::json!({"type": "run_state", "running": r}).to_string(),
+                    Millis(0),
+                )
+                .unwrap();
             push(b, seq);
         }
         Ev::Unknown => {
-            let seq = b.append(
-                &s(),
-                EventKind::Other,
-                r#"{"type":"added_later"}"#.into(),
-                Millis(0),
-            );
+            let seq = b
+                .append(
+                    &s(),
+                    EventKind::Other,
+                    r#"{"type":"added_later"}"#.into(),
+                    Millis(0),
+                )
+                .unwrap();
             push(b, seq);
         }
     }
     out
+}
+
+// ---------------------------------------------------------------------------------------
+// Every replay ends (RB-03) and events are checked where they come in (RB-01).
+// ---------------------------------------------------------------------------------------
+
+/// The events a replay carries, chunk after chunk, as values.
+fn replayed_events(chunks: &[ReplayChunk]) -> Vec<serde_json::Value> {
+    chunks
+        .iter()
+        .flat_map(|c| {
+            let v: serde_json::Value = serde_json::from_str(&c.json).unwrap();
+            v["events"].as_array().unwrap().clone()
+        })
+        .collect()
+}
+
+/// The `seq` of every event a replay carries, in order.
+fn replayed_seqs(chunks: &[ReplayChunk]) -> Vec<u64> {
+    replayed_events(chunks)
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect()
+}
+
+/// How many events one chunk carries.
+fn events_in(chunk: &ReplayChunk) -> usize {
+    let v: serde_json::Value = serde_json::from_str(&chunk.json).unwrap();
+    v["events"].as_array().unwrap().len()
+}
+
+/// Chunk numbers count from 0 and only the final chunk says `last`.
+fn assert_sequenced(chunks: &[ReplayChunk]) {
+    assert!(!chunks.is_empty());
+    for (i, c) in chunks.iter().enumerate() {
+        assert_eq!(c.seq, i as u64);
+        assert_eq!(c.last, i + 1 == chunks.len());
+    }
+}
+
+/// Replays with a hard stop, so a replay that loops fails the test instead of hanging.
+fn bounded_replay(b: &ReplayBuffers, max_chunks: usize) -> Vec<ReplayChunk> {
+    let mut chunks = Vec::new();
+    let mut buf = String::new();
+    let mut ended = false;
+    b.replay_with(&s(), &mut buf, |seq, last, json| {
+        assert!(
+            chunks.len() < max_chunks,
+            "more than {max_chunks} chunks: the replay does not end"
+        );
+        assert!(!ended, "a chunk after the last one");
+        ended = last;
+        chunks.push(ReplayChunk {
+            seq,
+            last,
+            json: json.to_owned(),
+        });
+    });
+    assert!(ended, "the replay never sent its last chunk");
+    chunks
+}
+
+// RB-03: a running state that (nearly) fills a chunk by itself is refused where it is
+// set, with the state handed back; the buffer keeps the previous state and its replay
+// still ends within the cap. Before, such a state made the replay send empty chunks
+// without end (or panic when a little larger).
+#[test]
+fn rb03_running_state_that_fills_a_chunk_still_ends() {
+    let chunk_bytes = 1_024;
+    let mut b = started_with_chunks(chunk_bytes);
+    for i in 0..20 {
+        b.append(
+            &s(),
+            EventKind::Other,
+            delta(&format!("part {i}")),
+            Millis(0),
+        )
+        .unwrap();
+    }
+    let before = b.replay(&s());
+    for fill in [
+        chunk_bytes - 150,
+        chunk_bytes - 100,
+        chunk_bytes - 40,
+        chunk_bytes,
+        10 * chunk_bytes,
+    ] {
+        let state = RunningState {
+            running: true,
+            run_id: Some("r".repeat(fill)),
+        };
+        let err = b.set_running(&s(), state.clone(), Millis(0)).unwrap_err();
+        assert!(
+            matches!(&err, RunningStateError::TooLarge { bytes, limit, running }
+                if *running == state && bytes > limit && *limit < chunk_bytes),
+            "{err:?}"
+        );
+        assert_eq!(bounded_replay(&b, 100), before, "nothing changed");
+    }
+}
+
+// RB-03: a running state exactly at the limit is taken; every chunk then still holds at
+// least one event within the cap (an event that does not fit travels as a marker), so
+// the replay ends with at most one chunk per event and gives back every event in order.
+#[test]
+fn rb03_running_state_at_the_limit_leaves_room_for_one_event_per_chunk() {
+    let chunk_bytes = 1_024;
+    let mut b = started_with_chunks(chunk_bytes);
+    for i in 0..20 {
+        let text = if i % 5 == 0 {
+            "w".repeat(300)
+        } else {
+            format!("{i}")
+        };
+        b.append(&s(), EventKind::Other, delta(&text), Millis(0))
+            .unwrap();
+    }
+    // Learn the limit and the fixed overhead of the state from one refusal.
+    let probe = RunningState {
+        running: true,
+        run_id: Some("r".repeat(chunk_bytes)),
+    };
+    let Err(RunningStateError::TooLarge { bytes, limit, .. }) =
+        b.set_running(&s(), probe, Millis(0))
+    else {
+        panic!("a run ID the size of a chunk is refused");
+    };
+    let overhead = bytes - chunk_bytes;
+    let at = |len: usize| RunningState {
+        running: true,
+        run_id: Some("r".repeat(len)),
+    };
+    assert!(b
+        .set_running(&s(), at(limit - overhead + 1), Millis(0))
+        .is_err());
+    b.set_running(&s(), at(limit - overhead), Millis(0))
+        .unwrap();
+    let chunks = bounded_replay(&b, 100);
+    assert_sequenced(&chunks);
+    assert!(chunks.len() <= 21, "at most one chunk per kept event");
+    for c in &chunks {
+        assert!(
+            c.json.len() <= chunk_bytes,
+            "{} > {chunk_bytes}",
+            c.json.len()
+        );
+        assert!(events_in(c) >= 1, "every chunk makes progress");
+    }
+    assert_eq!(replayed_seqs(&chunks), (0..21).collect::<Vec<u64>>());
+    let c = join(&b);
+    assert!(
+        c.running() && c.truncated(),
+        "the markers say it is not complete"
+    );
+    assert!(c
+        .entries()
+        .iter()
+        .any(|e| matches!(e.kind, EntryKind::Omitted { .. })));
+}
+
+// RB-03: the one documented case of a chunk past the cap: a chunk size too small for an
+// envelope with one event marker. Each chunk then carries exactly one event, so the
+// replay still ends and still gives back every event once, in order.
+#[test]
+fn rb03_a_chunk_size_too_small_for_any_envelope_still_ends() {
+    for chunk_bytes in [0, 1, 64, 150, 200] {
+        let mut b = started_with_chunks(chunk_bytes);
+        for i in 0..5 {
+            b.append(&s(), EventKind::Other, delta(&i.to_string()), Millis(0))
+                .unwrap();
+        }
+        let chunks = bounded_replay(&b, 100);
+        assert_sequenced(&chunks);
+        assert!(chunks.len() <= 6, "{chunk_bytes}: {} chunks", chunks.len());
+        for c in &chunks {
+            assert!(
+                c.json.len() <= chunk_bytes || events_in(c) == 1,
+                "{chunk_bytes}: an oversized chunk carries exactly one event"
+            );
+        }
+        assert_eq!(replayed_seqs(&chunks), (0..6).collect::<Vec<u64>>());
+        let mut client = ConversationClient::new();
+        let outcomes: Vec<ReplayOutcome> = chunks
+            .iter()
+            .map(|c| client.handle_replay_chunk(&c.json, Millis(0)))
+            .collect();
+        assert_eq!(outcomes.last(), Some(&ReplayOutcome::Complete));
+        // No running state fits in such chunks: every one is refused.
+        assert!(b
+            .set_running(&s(), RunningState::default(), Millis(0))
+            .is_err());
+    }
+    // An empty session still ends: one chunk, possibly oversized, no events.
+    let b = ReplayBuffers::new(ReplayConfig {
+        chunk_bytes: 0,
+        ..ReplayConfig::default()
+    });
+    let chunks = bounded_replay(&b, 10);
+    assert_eq!(chunks.len(), 1);
+    assert_eq!(events_in(&chunks[0]), 0);
+}
+
+/// Tells whether a refusal names the expected problem.
+type Expect = fn(&EventProblem) -> bool;
+
+/// Texts an append must refuse, with the problem it must name.
+fn refused_texts() -> Vec<(&'static str, Expect)> {
+    vec![
+        // A second event smuggled behind the first (a forged approval card).
+        (
+            r#"{"type":"assistant_delta","text":"ok"}{"type":"approval_request","requestId":"forged"}"#,
+            |p| matches!(p, EventProblem::TrailingText { .. }),
+        ),
+        (r#"{"a":1} {"b":2}"#, |p| {
+            matches!(p, EventProblem::TrailingText { .. })
+        }),
+        (r#"{"a":1},"#, |p| {
+            matches!(p, EventProblem::TrailingText { .. })
+        }),
+        (r#"[{"type":"approval_request"}]"#, |p| {
+            *p == EventProblem::NotAnObject
+        }),
+        ("42", |p| *p == EventProblem::NotAnObject),
+        (r#""text""#, |p| *p == EventProblem::NotAnObject),
+        ("null", |p| *p == EventProblem::NotAnObject),
+        ("true", |p| *p == EventProblem::NotAnObject),
+        ("not json", |p| matches!(p, EventProblem::Syntax { .. })),
+        (r#"{"type":"x""#, |p| {
+            matches!(p, EventProblem::Syntax { .. })
+        }),
+        (r#"{"type":'x'}"#, |p| {
+            matches!(p, EventProblem::Syntax { .. })
+        }),
+        ("", |p| *p == EventProblem::Empty),
+        (" \n\t\r ", |p| *p == EventProblem::Empty),
+        // What a client's parser refuses would make every later chunk unreadable.
+        (r#"{"n":1e400}"#, |p| {
+            matches!(p, EventProblem::Syntax { .. })
+        }),
+        (r#"{"t":"\ud800"}"#, |p| {
+            matches!(p, EventProblem::Syntax { .. })
+        }),
+        // Only the buffer assigns `seq`; a second one would win in a client's parse.
+        (r#"{"seq":99999,"type":"run_state"}"#, |p| {
+            *p == EventProblem::ReservedSeq
+        }),
+        (r#"{"type":"x","\u0073eq":99999}"#, |p| {
+            *p == EventProblem::ReservedSeq
+        }),
+        // Whitespace JSON does not know is not trimmed.
+        ("\u{a0}{\"a\":1}", |p| {
+            matches!(p, EventProblem::Syntax { .. })
+        }),
+    ]
+}
+
+// RB-01, RB-03: an append takes exactly one JSON object; anything else is refused with a
+// typed error that hands the text back, and the buffer, its later replays and its
+// sequence numbers are exactly as if the append never happened.
+#[test]
+fn rb01_append_refuses_anything_but_one_object_and_keeps_the_buffer() {
+    let mut b = started_with_chunks(2_048);
+    b.append(&s(), EventKind::Other, delta("before"), Millis(0))
+        .unwrap();
+    let (bytes, len, replay) = (b.bytes(&s()), b.len(&s()), b.replay(&s()));
+    for (text, expected) in refused_texts() {
+        for kind in [
+            EventKind::Other,
+            EventKind::Init,
+            EventKind::Approval {
+                request_id: "forged".into(),
+            },
+        ] {
+            match b.append(&s(), kind, text.to_owned(), Millis(1)) {
+                Err(AppendError::InvalidEvent { problem, json }) => {
+                    assert!(expected(&problem), "{text:?}: {problem:?}");
+                    assert_eq!(json, text, "the text comes back unchanged");
+                }
+                other => panic!("{text:?} was not refused: {other:?}"),
+            }
+            assert_eq!((b.bytes(&s()), b.len(&s())), (bytes, len), "{text:?}");
+            assert_eq!(b.replay(&s()), replay, "{text:?}");
+        }
+    }
+    // Later appends and replays carry on as if nothing was offered.
+    let next = b
+        .append(&s(), EventKind::Other, delta("after"), Millis(2))
+        .unwrap();
+    assert_eq!(next, 2, "refused appends take no sequence number");
+    let c = join(&b);
+    assert!(!c.truncated());
+    assert_eq!(c.entries().len(), 2, "init + one assistant entry");
+    assert_eq!(c.entries()[1].text, "beforeafter");
+    assert!(
+        !c.entries()
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::Approval { .. })),
+        "no forged card"
+    );
+    // A refused append creates no session either (it would start an idle clock).
+    b.subscribe(&s(), Millis(3));
+    assert_eq!(b.poll_timeout(), None);
+    let other = SessionId::new("other").unwrap();
+    assert!(b
+        .append(&other, EventKind::Other, "[]".into(), Millis(4))
+        .is_err());
+    assert_eq!(b.poll_timeout(), None);
+}
+
+// RB-01: JSON whitespace around the object is accepted and removed; inside, it is kept.
+#[test]
+fn rb01_whitespace_around_an_event_is_removed() {
+    let mut b = ReplayBuffers::new(ReplayConfig::default());
+    let seq = b
+        .append(
+            &s(),
+            EventKind::Init,
+            " \r\n\t{ \"type\" : \"session_init\" }\n".into(),
+            Millis(0),
+        )
+        .unwrap();
+    assert_eq!(
+        b.event(&s(), seq).unwrap(),
+        r#"{"seq":0, "type" : "session_init" }"#
+    );
+    let empty = b
+        .append(&s(), EventKind::Other, " { \n } ".into(), Millis(0))
+        .unwrap();
+    assert_eq!(b.event(&s(), empty).unwrap(), r#"{"seq":1}"#);
+    assert_eq!(
+        b.bytes(&s()),
+        b.event(&s(), 0).unwrap().len() + b.event(&s(), 1).unwrap().len()
+    );
+    let c = join(&b);
+    assert_eq!(c.entries().len(), 1);
+    assert_eq!(c.entries()[0].kind, EntryKind::Init);
+}
+
+/// An object nested `depth` levels deep (the object itself is level 1).
+fn nested(depth: usize) -> String {
+    let mut json = String::from(r#"{"type":"deep","v":"#);
+    for _ in 1..depth {
+        json.push('[');
+    }
+    json.push('0');
+    for _ in 1..depth {
+        json.push(']');
+    }
+    json.push('}');
+    json
+}
+
+// RB-01, RB-03: an event as deep as the limit is kept and still parses inside a replay
+// envelope; one level more is refused.
+#[test]
+fn rb01_nesting_is_limited_so_every_kept_event_replays() {
+    let mut b = started_with_chunks(MAX_CHUNK_BYTES);
+    let deep = b
+        .append(&s(), EventKind::Other, nested(MAX_EVENT_DEPTH), Millis(0))
+        .unwrap();
+    assert_eq!(
+        b.append(
+            &s(),
+            EventKind::Other,
+            nested(MAX_EVENT_DEPTH + 1),
+            Millis(0)
+        ),
+        Err(AppendError::InvalidEvent {
+            problem: EventProblem::TooDeep {
+                limit: MAX_EVENT_DEPTH
+            },
+            json: nested(MAX_EVENT_DEPTH + 1),
+        })
+    );
+    // Nested objects count too, and a `seq` below the top level is the event's own.
+    let mut obj = String::from(r#"{"type":"deep""#);
+    for _ in 1..=MAX_EVENT_DEPTH {
+        obj.push_str(r#","o":{"seq":1"#);
+    }
+    obj.push_str(&"}".repeat(MAX_EVENT_DEPTH + 1));
+    assert!(matches!(
+        b.append(&s(), EventKind::Other, obj, Millis(0)),
+        Err(AppendError::InvalidEvent {
+            problem: EventProblem::TooDeep { .. },
+            ..
+        })
+    ));
+    let chunks = b.replay(&s());
+    assert_eq!(replayed_seqs(&chunks), [0, deep]);
+    let mut c = ConversationClient::new();
+    assert_eq!(
+        c.handle_replay_chunk(&chunks[0].json, Millis(0)),
+        ReplayOutcome::Complete
+    );
+    // Live, it parses on its own too.
+    serde_json::from_str::<serde_json::Value>(&b.event(&s(), deep).unwrap()).unwrap();
+}
+
+// RB-01: events built from values are checked the same way.
+#[test]
+fn rb01_append_value_refuses_values_that_are_not_objects() {
+    let mut b = started_with_chunks(MAX_CHUNK_BYTES);
+    let replay = b.replay(&s());
+    for v in [
+        serde_json::json!([1, 2]),
+        serde_json::json!(3),
+        serde_json::json!(null),
+        serde_json::json!({"seq": 5, "type": "x"}),
+    ] {
+        assert!(b
+            .append_value(&s(), EventKind::Other, &v, Millis(0))
+            .is_err());
+    }
+    assert_eq!(b.replay(&s()), replay);
+    let seq = b
+        .append_value(
+            &s(),
+            EventKind::Other,
+            &serde_json::json!({"type": "x", "nested": {"seq": 5}}),
+            Millis(0),
+        )
+        .unwrap();
+    assert_eq!(seq, 1);
+}
+
+#[derive(Clone, Debug)]
+enum Piece {
+    Delta(String),
+    Approval(Option<bool>, String),
+    Other(usize),
+}
+
+fn piece() -> impl Strategy<Value = Piece> {
+    let text = prop_oneof![
+        3 => "[a-z \"\\\\\n\u{e9}\u{1f600}]{0,40}",
+        1 => (0usize..2_000).prop_map(|n| "t".repeat(n)),
+    ];
+    prop_oneof![
+        4 => text.clone().prop_map(Piece::Delta),
+        2 => (prop::option::of(any::<bool>()), text).prop_map(|(d, t)| Piece::Approval(d, t)),
+        1 => (0usize..6).prop_map(Piece::Other),
+    ]
+}
+
+/// The depth of a value (an object or array is one level more than its deepest part).
+fn depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn text_to_append() -> impl Strategy<Value = String> {
+    let object = (
+        prop_oneof![
+            3 => "[a-z]{1,6}",
+            1 => Just("seq".to_owned()),
+            1 => Just("\\u0073eq".to_owned()),
+        ],
+        prop_oneof![
+            Just("1".to_owned()),
+            Just("\"s\"".to_owned()),
+            Just("[1,{\"x\":null}]".to_owned()),
+            Just("{\"seq\":1}".to_owned()),
+            Just("1e400".to_owned()),
+            Just("\"\\ud83d\\ude00\"".to_owned()),
+            Just("\"\\udc00\"".to_owned()),
+        ],
+    )
+        .prop_map(|(k, v)| format!("{{\"{k}\":{v}}}"));
+    prop_oneof![
+        // Random text over the characters JSON is made of.
+        3 => "[{}\\[\\]\":,0-9a-z \n\t.+\\-\\\\]{0,30}",
+        // An object, perhaps with something before or after it.
+        3 => (
+            "[ \n\t]{0,2}|x|\\[|,",
+            object.clone(),
+            "[ \n\t]{0,2}|x|\\]|,|\\{\\}|\\{\"b\":2\\}",
+        )
+            .prop_map(|(a, o, z)| format!("{a}{o}{z}")),
+        // Two objects.
+        1 => (object.clone(), object).prop_map(|(a, b)| format!("{a}{b}")),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+    // RB-03: for any buffer contents, running state and chunk size the replay ends,
+    // every chunk is within the cap unless the chunk size cannot hold an envelope with
+    // one marker (then it carries exactly one event), there are at most max(1, n)
+    // chunks, and together they give back every kept event exactly once, in order:
+    // as stored, stamped when decided, or as a marker of its exact size.
+    #[test]
+    fn replay_always_ends_and_carries_every_kept_event_once_in_order(
+        with_init in any::<bool>(),
+        pieces in prop::collection::vec(piece(), 0..60),
+        run_id in prop::option::of(0usize..3_000),
+        chunk_bytes in prop_oneof![0usize..300, 300usize..4_000, Just(MAX_CHUNK_BYTES)],
+        max_events in 1usize..80,
+        max_bytes in 100usize..40_000,
+    ) {
+        let mut b = ReplayBuffers::new(ReplayConfig { max_events, max_bytes, idle_reclaim: Millis(1), chunk_bytes });
+        let mut appended = 0u64;
+        let mut outcomes = std::collections::HashMap::new();
+        if with_init {
+            init(&mut b, Millis(0));
+            appended += 1;
+        }
+        for (i, p) in pieces.iter().enumerate() {
+            let pad = " ".repeat(i % 3);
+            match p {
+                Piece::Delta(t) => {
+                    b.append(&s(), EventKind::Other, format!("{pad}{}{pad}", delta(t)), Millis(0)).unwrap();
+                }
+                Piece::Approval(decided, t) => {
+                    let id = format!("r{i}");
+                    let json = serde_json::json!({"type": "approval_request", "requestId": id, "text": t}).to_string();
+                    let seq = b.append(&s(), EventKind::Approval { request_id: id.clone() }, json, Millis(0)).unwrap();
+                    if let Some(allowed) = decided {
+                        b.decide_approval(&s(), &id, *allowed);
+                        outcomes.insert(seq, if *allowed { "allowed" } else { "denied" });
+                    }
+                }
+                Piece::Other(n) => {
+                    b.append(&s(), EventKind::Other, format!("{{{pad}}}{}", " ".repeat(*n)), Millis(0)).unwrap();
+                }
+            }
+            appended += 1;
+        }
+        let mut running_set = false;
+        if let Some(len) = run_id {
+            let state = RunningState { running: true, run_id: Some("r".repeat(len)) };
+            let before = b.replay(&s());
+            match b.set_running(&s(), state.clone(), Millis(0)) {
+                Ok(()) => running_set = true,
+                Err(RunningStateError::TooLarge { bytes, limit, running }) => {
+                    prop_assert!(bytes > limit);
+                    prop_assert_eq!(running, state);
+                    prop_assert_eq!(b.replay(&s()), before, "a refused state changes nothing");
+                }
+                Err(e) => prop_assert!(false, "{e:?}"),
+            }
+        }
+        let kept: Vec<u64> = (0..appended).filter(|q| b.event(&s(), *q).is_some()).collect();
+        let chunks = bounded_replay(&b, kept.len().max(1));
+        assert_sequenced(&chunks);
+        for c in &chunks {
+            let fits = c.json.len() <= chunk_bytes;
+            prop_assert!(fits || events_in(c) <= 1, "{} > {} with {} events", c.json.len(), chunk_bytes, events_in(c));
+            // A chunk size that holds an envelope and one marker is never passed.
+            prop_assert!(fits || !(running_set || chunk_bytes >= 300), "{} > {}", c.json.len(), chunk_bytes);
+        }
+        let events = replayed_events(&chunks);
+        prop_assert_eq!(events.iter().map(|e| e["seq"].as_u64().unwrap()).collect::<Vec<_>>(), kept.clone());
+        for (event, seq) in events.iter().zip(&kept) {
+            let mut expected: serde_json::Value = serde_json::from_str(&b.event(&s(), *seq).unwrap()).unwrap();
+            if let Some(outcome) = outcomes.get(seq) {
+                expected["outcome"] = serde_json::json!(outcome);
+            }
+            if event["type"] == "replay_event_omitted" && expected["type"] != "replay_event_omitted" {
+                // The marker gives the exact size of what it stands in for.
+                let mut stripped = expected.clone();
+                stripped.as_object_mut().unwrap().remove("seq");
+                let size = if stripped.as_object().unwrap().is_empty() {
+                    format!("{{\"seq\":{seq}}}").len()
+                } else {
+                    format!("{{\"seq\":{seq},").len() + stripped.to_string().len() - 1
+                };
+                if outcomes.contains_key(seq) {
+                    prop_assert_eq!(event["bytes"].as_u64(), Some(size as u64));
+                } else {
+                    prop_assert_eq!(event["bytes"].as_u64(), Some(b.event(&s(), *seq).unwrap().len() as u64));
+                }
+                // Only an event that could not fit beside this chunk's envelope (give
+                // or take the digits of the longest chunk number) is replaced.
+                let chunk = chunks.iter().find(|c| c.json.contains(&format!("{{\"seq\":{seq},\"type\":\"replay_event_omitted\""))).unwrap();
+                let frame = chunk.json.find("\"events\":[").unwrap() + "\"events\":[".len() + 2;
+                prop_assert!(event["bytes"].as_u64().unwrap() as usize + frame + 40 > chunk_bytes, "{}", event);
+            } else {
+                prop_assert_eq!(event, &expected);
+            }
+        }
+        let mut client = ConversationClient::new();
+        for c in &chunks { client.handle_replay_chunk(&c.json, Millis(0)); }
+        prop_assert!(!client.rebuilding());
+        prop_assert_eq!(client.running(), running_set);
+    }
+
+    // RB-01: an append accepts exactly the texts a client parses into one object (no
+    // deeper than the limit, without a top-level `seq`); a refused one leaves the buffer
+    // as it was, and a kept one is broadcast as the same object with `seq` first.
+    #[test]
+    fn append_accepts_exactly_what_a_client_parses_as_one_object(
+        texts in prop::collection::vec(text_to_append(), 1..20),
+    ) {
+        let mut b = started_with_chunks(4_096);
+        let mut next = 1u64;
+        for text in texts {
+            let model = match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(serde_json::Value::Object(m)) => !m.contains_key("seq") && depth(&serde_json::Value::Object(m.clone())) <= MAX_EVENT_DEPTH,
+                _ => false,
+            };
+            let (bytes, len, replay) = (b.bytes(&s()), b.len(&s()), b.replay(&s()));
+            match b.append(&s(), EventKind::Other, text.clone(), Millis(0)) {
+                Ok(seq) => {
+                    prop_assert!(model, "accepted {:?}", text);
+                    prop_assert_eq!(seq, next);
+                    next += 1;
+                    let mut kept: serde_json::Value = serde_json::from_str(&b.event(&s(), seq).unwrap()).unwrap();
+                    prop_assert_eq!(kept["seq"].as_u64(), Some(seq));
+                    kept.as_object_mut().unwrap().remove("seq");
+                    let given: serde_json::Value = serde_json::from_str(&text).unwrap();
+                    prop_assert_eq!(kept, given);
+                }
+                Err(AppendError::InvalidEvent { json, .. }) => {
+                    prop_assert!(!model, "refused {:?}", text);
+                    prop_assert_eq!(json, text);
+                    prop_assert_eq!((b.bytes(&s()), b.len(&s())), (bytes, len));
+                    prop_assert_eq!(b.replay(&s()), replay);
+                }
+                Err(e) => prop_assert!(false, "{e:?}"),
+            }
+        }
+        // Whatever was offered, the replay is readable and complete.
+        let mut client = ConversationClient::new();
+        let chunks = b.replay(&s());
+        for c in &chunks { client.handle_replay_chunk(&c.json, Millis(0)); }
+        prop_assert!(!client.rebuilding());
+        prop_assert_eq!(replayed_seqs(&chunks), (0..next).collect::<Vec<_>>());
+    }
 }
