@@ -7,6 +7,9 @@
 //!
 //! - Codex: `thread-items-v5:` + base64url JSON + `.` + base64url MAC.
 //! - Claude: JSON `{session, before, anchor, revision, mac}`, at most 4,096 characters.
+//!   The MAC covers the exact payload bytes the host wrote and is checked over the exact
+//!   bytes received, before they are parsed: a cursor whose whitespace, key order or
+//!   escapes differ from the host's, or with any one byte changed, is refused.
 //!
 //! ```
 //! use timeline_core::cursor::{BoundaryToken, CodexCursor};
@@ -177,46 +180,67 @@ pub struct ClaudeCursor {
     pub revision: u64,
 }
 
-#[derive(Serialize, Deserialize)]
-struct SignedClaudeCursor {
-    #[serde(flatten)]
-    cursor: ClaudeCursor,
-    mac: String,
-}
+/// What follows the payload's members in a Claude cursor: `,"mac":"<64 hex>"}`.
+const CLAUDE_MAC_OPEN: &str = ",\"mac\":\"";
+const CLAUDE_MAC_CLOSE: &str = "\"}";
+const CLAUDE_MAC_HEX_LEN: usize = 64;
 
 impl ClaudeCursor {
-    fn mac_payload(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
     /// The cursor text (JSON).
+    ///
+    /// The text is the payload JSON `{"session":..,"before":..,"anchor":..,"revision":..}`
+    /// with one more member, `"mac"`, spliced in before its closing brace. The MAC covers
+    /// exactly those payload bytes, so [`ClaudeCursor::decode`] can check the bytes it
+    /// received before it parses them.
     pub fn encode(&self, key: &HostKey) -> String {
-        let signed = SignedClaudeCursor {
-            cursor: self.clone(),
-            mac: key.mac_hex(CLAUDE_DOMAIN, &self.mac_payload()),
-        };
-        serde_json::to_string(&signed).unwrap_or_default()
+        // Serializing plain strings and numbers cannot fail; an empty payload would give
+        // a text that decode refuses, never a forged one.
+        let payload = serde_json::to_string(self).unwrap_or_default();
+        let mac = key.mac_hex(CLAUDE_DOMAIN, payload.as_bytes());
+        let members = payload.strip_suffix('}').unwrap_or(&payload);
+        format!("{members}{CLAUDE_MAC_OPEN}{mac}{CLAUDE_MAC_CLOSE}")
     }
 
     /// Decodes a cursor for the open conversation or subagent `session`. Longer than
     /// 4,096 characters fails before parsing; another session fails with
     /// [`CursorError::OtherSession`].
+    ///
+    /// The MAC is checked over the exact bytes received (the text without its
+    /// `,"mac":"..."` member) before they are parsed, so a cursor whose whitespace, key
+    /// order or escapes differ from what the host wrote is refused even when it means the
+    /// same, and any one-byte change is refused.
     pub fn decode(text: &str, key: &HostKey, session: &str) -> Result<ClaudeCursor, CursorError> {
         if text.chars().count() > CLAUDE_CURSOR_MAX_CHARS {
             return Err(CursorError::TooLong {
                 max: CLAUDE_CURSOR_MAX_CHARS,
             });
         }
-        let signed: SignedClaudeCursor =
-            serde_json::from_str(text).map_err(|_| CursorError::Invalid)?;
-        if !key.verify_hex(CLAUDE_DOMAIN, &signed.cursor.mac_payload(), &signed.mac) {
-            return Err(CursorError::Invalid);
-        }
-        if signed.cursor.session != session {
+        let payload = claude_signed_payload(text, key).ok_or(CursorError::Invalid)?;
+        let cursor: ClaudeCursor =
+            serde_json::from_str(&payload).map_err(|_| CursorError::Invalid)?;
+        if cursor.session != session {
             return Err(CursorError::OtherSession);
         }
-        Ok(signed.cursor)
+        Ok(cursor)
     }
+}
+
+/// The payload bytes of a Claude cursor text whose MAC verifies under `key`: the text
+/// up to its fixed-length `,"mac":"<hex>"}` tail, closed with `}`. `None` when the tail
+/// is not exactly that or the MAC does not cover those bytes.
+fn claude_signed_payload(text: &str, key: &HostKey) -> Option<String> {
+    let tail_len = CLAUDE_MAC_OPEN.len() + CLAUDE_MAC_HEX_LEN + CLAUDE_MAC_CLOSE.len();
+    let split = text.len().checked_sub(tail_len)?;
+    let members = text.get(..split)?;
+    let tag = text
+        .get(split..)?
+        .strip_prefix(CLAUDE_MAC_OPEN)?
+        .strip_suffix(CLAUDE_MAC_CLOSE)?;
+    let mut payload = String::with_capacity(split + 1);
+    payload.push_str(members);
+    payload.push('}');
+    key.verify_hex(CLAUDE_DOMAIN, payload.as_bytes(), tag)
+        .then_some(payload)
 }
 
 #[cfg(test)]
@@ -290,6 +314,29 @@ mod tests {
             ClaudeCursor::decode(&at_limit, &key(), "other"),
             Err(CursorError::OtherSession)
         );
+    }
+
+    // TL-09: the text is byte for byte what the host has always written (the payload
+    // members, then the MAC over the payload's compact JSON), so cursors already handed
+    // out keep decoding.
+    #[test]
+    fn claude_cursor_text_keeps_its_layout() {
+        #[derive(Serialize)]
+        struct Flattened<'a> {
+            #[serde(flatten)]
+            cursor: &'a ClaudeCursor,
+            mac: String,
+        }
+        let c = ClaudeCursor {
+            session: "s\"1".into(),
+            before: "u/é".into(),
+            anchor: BlockKey::parse(BlockType::User, "u").unwrap(),
+            revision: 7,
+        };
+        let mac = key().mac_hex(CLAUDE_DOMAIN, &serde_json::to_vec(&c).unwrap());
+        let expected = serde_json::to_string(&Flattened { cursor: &c, mac }).unwrap();
+        assert_eq!(c.encode(&key()), expected);
+        assert_eq!(ClaudeCursor::decode(&expected, &key(), "s\"1"), Ok(c));
     }
 
     // TL-10
