@@ -2,13 +2,21 @@
 //!
 //! The first message names the session: a provisional title from the first 4 words of
 //! the first non-empty line, or "Fresh chat"; it replaces only a placeholder. Then the
-//! session's agent writes the final title: 2 to 4 words, at most 36 characters. One
-//! generation runs per session at a time; a failure keeps the provisional title. A
-//! session that a session message starts is named from the message body, not the
-//! envelope.
+//! session's agent writes the final title: 2 to 4 words, at most 36 characters. Codex
+//! tries up to 3 times, Claude once ([`title_attempts`]). One generation runs per
+//! session at a time; a failure keeps the provisional title. A session that a session
+//! message starts is named from the message body, not the envelope.
+//!
+//! A line ends at every line break, not only `\n`: `\r\n`, a bare `\r`, NEL (U+0085) and
+//! the Unicode line and paragraph separators (U+2028, U+2029) end the first line too
+//! ([`timeline_core::rows::is_line_break`]), so a provisional title never takes words
+//! from a second line. A final title is one line: its line breaks count as spaces.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
+use timeline_core::rows::first_line;
+
+use crate::adapter::AgentKind;
 use crate::entry::OutboxEntry;
 use crate::ids::SessionId;
 
@@ -16,15 +24,26 @@ use crate::ids::SessionId;
 pub const FRESH_CHAT: &str = "Fresh chat";
 /// Titles that a provisional title may replace.
 pub const PLACEHOLDER_TITLES: [&str; 3] = ["", "New session", "Untitled session"];
+/// Words a provisional title takes from the first non-empty line.
+pub const PROVISIONAL_TITLE_WORDS: usize = 4;
+/// The fewest words in a final title.
+pub const FINAL_TITLE_MIN_WORDS: usize = 2;
+/// The most words in a final title.
+pub const FINAL_TITLE_MAX_WORDS: usize = 4;
 /// The most characters in a final title.
 pub const FINAL_TITLE_MAX_CHARS: usize = 36;
+/// Attempts a Codex title generation makes before the provisional title stays.
+pub const CODEX_TITLE_ATTEMPTS: u32 = 3;
+/// Attempts a Claude title generation makes (the seed names no retry for Claude).
+pub const CLAUDE_TITLE_ATTEMPTS: u32 = 1;
 
-/// The provisional title of a first message.
+/// The provisional title of a first message: the first 4 words of its first non-empty
+/// line, or [`FRESH_CHAT`].
 pub fn provisional_title(first_message: &str) -> String {
-    let line = first_message.lines().find(|l| !l.trim().is_empty());
-    let words: Vec<&str> = line
-        .map(|l| l.split_whitespace().take(4).collect())
-        .unwrap_or_default();
+    let words: Vec<&str> = first_line(first_message)
+        .split_whitespace()
+        .take(PROVISIONAL_TITLE_WORDS)
+        .collect();
     if words.is_empty() {
         FRESH_CHAT.to_owned()
     } else {
@@ -55,23 +74,48 @@ pub enum TitleError {
     TooLong,
 }
 
-/// Checks a generated final title (trimmed, 2 to 4 words, at most 36 characters).
+/// Checks a generated final title (trimmed, whitespace and line breaks collapsed to one
+/// space, 2 to 4 words, at most 36 characters).
 pub fn final_title(generated: &str) -> Result<String, TitleError> {
-    let t = generated.split_whitespace().collect::<Vec<_>>().join(" ");
-    let words = t.split(' ').filter(|w| !w.is_empty()).count();
-    if !(2..=4).contains(&words) {
+    let words: Vec<&str> = generated.split_whitespace().collect();
+    if !(FINAL_TITLE_MIN_WORDS..=FINAL_TITLE_MAX_WORDS).contains(&words.len()) {
         return Err(TitleError::WordCount);
     }
+    let t = words.join(" ");
     if t.chars().count() > FINAL_TITLE_MAX_CHARS {
         return Err(TitleError::TooLong);
     }
     Ok(t)
 }
 
+/// How many attempts a title generation by `agent` makes.
+pub fn title_attempts(agent: AgentKind) -> u32 {
+    match agent {
+        AgentKind::Codex => CODEX_TITLE_ATTEMPTS,
+        AgentKind::Claude => CLAUDE_TITLE_ATTEMPTS,
+    }
+}
+
+/// What happens after one attempt of a title generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TitleStep {
+    /// The attempt failed or wrote an invalid title and attempts remain: ask the agent
+    /// again. The generation stays running.
+    Retry {
+        /// The number of the next attempt (2 or 3 for Codex).
+        attempt: u32,
+    },
+    /// The generation ended: the new title, or the current (provisional) one when every
+    /// attempt failed.
+    Done(String),
+}
+
 /// One title generation per session at a time.
 #[derive(Clone, Debug, Default)]
 pub struct TitleGenerations {
-    running: BTreeSet<SessionId>,
+    /// Running generations and the attempts each has made.
+    running: BTreeMap<SessionId, u32>,
 }
 
 impl TitleGenerations {
@@ -82,11 +126,20 @@ impl TitleGenerations {
 
     /// Starts a generation; false when one already runs for the session.
     pub fn begin(&mut self, session: &SessionId) -> bool {
-        self.running.insert(session.clone())
+        if self.running.contains_key(session) {
+            return false;
+        }
+        self.running.insert(session.clone(), 0);
+        true
     }
 
-    /// Ends a generation: the new title, or the current (provisional) one when the
-    /// generation failed or wrote an invalid title.
+    /// True while a generation runs for the session.
+    pub fn is_running(&self, session: &SessionId) -> bool {
+        self.running.contains_key(session)
+    }
+
+    /// Ends a generation after one attempt: the new title, or the current (provisional)
+    /// one when the generation failed or wrote an invalid title.
     pub fn finish(
         &mut self,
         session: &SessionId,
@@ -98,6 +151,34 @@ impl TitleGenerations {
             Some(Ok(t)) => t,
             _ => current.to_owned(),
         }
+    }
+
+    /// Records one attempt of the running generation, which makes at most
+    /// `max_attempts` ([`title_attempts`]): a valid title ends it; a failure or an
+    /// invalid title asks for another attempt while attempts remain, and otherwise ends
+    /// it with `current` kept. An attempt for a session with no running generation ends
+    /// at once with `current`.
+    pub fn attempt(
+        &mut self,
+        session: &SessionId,
+        current: &str,
+        generated: Result<String, String>,
+        max_attempts: u32,
+    ) -> TitleStep {
+        let Some(made) = self.running.get_mut(session) else {
+            return TitleStep::Done(current.to_owned());
+        };
+        *made = made.saturating_add(1);
+        let made = *made;
+        if let Ok(Ok(title)) = generated.as_deref().map(final_title) {
+            self.running.remove(session);
+            return TitleStep::Done(title);
+        }
+        if made < max_attempts {
+            return TitleStep::Retry { attempt: made + 1 };
+        }
+        self.running.remove(session);
+        TitleStep::Done(current.to_owned())
     }
 }
 

@@ -201,9 +201,8 @@ pub fn validate_relay_overlay(overlay: &serde_json::Value) -> Result<(), RelayEr
         return Err(RelayError::Fields);
     }
     let exact = |v: &serde_json::Value| v.as_u64().filter(|n| *n <= MAX_EXACT_INTEGER);
-    let epoch = exact(&obj["settlementEpoch"]).ok_or(RelayError::NotExact)?;
+    exact(&obj["settlementEpoch"]).ok_or(RelayError::NotExact)?;
     let revision = exact(&obj["revision"]).ok_or(RelayError::NotExact)?;
-    let _ = epoch;
     if revision == 0 {
         return Err(RelayError::ZeroRevision);
     }

@@ -29,8 +29,8 @@ use timeline_core::block::Block;
 use timeline_core::cursor::{BoundaryToken, ClaudeCursor, CodexCursor, CursorError};
 use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::policy::{
-    effective_page_size, ANCHORED_PAGE_SIZE, RECONCILE_MAX_OUTBOX_ENTRIES, RECONCILE_MAX_SESSIONS,
-    RESPONSE_CAP_BYTES, SNAPSHOT_TOO_LARGE_CODE,
+    effective_page_size, PageSizeError, ANCHORED_PAGE_SIZE, RECONCILE_MAX_OUTBOX_ENTRIES,
+    RECONCILE_MAX_SESSIONS, RESPONSE_CAP_BYTES, SNAPSHOT_TOO_LARGE_CODE,
 };
 use timeline_core::seal::HostKey;
 use timeline_core::wire::{
@@ -247,6 +247,15 @@ fn decode_cursor(
     }
 }
 
+/// A refused `pageSize` as invalid params, named once: "invalid params: pageSize must
+/// be between 1 and 640".
+fn page_size_error(e: PageSizeError) -> WindowError {
+    WindowError::InvalidParams(match e {
+        PageSizeError::OutOfRange { max } => format!("pageSize must be between 1 and {max}"),
+        other => other.to_string(),
+    })
+}
+
 fn check_size<T: Serialize>(value: &T) -> Result<usize, WindowError> {
     let bytes = serde_json::to_vec(value)
         .map(|v| v.len())
@@ -292,8 +301,7 @@ pub fn latest_window<S: OverlayStore + ?Sized>(
     t: Target<'_>,
     page_size: usize,
 ) -> Result<BuiltWindow, WindowError> {
-    let page_size =
-        effective_page_size(page_size).map_err(|e| WindowError::InvalidParams(e.to_string()))?;
+    let page_size = effective_page_size(page_size).map_err(page_size_error)?;
     // Read until a visible row shows (or history ends), so an answer is never a false
     // empty conversation.
     let scan = scan_back(
@@ -352,8 +360,7 @@ pub fn older_page(
     key: &HostKey,
     req: OlderPageRequest<'_>,
 ) -> Result<OlderPage, WindowError> {
-    let page_size = effective_page_size(req.page_size)
-        .map_err(|e| WindowError::InvalidParams(e.to_string()))?;
+    let page_size = effective_page_size(req.page_size).map_err(page_size_error)?;
     let token = source.boundary_token();
     if req.expected_boundary_token.is_some_and(|t| t != &token) {
         return Ok(OlderPage::reload_required());
@@ -372,7 +379,7 @@ pub fn older_page(
         Err(e) => return Err(e.into()),
     };
     let rows = rows_of(&scan.items);
-    let revision = cursor.revision + 1;
+    let revision = cursor.revision.saturating_add(1);
     let next_seam = rows.first().map_or(cursor.seam.clone(), Block::key);
     let oldest_cursor = match (scan.more, scan.items.last()) {
         (true, Some(item)) => Some(encode_cursor(

@@ -2,8 +2,10 @@
 //! repeated elsewhere in the workspace.
 //!
 //! The values are the seed's "current manifest policy" table and the limits named beside
-//! it. Host-side limits (reconcile caps, the response cap) live here too because clients
-//! and hosts must agree on them.
+//! it. Host-side limits (reconcile caps, the response cap, dispatch caps) live here too
+//! because clients and hosts must agree on them: each client wait is longer than the
+//! host's cap for the same method, so a client hears the host's error before its own
+//! timeout.
 
 use crate::time::Millis;
 
@@ -19,12 +21,22 @@ pub const ANCHORED_PAGE_SIZE: usize = 40;
 /// [`MAX_PAGE_SIZE`].
 pub const RPC_DECODER_MAX_PAGE_SIZE: usize = 640;
 
-/// How long a client waits for a latest-window (`run.chatLoad`) answer.
+/// How long a client waits for a `run.chatLoad` or `run.chatLoadThread` answer: a
+/// latest window, and an anchored load (the same methods with an anchor).
 pub const INITIAL_LOAD_TIMEOUT: Millis = Millis::from_secs(115);
-/// How long a client waits for an older page or an anchored load.
+/// How long a client waits for an older page (`run.chatLoadPageBefore`,
+/// `run.chatLoadThreadPageBefore`).
 pub const PAGINATED_LOAD_TIMEOUT: Millis = Millis::from_secs(60);
 /// How long a phone waits for an outbox command receipt.
 pub const OUTBOX_ACK_TIMEOUT: Millis = Millis::from_secs(20);
+
+/// The host's handler deadline for `run.chatLoad` and `run.chatLoadThread`.
+pub const LOAD_HANDLER_DEADLINE: Millis = Millis::from_secs(90);
+/// The host's dispatch cap around [`LOAD_HANDLER_DEADLINE`] for `run.chatLoad` and
+/// `run.chatLoadThread`.
+pub const LOAD_DISPATCH_CAP: Millis = Millis::from_secs(95);
+/// The host's dispatch cap of every other method, older pages included.
+pub const DISPATCH_CAP: Millis = Millis::from_secs(45);
 
 /// Retries of a failed initial load after the first request, for the same current target.
 pub const INITIAL_LOAD_MAX_RETRIES: u32 = 3;
@@ -95,6 +107,14 @@ mod tests {
         assert_eq!(initial_load_retry_delay(2), Some(Millis(1500)));
         assert_eq!(initial_load_retry_delay(3), Some(Millis(3000)));
         assert_eq!(initial_load_retry_delay(4), None);
+    }
+
+    // TL-13: the host gives up before the client does, for every method.
+    #[test]
+    fn client_waits_outlast_the_host_caps() {
+        assert!(LOAD_HANDLER_DEADLINE < LOAD_DISPATCH_CAP);
+        assert!(LOAD_DISPATCH_CAP < INITIAL_LOAD_TIMEOUT);
+        assert!(DISPATCH_CAP < PAGINATED_LOAD_TIMEOUT);
     }
 
     // TL-13

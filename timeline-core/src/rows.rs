@@ -10,6 +10,11 @@
 //! - [`status_row`]: the `thinking-<runId>` row and its phase label.
 //! - [`ApprovalRequest`]: the shared approval model, the allowed-decision check, and the
 //!   length-prefixed card ID with its parser.
+//!
+//! Where a row shows one line (a subtitle made from a summary, a failure reason, the
+//! words for the other end inside a title), every line break counts, not only `\n`:
+//! `\r\n`, a bare `\r`, NEL (U+0085) and the Unicode line and paragraph separators
+//! (U+2028, U+2029) too ([`is_line_break`]).
 
 use std::fmt;
 
@@ -626,9 +631,9 @@ fn path_words(segment: &str) -> String {
 }
 
 impl OtherEnd {
-    /// The words (never blank, never an ID).
+    /// The words (never blank, never an ID, always one line).
     pub fn words(&self) -> String {
-        match self {
+        let words = match self {
             OtherEnd::Session { title } => nonblank(Some(title))
                 .unwrap_or("Untitled session")
                 .to_owned(),
@@ -642,12 +647,19 @@ impl OtherEnd {
                 .to_owned(),
             OtherEnd::CodexRoot => "Codex".to_owned(),
             OtherEnd::CodexAgent { path } => {
-                match path.last().map(|p| path_words(p)).filter(|w| !w.is_empty()) {
+                match path
+                    .last()
+                    .map(|p| path_words(p))
+                    .filter(|w| !w.trim().is_empty())
+                {
                     Some(w) => w,
                     None => "Codex".to_owned(),
                 }
             }
-        }
+        };
+        // A name with a line break in it still names one end: the row title that holds
+        // it ("Message to <to>") stays one line.
+        one_line(&words)
     }
 
     /// The peer of this end.
@@ -677,13 +689,40 @@ impl OtherEnd {
     }
 }
 
-/// The first line of `s`, at most `max` characters (an ellipsis marks a cut).
-pub fn first_line_chars(s: &str, max: usize) -> String {
-    let line = s
-        .lines()
+/// True for every character that ends a line: `\n`, `\r` (alone or in `\r\n`), the
+/// vertical tab and form feed, NEL (U+0085), and the Unicode line and paragraph
+/// separators (U+2028, U+2029). Wherever a row shows one line, each of them is a break,
+/// not only `\n`.
+pub fn is_line_break(c: char) -> bool {
+    matches!(
+        c,
+        '\n' | '\r' | '\u{0B}' | '\u{0C}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
+/// The first line of `s` that is not blank, trimmed; empty when every line is blank.
+/// Every character of [`is_line_break`] ends a line.
+pub fn first_line(s: &str) -> &str {
+    s.split(is_line_break)
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .unwrap_or("");
+        .unwrap_or("")
+}
+
+/// `s` on one line: its lines (split at every [`is_line_break`]) trimmed, blank ones
+/// dropped, joined with one space.
+pub fn one_line(s: &str) -> String {
+    s.split(is_line_break)
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The first line of `s` (see [`first_line`]), at most `max` characters (an ellipsis
+/// marks a cut).
+pub fn first_line_chars(s: &str, max: usize) -> String {
+    let line = first_line(s);
     if line.chars().count() <= max {
         return line.to_owned();
     }
@@ -841,7 +880,7 @@ impl MessageFact {
             if self.delivery != Some(Delivery::NotSent) {
                 out.push(MessageRule::ReasonWithoutNotSent);
             }
-            if r.contains('\n') || r.chars().count() > FAILURE_REASON_MAX_CHARS {
+            if r.contains(is_line_break) || r.chars().count() > FAILURE_REASON_MAX_CHARS {
                 out.push(MessageRule::ReasonTooLong);
             }
         }

@@ -20,6 +20,11 @@
 //! tagged with the [`RequestTag`] of the effect that asked for it; a response for a target
 //! that is no longer current, or one nobody waits for any more, is ignored.
 //!
+//! Waits (TL-13): a latest-window or anchored load (`run.chatLoad`) 115 s, an older page
+//! 60 s, the receipt of a send 20 s ([`Timeline::await_receipt`]); a failed or timed-out
+//! latest window is retried at most 3 times, after 0.75 s, 1.5 s and 3 s. A deadline
+//! passes when `now` reaches it.
+//!
 //! # Drive loop
 //!
 //! ```
@@ -67,7 +72,7 @@ use crate::key::{BlockKey, BlockType, OperationId, TargetId};
 use crate::order::OrderKey;
 use crate::policy::{
     initial_load_retry_delay, ANCHORED_PAGE_SIZE, INITIAL_LOAD_TIMEOUT, INITIAL_PAGE_SIZE,
-    MAX_PAGE_SIZE, OLDER_PAGE_SIZE, PAGINATED_LOAD_TIMEOUT,
+    MAX_PAGE_SIZE, OLDER_PAGE_SIZE, OUTBOX_ACK_TIMEOUT, PAGINATED_LOAD_TIMEOUT,
 };
 use crate::time::Millis;
 use crate::wire::{LiveOverlay, OlderPage, ResponseError, TimelineWindow};
@@ -173,6 +178,13 @@ pub enum Effect {
         /// The cursor.
         cursor: String,
     },
+    /// No receipt for a pending send came within [`OUTBOX_ACK_TIMEOUT`] of
+    /// [`Timeline::await_receipt`]: tell the user the phone could not confirm the host
+    /// saved it (reload the outbox before sending again). The echo stays.
+    ReceiptOverdue {
+        /// The operation.
+        operation_id: OperationId,
+    },
 }
 
 /// Why a load failed, as the embedding reports it.
@@ -266,11 +278,26 @@ pub struct PendingSend {
     pub data: serde_json::Value,
 }
 
+/// Where the receipt of a pending send stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Receipt {
+    /// The embedding has not said when the outbox command went out.
+    NotAwaited,
+    /// The outbox command went out; the receipt is due by `deadline`.
+    Awaited {
+        /// `sent + OUTBOX_ACK_TIMEOUT`.
+        deadline: Millis,
+    },
+    /// No receipt came by the deadline ([`Effect::ReceiptOverdue`] was emitted).
+    Overdue,
+    /// The host saved it (receipt received).
+    Confirmed,
+}
+
 #[derive(Clone, Debug)]
 struct Pending {
     block: Block,
-    /// The host saved it (receipt received).
-    confirmed: bool,
+    receipt: Receipt,
 }
 
 #[derive(Clone, Debug)]
@@ -438,7 +465,15 @@ impl Timeline {
 
     /// True when the pending send `op` was confirmed by a receipt.
     pub fn is_pending_confirmed(&self, op: &OperationId) -> Option<bool> {
-        self.pending.get(op).map(|p| p.confirmed)
+        self.pending
+            .get(op)
+            .map(|p| p.receipt == Receipt::Confirmed)
+    }
+
+    /// True when no receipt for the pending send `op` came within
+    /// [`OUTBOX_ACK_TIMEOUT`] of [`Timeline::await_receipt`].
+    pub fn is_receipt_overdue(&self, op: &OperationId) -> Option<bool> {
+        self.pending.get(op).map(|p| p.receipt == Receipt::Overdue)
     }
 
     /// Next effect to carry out.
@@ -449,12 +484,13 @@ impl Timeline {
 
     /// The earliest deadline at which [`Timeline::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Millis> {
-        let inflight = self.in_flight.values().map(|f| f.deadline).min();
+        let inflight = self.in_flight.values().map(|f| f.deadline);
         let retry = self.retry_at.map(|(at, _)| at);
-        match (inflight, retry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let receipts = self.pending.values().filter_map(|p| match p.receipt {
+            Receipt::Awaited { deadline } => Some(deadline),
+            _ => None,
+        });
+        inflight.chain(retry).chain(receipts).min()
     }
 
     // ----- commands --------------------------------------------------------------------
@@ -578,19 +614,36 @@ impl Timeline {
             send.operation_id,
             Pending {
                 block,
-                confirmed: false,
+                receipt: Receipt::NotAwaited,
             },
         );
         self.refresh(&key);
         Outcome::Applied
     }
 
-    /// Marks a pending send as saved by the host (its receipt arrived). The echo stays
-    /// until a row carries the operation.
+    /// The outbox command of pending send `op` went out at `now`: its receipt is due
+    /// within [`OUTBOX_ACK_TIMEOUT`] (20 s, TL-13). Without one by then,
+    /// [`Effect::ReceiptOverdue`] asks the embedding to say so; the echo stays, so the
+    /// text the user wrote is never lost. Calling it again restarts the wait.
+    pub fn await_receipt(&mut self, op: &OperationId, now: Millis) -> Outcome {
+        match self.pending.get_mut(op) {
+            Some(p) if p.receipt == Receipt::Confirmed => Outcome::Unchanged,
+            Some(p) => {
+                p.receipt = Receipt::Awaited {
+                    deadline: now.saturating_add(OUTBOX_ACK_TIMEOUT),
+                };
+                Outcome::Applied
+            }
+            None => Outcome::Ignored(IgnoreReason::NotInFlight),
+        }
+    }
+
+    /// Marks a pending send as saved by the host (its receipt arrived, also after it
+    /// was overdue). The echo stays until a row carries the operation.
     pub fn confirm_pending(&mut self, op: &OperationId) -> Outcome {
         match self.pending.get_mut(op) {
-            Some(p) if !p.confirmed => {
-                p.confirmed = true;
+            Some(p) if p.receipt != Receipt::Confirmed => {
+                p.receipt = Receipt::Confirmed;
                 Outcome::Applied
             }
             Some(_) => Outcome::Unchanged,
@@ -775,8 +828,23 @@ impl Timeline {
     }
 
     /// Handles every deadline that passed: a load that timed out fails (and a latest
-    /// window is retried), a retry that is due is sent. Safe to call early or twice.
+    /// window is retried), a retry that is due is sent, a receipt that did not come in
+    /// time is reported. A deadline passes when `now` reaches it. Safe to call early or
+    /// twice.
     pub fn handle_timeout(&mut self, now: Millis) {
+        for (op, p) in self.pending.iter_mut() {
+            if let Receipt::Awaited { deadline } = p.receipt {
+                if self.carried.contains_key(op) {
+                    // A row carries the operation: the host had it, whatever the receipt.
+                    p.receipt = Receipt::Confirmed;
+                } else if deadline <= now {
+                    p.receipt = Receipt::Overdue;
+                    self.effects.push_back(Effect::ReceiptOverdue {
+                        operation_id: op.clone(),
+                    });
+                }
+            }
+        }
         let expired: Vec<u64> = self
             .in_flight
             .iter()
@@ -833,7 +901,10 @@ impl Timeline {
     }
 
     fn request_anchored(&mut self, anchor: Anchor, now: Millis) {
-        let deadline = now.saturating_add(PAGINATED_LOAD_TIMEOUT);
+        // An anchored load is a `run.chatLoad` (or `run.chatLoadThread`) with an anchor:
+        // the phone waits for it as long as for any load of those methods, longer than
+        // the host's 95-second dispatch cap.
+        let deadline = now.saturating_add(INITIAL_LOAD_TIMEOUT);
         if let Some(tag) = self.tag_for(
             RequestKind::Anchored {
                 anchor: anchor.clone(),
