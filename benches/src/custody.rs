@@ -64,7 +64,7 @@ pub fn one_cycle<S: OutboxStore>(
         turn_id: TurnId::new(format!("turn-{i}")).expect("id"),
         accepted_at: now,
     };
-    custody.handle_send_result(session, &op, SendResult::Accepted(acceptance), now);
+    custody.handle_send_result(req.attempt, SendResult::Accepted(acceptance), now);
     custody.handle_delivery_proof(session, &op, now);
     custody.handle_run_ended(session, &run, &[], now);
     debug_assert!(custody.poll_effect().is_none());
@@ -125,7 +125,7 @@ mod tests {
                 Some(outbox_core::ledger::LedgerStatus::Sent)
             );
             let calls = &custody.store().calls;
-            assert_eq!(calls.get("claim"), Some(&3));
+            assert_eq!(calls.get("claim_sending"), Some(&3));
             assert_eq!(calls.get("confirm_sent"), Some(&3));
         }
     }

@@ -76,6 +76,20 @@ impl Capabilities {
     }
 }
 
+/// One attempt of a send, history read, stop or take-back. Its answer names it; an
+/// answer for an attempt that is no longer current is ignored. Attempts of one machine
+/// are unique and increase from a base drawn from the machine's first UUID, so the
+/// answers meant for a machine before a restart do not name the new machine's attempts;
+/// they are not persisted (a restart asks again for what it needs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AttemptId(pub u64);
+
+impl std::fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "attempt-{}", self.0)
+    }
+}
+
 /// Whether a send starts a run or joins one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SendKind {
@@ -94,6 +108,8 @@ pub enum SendKind {
 /// One send attempt handed to an adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SendRequest {
+    /// The attempt its result must name.
+    pub attempt: AttemptId,
     /// The session.
     pub session: SessionId,
     /// The operation (Codex sends it as `clientUserMessageId`).

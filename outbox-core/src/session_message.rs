@@ -143,8 +143,7 @@ impl<S: OutboxStore> Custody<S> {
         };
         let mut request = MessageRequest::text(call.body.clone(), "session-message", now);
         request.prompt_text = Some(envelope(&call.product, &sender, &call.body));
-        let entries = self.decoded(&recipient)?;
-        let position = self.place(&recipient, controls.intent, &entries)?;
+        let position = self.place(&recipient, controls.intent, None)?;
         let entry = OutboxEntry {
             auto_drain: hold.is_none(),
             hold_reason: hold.clone(),
@@ -178,10 +177,17 @@ impl<S: OutboxStore> Custody<S> {
             },
         };
         let fp = request_fingerprint(&recipient, &queue_id, &entry.request);
-        match self
-            .store()
-            .claim_session_message(&recipient, &fp, &entry, &route)?
-        {
+        let claim = self
+            .store
+            .claim_session_message(&recipient, &fp, &entry, &route);
+        let claim = match claim {
+            Ok(claim) => claim,
+            Err(e) => {
+                self.forget(&recipient);
+                return Err(e);
+            }
+        };
+        match claim {
             RouteClaim::ExistingCall(existing) => {
                 Ok(if existing.recipient_session_id == recipient {
                     ToolResult::AlreadySent
@@ -192,6 +198,7 @@ impl<S: OutboxStore> Custody<S> {
                 })
             }
             RouteClaim::Claimed => {
+                self.cached_put(&recipient, entry);
                 self.wake(&recipient, now);
                 Ok(match hold {
                     Some(reason) => ToolResult::WaitingForApproval { reason },
@@ -211,7 +218,7 @@ impl<S: OutboxStore> Custody<S> {
                 .into_iter()
                 .flatten()
             {
-                if let Some(route) = self.store().route(&op)? {
+                if let Some(route) = self.store.route(&op)? {
                     return Ok((route.chain_id, route.hop + 1));
                 }
             }

@@ -68,12 +68,11 @@ fn deferred_goes_back_with_auto_drain_on() {
     };
     // While the steer is in flight the run is being stopped; the host defers the steer.
     b.c.stop(&s("s1"), &run, None, b.now);
-    let Some(Effect::StopRun { .. }) = b.c.poll_effect() else {
+    let Some(Effect::StopRun { attempt: stop, .. }) = b.c.poll_effect() else {
         panic!()
     };
     b.c.handle_send_result(
-        &s("s1"),
-        &req.operation_id,
+        req.attempt,
         SendResult::Deferred {
             reason: "the interrupted run still settles".into(),
         },
@@ -95,8 +94,7 @@ fn deferred_goes_back_with_auto_drain_on() {
     // The stop settles: the next drain tries again (as its own run, since the steer's
     // run ended).
     b.c.handle_stop_result(
-        &s("s1"),
-        &run,
+        stop,
         outbox_core::adapter::StopResult::Stopped { untaken: vec![] },
         b.now,
     );
@@ -175,24 +173,20 @@ fn the_send_path_gives_up_after_31_seconds_as_uncertain() {
     let mut b = Bench::codex(&["s1"]);
     b.c.submit(submit_req("s1", "1", Controls::automatic()), Millis(0))
         .unwrap();
-    let Some(Effect::Send(_)) = b.c.poll_effect() else {
+    let Some(Effect::Send(send)) = b.c.poll_effect() else {
         panic!()
     };
     assert_eq!(b.c.poll_timeout(), Some(Millis(31_000)));
     b.c.handle_timeout(Millis(30_999));
     assert!(b.c.poll_effect().is_none());
     b.c.handle_timeout(Millis(31_000));
-    assert_eq!(
-        b.c.poll_effect(),
-        Some(Effect::ReadHistory {
-            session: s("s1"),
-            operation_id: op("op-1")
-        })
-    );
+    let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+    assert_eq!(effects.len(), 1);
+    let read = history_read(&effects, "s1", "op-1").expect("the history read");
     // The late reply after the deadline changes nothing.
-    b.c.handle_send_result(&s("s1"), &op("op-1"), SendResult::Delivered, Millis(40_000));
+    b.c.handle_send_result(send.attempt, SendResult::Delivered, Millis(40_000));
     assert_eq!(b.entry("s1", "1").unwrap().status, EntryStatus::Sending);
-    b.c.handle_history_read(&s("s1"), &op("op-1"), HistoryRead::Missing, Millis(41_000));
+    b.c.handle_history_read(read, HistoryRead::Missing, Millis(41_000));
     assert_eq!(
         b.entry("s1", "1").unwrap().error.as_deref(),
         Some(UNCONFIRMED_TEXT)
@@ -244,12 +238,13 @@ fn a_late_result_never_overwrites_a_newer_decision() {
     };
     // The deadline passes; the read finds nothing; the entry is held for the user.
     b.c.handle_timeout(b.now.saturating_add(Millis(31_000)));
-    b.c.handle_history_read(&s("s1"), &op("op-1"), HistoryRead::Missing, b.now);
+    let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+    let read = history_read(&effects, "s1", "op-1").expect("the history read");
+    b.c.handle_history_read(read, HistoryRead::Missing, b.now);
     let held = b.entry("s1", "1").unwrap();
     // The old attempt's result arrives now: ignored, the held entry stays as it is.
     b.c.handle_send_result(
-        &s("s1"),
-        &req.operation_id,
+        req.attempt,
         SendResult::ProvenUnadmitted {
             error: "late".into(),
         },
@@ -273,8 +268,7 @@ fn a_wake_up_while_busy_is_not_lost() {
         .unwrap();
     assert!(b.c.poll_effect().is_none(), "the lane is busy");
     b.c.handle_send_result(
-        &s("s1"),
-        &req.operation_id,
+        req.attempt,
         SendResult::ProvenUnadmitted { error: "x".into() },
         b.now,
     );
@@ -334,19 +328,23 @@ fn start_up_confirms_sending_entries_from_history() {
     .into_store();
     let mut c: Custody<_> = custody(store, outbox_core::adapter::Capabilities::codex(), &["s1"]);
     c.start_up(b.now).unwrap();
-    assert_eq!(
-        c.poll_effect(),
-        Some(Effect::ReadHistory {
-            session: s("s1"),
-            operation_id: op("op-1")
-        })
+    let effects: Vec<Effect> = std::iter::from_fn(|| c.poll_effect()).collect();
+    let read = history_read(&effects, "s1", "op-1").expect("the history read");
+    assert!(
+        matches!(&effects[0], Effect::ReadHistory { .. }),
+        "the read comes first"
     );
-    c.handle_history_read(&s("s1"), &op("op-1"), HistoryRead::Found, b.now);
-    // Confirmed: the queued entry behind it starts.
-    let Some(Effect::Send(next)) = c.poll_effect() else {
-        panic!()
+    // The accepted entry does not hold the queue: the entry behind it starts.
+    let Some(Effect::Send(next)) = effects.get(1) else {
+        panic!("{effects:?}")
     };
     assert_eq!(next.operation_id, op("op-2"));
+    c.handle_history_read(read, HistoryRead::Found, b.now);
+    assert!(c
+        .entries(&s("s1"))
+        .unwrap()
+        .iter()
+        .all(|e| e.entry().is_some_and(|e| e.operation_id != op("op-1"))));
 
     // An unreadable ledger at load time holds the sending entry with the same text.
     let mut b = Bench::codex(&["s1"]);
@@ -355,7 +353,7 @@ fn start_up_confirms_sending_entries_from_history() {
     let mut store = b.c.into_store();
     store.fail_ledger_reads = true;
     let mut c = custody(store, outbox_core::adapter::Capabilities::codex(), &["s1"]);
-    let loaded = c.load_outbox(&s("s1"), Millis(5)).unwrap();
+    let loaded = c.load_outbox(&s("s1")).unwrap();
     let e = loaded[0].entry().unwrap();
     assert_eq!(
         (e.status, e.auto_drain, e.error.as_deref()),
@@ -388,11 +386,8 @@ fn reopening_a_canceled_accepted_operation_reads_history_first() {
         // The user sends it again: the history read comes first.
         b.c.send_now(&s("s1"), &q("q-1"), b.now).unwrap();
         let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
-        assert!(effects.contains(&Effect::ReadHistory {
-            session: s("s1"),
-            operation_id: op("op-1")
-        }));
-        b.c.handle_history_read(&s("s1"), &op("op-1"), read, b.now);
+        let attempt = history_read(&effects, "s1", "op-1").expect("the history read");
+        b.c.handle_history_read(attempt, read, b.now);
         b.drive();
         assert_eq!(b.agent.send_count(&op("op-1")), expect_sends, "{read:?}");
         assert_eq!(ledger(&mut b, "1"), Some(expect_ledger), "{read:?}");
@@ -452,7 +447,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     let run = b.active_run("s1").unwrap();
     b.submit("s1", "1", Controls::steer(run.clone()));
     assert_eq!(b.agent.send_count(&op("op-1")), 1);
-    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+    b.c.stop_and_send_now(&s("s1"), &q("q-1")).unwrap();
     assert_eq!(
         b.entry("s1", "1").unwrap().handoff.unwrap().phase,
         HandoffPhase::Requested
@@ -477,7 +472,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
         .push_back(outbox_core::adapter::DetachResult::NotDetached {
             reason: "already started".into(),
         });
-    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+    b.c.stop_and_send_now(&s("s1"), &q("q-1")).unwrap();
     b.drive();
     assert_eq!(b.agent.send_count(&op("op-1")), 1);
     assert_eq!(b.active_run("s1"), Some(run));
@@ -492,15 +487,14 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     b.submit("s1", "run", Controls::automatic());
     let run = b.active_run("s1").unwrap();
     b.submit("s1", "1", Controls::steer(run));
-    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
-    let Some(Effect::TakeBack { .. }) = b.c.poll_effect() else {
+    b.c.stop_and_send_now(&s("s1"), &q("q-1")).unwrap();
+    let Some(Effect::TakeBack { attempt, .. }) = b.c.poll_effect() else {
         panic!()
     };
     // The echo arrives before the detach answer.
     b.c.handle_delivery_proof(&s("s1"), &op("op-1"), b.now);
     b.c.handle_take_back(
-        &s("s1"),
-        &op("op-1"),
+        attempt,
         outbox_core::adapter::DetachResult::DetachedForReplay,
         b.now,
     );

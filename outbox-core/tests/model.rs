@@ -121,22 +121,27 @@ impl World {
                     if self.agent.history.contains(&req.operation_id) {
                         self.detached.remove(&req.operation_id);
                     }
-                    self.c
-                        .handle_send_result(&req.session, &req.operation_id, result, self.now);
+                    self.c.handle_send_result(req.attempt, result, self.now);
                 }
                 Effect::ReadHistory {
+                    attempt,
                     session,
                     operation_id,
+                    ..
                 } => {
                     let read = self.agent.read_history(&session, &operation_id);
-                    self.c
-                        .handle_history_read(&session, &operation_id, read, self.now);
+                    self.c.handle_history_read(attempt, read, self.now);
                 }
-                Effect::StopRun { session, run } => {
+                Effect::StopRun {
+                    attempt,
+                    session,
+                    run,
+                } => {
                     let r = self.agent.stop(&session, &run);
-                    self.c.handle_stop_result(&session, &run, r, self.now);
+                    self.c.handle_stop_result(attempt, r, self.now);
                 }
                 Effect::TakeBack {
+                    attempt,
                     session,
                     operation_id,
                     acceptance,
@@ -145,8 +150,7 @@ impl World {
                     if matches!(r, outbox_core::adapter::DetachResult::DetachedForReplay) {
                         self.detached.insert(operation_id.clone());
                     }
-                    self.c
-                        .handle_take_back(&session, &operation_id, r, self.now);
+                    self.c.handle_take_back(attempt, r, self.now);
                 }
                 _ => {}
             }
@@ -293,7 +297,7 @@ impl World {
             }
             Cmd::StopAndSendNow { n } => {
                 if let Some((session, e)) = self.entry_session(&opn(n)) {
-                    let _ = self.c.stop_and_send_now(&session, &e.queue_id, self.now);
+                    let _ = self.c.stop_and_send_now(&session, &e.queue_id);
                 }
             }
             Cmd::SendNow { n } => {

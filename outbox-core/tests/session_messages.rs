@@ -9,7 +9,8 @@ use outbox_core::adapter::{AgentKind, Capabilities, SendKind};
 use outbox_core::custody::{Effect, SessionInfo};
 use outbox_core::entry::{AccessLevel, Controls, Intent, SendMode};
 use outbox_core::envelope::{
-    envelope, first_line, parse_envelope, read_session_message, EnvelopeSender,
+    decode_envelope, envelope, first_line, parse_envelope, read_session_message, EnvelopeError,
+    EnvelopeSender,
 };
 use outbox_core::ids::CallId;
 use outbox_core::session_message::{
@@ -187,7 +188,7 @@ fn unconfirmed_access_holds_and_the_rule_is_checked_again_before_draining() {
     b.submit("b", "run", Controls::automatic());
     let run = b.active_run("b").unwrap();
     b.c.stop(&s("b"), &run, None, b.now);
-    let Some(Effect::StopRun { .. }) = b.c.poll_effect() else {
+    let Some(Effect::StopRun { attempt, .. }) = b.c.poll_effect() else {
         panic!()
     };
     let r =
@@ -201,8 +202,7 @@ fn unconfirmed_access_holds_and_the_rule_is_checked_again_before_draining() {
     set_access(&mut b, "b", Some(AccessLevel::FullAccess));
     let sends = b.agent.sends.len();
     b.c.handle_stop_result(
-        &s("b"),
-        &run,
+        attempt,
         outbox_core::adapter::StopResult::Stopped { untaken: vec![] },
         b.now,
     );
@@ -397,20 +397,35 @@ fn the_envelope_names_the_product_and_parses_back() {
     assert!(other_product.starts_with("Message from another Acme session. "));
 }
 
-/// Text that leans on what the envelope escapes: markup, quotes, newlines, entities.
+/// Text that leans on what the envelope escapes and on how its tag is read: attribute
+/// names, `=`, quotes, markup, entities, newlines and spaces.
 fn envelope_text() -> impl Strategy<Value = String> {
     prop::collection::vec(
         prop_oneof![
             Just("&".to_owned()),
             Just("\"".to_owned()),
+            Just("=".to_owned()),
             Just("<".to_owned()),
             Just(">".to_owned()),
             Just("\n".to_owned()),
+            Just(" ".to_owned()),
+            Just("\t".to_owned()),
+            Just("\r".to_owned()),
             Just("&amp;".to_owned()),
+            Just("&quot;".to_owned()),
             Just("&lt;".to_owned()),
             Just("&#10;".to_owned()),
-            Just("</session_message>".to_owned()),
+            Just("&#".to_owned()),
+            Just("title".to_owned()),
+            Just("from_session_id".to_owned()),
+            Just("from_title".to_owned()),
+            Just("from_agent".to_owned()),
             Just(" from_title=\"".to_owned()),
+            Just("from_agent=".to_owned()),
+            Just("<session_message ".to_owned()),
+            Just("</session_message>".to_owned()),
+            Just("\n</session_message>".to_owned()),
+            Just("claude".to_owned()),
             any::<char>().prop_map(String::from),
         ],
         0..12,
@@ -418,25 +433,213 @@ fn envelope_text() -> impl Strategy<Value = String> {
     .prop_map(|parts| parts.concat())
 }
 
+fn sender(session: &str, title: &str, agent: AgentKind) -> EnvelopeSender {
+    EnvelopeSender {
+        session_id: s(session),
+        title: title.to_owned(),
+        agent,
+    }
+}
+
+/// The envelope of the two-sender test with its tag line replaced by `tag`.
+fn with_tag(tag: &str) -> String {
+    format!("{}\n{tag}\nbody\n</session_message>", first_line("HB Code"))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
 
-    // OB-17: every sender and body parses back exactly as it went in.
+    // OB-17: every sender and body parses back exactly as it went in, whatever attribute
+    // names, quotes, entities or line breaks they hold.
     #[test]
     fn any_envelope_parses_back(
         session in envelope_text().prop_filter("not blank", |s| !s.trim().is_empty()),
         title in envelope_text(),
         claude in any::<bool>(),
         body in envelope_text(),
+        product in prop_oneof![Just("HB Code".to_owned()), envelope_text()],
     ) {
-        let sender = EnvelopeSender {
-            session_id: s(&session),
-            title,
-            agent: if claude { AgentKind::Claude } else { AgentKind::Codex },
-        };
-        let text = envelope("HB Code", &sender, &body);
+        let agent = if claude { AgentKind::Claude } else { AgentKind::Codex };
+        let sender = sender(&session, &title, agent);
+        let text = envelope(&product, &sender, &body);
+        prop_assert!(text.starts_with(&first_line(&product)));
+        prop_assert_eq!(decode_envelope(&text), Ok((sender.clone(), body.clone())));
         prop_assert_eq!(parse_envelope(&text), Some((sender, body)));
     }
+}
+
+// OB-17: a sender title that ends in another attribute's name (and `=`) is read as the
+// title, not as that attribute. Finding attributes by their first `name="` read the
+// agent from inside the title and refused the envelope.
+#[test]
+fn a_title_ending_in_an_attribute_name_parses_back() {
+    for title in [
+        "x from_agent=",
+        "x from_session_id=",
+        "x from_title=",
+        "abc title",
+    ] {
+        let sender = sender("a", title, AgentKind::Codex);
+        let text = envelope("HB Code", &sender, "body");
+        assert_eq!(
+            decode_envelope(&text),
+            Ok((sender, "body".to_owned())),
+            "{title}"
+        );
+    }
+}
+
+// OB-17: a session ID that ends in another attribute's name is read as the session ID,
+// and the title after it keeps its own value. Finding attributes by their first
+// `name="` read the title from inside the session ID.
+#[test]
+fn a_session_id_ending_in_an_attribute_name_parses_back() {
+    for session in [
+        "abc title",
+        "x from_title=",
+        "x from_agent=",
+        "from_session_id=",
+    ] {
+        let sender = sender(session, "Real title", AgentKind::Claude);
+        let text = envelope("HB Code", &sender, "body");
+        assert_eq!(
+            parse_envelope(&text),
+            Some((sender, "body".to_owned())),
+            "{session}"
+        );
+    }
+}
+
+// OB-17: the written bytes are the seed's: the first sentence, the tag with
+// from_session_id, from_title and from_agent in that order, the body, the closing tag.
+#[test]
+fn the_envelope_bytes_follow_the_seed() {
+    let text = envelope(
+        "HB Code",
+        &sender("s-1", "a \"b\" & <c>\nd", AgentKind::Codex),
+        "Hello\nworld",
+    );
+    assert_eq!(
+        text,
+        "Message from another HB Code session. Answer this message in one of three ways: do it, ask one question, or object with the reason.\n\
+         <session_message from_session_id=\"s-1\" from_title=\"a &quot;b&quot; &amp; &lt;c&gt;&#10;d\" from_agent=\"codex\">\n\
+         Hello\nworld\n\
+         </session_message>"
+    );
+}
+
+// OB-17: the tag is read by a tokenizer; every way the tag line can be wrong is its own
+// typed error, and attributes in another order or with more whitespace still read.
+#[test]
+fn a_malformed_tag_is_a_typed_error() {
+    let ok = "from_session_id=\"a\" from_title=\"t\" from_agent=\"codex\"";
+    assert_eq!(
+        decode_envelope(&with_tag(&format!("<session_message {ok}>"))),
+        Ok((sender("a", "t", AgentKind::Codex), "body".to_owned()))
+    );
+    assert_eq!(
+        decode_envelope(&with_tag(
+            "<session_message\tfrom_agent=\"codex\"  from_title=\"t\" from_session_id=\"a\" >"
+        )),
+        Ok((sender("a", "t", AgentKind::Codex), "body".to_owned()))
+    );
+    let cases: &[(&str, EnvelopeError)] = &[
+        (
+            "<session_message from_session_id=\"a\" from_title=\"t\" from_agent=\"codex\" from_x=\"1\">",
+            EnvelopeError::UnknownAttribute { name: "from_x".into() },
+        ),
+        (
+            "<session_message from_session_id=\"a\" from_title=\"t\" from_title=\"u\" from_agent=\"codex\">",
+            EnvelopeError::DuplicateAttribute { name: "from_title" },
+        ),
+        (
+            "<session_message from_session_id=\"a\" from_agent=\"codex\">",
+            EnvelopeError::MissingAttribute { name: "from_title" },
+        ),
+        (
+            "<session_message>",
+            EnvelopeError::MissingAttribute { name: "from_session_id" },
+        ),
+        (
+            "<session_message from_session_id=\"a\" from_title=\"t\" from_agent=\"gemini\">",
+            EnvelopeError::UnknownAgent { value: "gemini".into() },
+        ),
+        (
+            "<session_message from_session_id=\" \" from_title=\"t\" from_agent=\"codex\">",
+            EnvelopeError::BlankSessionId,
+        ),
+        (
+            "<session_messages from_session_id=\"a\" from_title=\"t\" from_agent=\"codex\">",
+            EnvelopeError::UnknownTag { name: "session_messages".into() },
+        ),
+        (
+            "<session_message from_session_id=\"a\"from_title=\"t\" from_agent=\"codex\">",
+            EnvelopeError::Syntax { at: 36, expected: "whitespace or '>'" },
+        ),
+        (
+            "<session_message from_session_id=a from_title=\"t\" from_agent=\"codex\">",
+            EnvelopeError::Syntax { at: 33, expected: "'\"' opening the attribute value" },
+        ),
+        (
+            "<session_message from_session_id=\"a\" from_title=\"t\" from_agent=\"codex\"",
+            EnvelopeError::Syntax { at: 70, expected: "whitespace or '>'" },
+        ),
+        (
+            "<session_message from_session_id=\"a\" from_title=\"t\" from_agent=\"codex\">x",
+            EnvelopeError::Syntax { at: 71, expected: "the end of the tag line after '>'" },
+        ),
+        (
+            "<session_message from_session_id=\"a\" from_title=\"t&x\" from_agent=\"codex\">",
+            EnvelopeError::Escape { at: 50 },
+        ),
+        (
+            "<session_message from_session_id=\"a\" from_title=\"t<\" from_agent=\"codex\">",
+            EnvelopeError::Escape { at: 50 },
+        ),
+    ];
+    for (tag, error) in cases {
+        assert_eq!(
+            decode_envelope(&with_tag(tag)).as_ref(),
+            Err(error),
+            "{tag}"
+        );
+        assert_eq!(parse_envelope(&with_tag(tag)), None, "{tag}");
+    }
+    // Not laid out as an envelope at all.
+    assert_eq!(
+        decode_envelope("Hello"),
+        Err(EnvelopeError::Layout {
+            missing: "the first sentence"
+        })
+    );
+    assert_eq!(
+        decode_envelope(&format!(
+            "{}\n<session_message {ok}>",
+            first_line("HB Code")
+        )),
+        Err(EnvelopeError::Layout {
+            missing: "the tag line"
+        })
+    );
+    assert_eq!(
+        decode_envelope(&format!(
+            "{}\n<session_message {ok}>\nbody\n</session_message>\n",
+            first_line("HB Code")
+        )),
+        Err(EnvelopeError::Layout {
+            missing: "the closing tag"
+        })
+    );
+}
+
+// OB-17: only operations the host created as session messages are read as one; the
+// prefix the envelope reads is the one session messages are created with.
+#[test]
+fn the_session_message_prefix_is_shared() {
+    assert_eq!(
+        outbox_core::envelope::SESSION_MESSAGE_PREFIX,
+        outbox_core::session_message::SESSION_MESSAGE_PREFIX
+    );
 }
 
 // OB-18: titles.

@@ -6,13 +6,13 @@ mod common;
 
 use common::*;
 use fixtures::adapters::WhenUnscripted;
-use outbox_core::adapter::StopResult;
+use outbox_core::adapter::{AttemptId, StopResult};
 use outbox_core::custody::{Effect, SessionInfo, StopAnswer, MODEL_CHANGED_TEXT};
 use outbox_core::entry::{Controls, EntryStatus, STOPPED_BEFORE_DELIVERY_TEXT};
 use timeline_core::time::Millis;
 
 fn effects(b: &mut Bench) -> Vec<Effect> {
-    std::iter::from_fn(|| b.c.poll_effect()).collect()
+    b.effects()
 }
 
 fn running(b: &mut Bench) -> outbox_core::ids::RunId {
@@ -33,6 +33,7 @@ fn callers_share_one_worker_and_get_still_settling_after_5_seconds() {
     assert_eq!(
         e,
         [Effect::StopRun {
+            attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
         }],
@@ -62,8 +63,7 @@ fn callers_share_one_worker_and_get_still_settling_after_5_seconds() {
         }]
     );
     b.c.handle_stop_result(
-        &s("s1"),
-        &run,
+        b.stop_attempt(),
         StopResult::Stopped { untaken: vec![] },
         t0.saturating_add(Millis(7_000)),
     );
@@ -80,7 +80,11 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     let t0 = b.now;
     b.c.stop(&s("s1"), &run, Some(1), t0);
     let _ = effects(&mut b);
-    b.c.handle_stop_result(&s("s1"), &run, StopResult::Stopped { untaken: vec![] }, t0);
+    b.c.handle_stop_result(
+        b.stop_attempt(),
+        StopResult::Stopped { untaken: vec![] },
+        t0,
+    );
     assert!(effects(&mut b).contains(&Effect::StopAnswer {
         caller: 1,
         answer: StopAnswer::Stopped
@@ -98,6 +102,7 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     assert_eq!(
         effects(&mut b),
         [Effect::StopRun {
+            attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
         }],
@@ -109,8 +114,7 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     b.c.stop(&s("s1"), &run, Some(1), b.now);
     let _ = effects(&mut b);
     b.c.handle_stop_result(
-        &s("s1"),
-        &run,
+        b.stop_attempt(),
         StopResult::Failed {
             error: "turn not found".into(),
         },
@@ -129,6 +133,7 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     assert_eq!(
         effects(&mut b),
         [Effect::StopRun {
+            attempt: AttemptId(0),
             session: s("s1"),
             run
         }],
@@ -144,7 +149,7 @@ fn a_crashed_stop_attempt_is_retried_after_250_ms() {
     let t0 = b.now;
     b.c.stop(&s("s1"), &run, None, t0);
     let _ = effects(&mut b);
-    b.c.handle_stop_result(&s("s1"), &run, StopResult::Crashed, t0);
+    b.c.handle_stop_result(b.stop_attempt(), StopResult::Crashed, t0);
     assert_eq!(b.c.poll_timeout(), Some(t0.saturating_add(Millis(250))));
     b.c.handle_timeout(t0.saturating_add(Millis(249)));
     assert!(effects(&mut b).is_empty());
@@ -152,6 +157,7 @@ fn a_crashed_stop_attempt_is_retried_after_250_ms() {
     assert_eq!(
         effects(&mut b),
         [Effect::StopRun {
+            attempt: AttemptId(0),
             session: s("s1"),
             run
         }]
@@ -201,12 +207,13 @@ fn an_interrupt_stops_the_run_and_starts_once_it_left_the_registry() {
     assert_eq!(
         effects(&mut b),
         [Effect::StopRun {
+            attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
         }]
     );
     // The stop settles after 300 ms (a crash, then the retry).
-    b.c.handle_stop_result(&s("s1"), &run, StopResult::Crashed, t0);
+    b.c.handle_stop_result(b.stop_attempt(), StopResult::Crashed, t0);
     for t in (25..=250).step_by(25) {
         b.c.handle_timeout(t0.saturating_add(Millis(t)));
     }
@@ -214,13 +221,13 @@ fn an_interrupt_stops_the_run_and_starts_once_it_left_the_registry() {
     assert_eq!(
         retry,
         [Effect::StopRun {
+            attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
         }]
     );
     b.c.handle_stop_result(
-        &s("s1"),
-        &run,
+        b.stop_attempt(),
         StopResult::Stopped { untaken: vec![] },
         t0.saturating_add(Millis(300)),
     );
@@ -259,8 +266,16 @@ fn an_interrupt_that_meets_a_newer_turn_or_a_slow_stop_stays_queued() {
     let t0 = b.now;
     b.c.submit(submit_req("s1", "int", Controls::interrupt()), t0)
         .unwrap();
-    let _ = effects(&mut b);
-    b.c.handle_stop_result(&s("s1"), &run, StopResult::Stopped { untaken: vec![] }, t0);
+    assert!(effects(&mut b).contains(&Effect::StopRun {
+        attempt: AttemptId(0),
+        session: s("s1"),
+        run,
+    }));
+    b.c.handle_stop_result(
+        b.stop_attempt(),
+        StopResult::Stopped { untaken: vec![] },
+        t0,
+    );
     let _ = effects(&mut b);
     let newer = outbox_core::runs::ActiveRun {
         run_id: outbox_core::ids::RunId::new("run-newer").unwrap(),

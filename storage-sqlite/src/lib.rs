@@ -14,7 +14,15 @@
 //!   catalog (the submit claim, the overlay compare-and-set with the global revision,
 //!   the session-message route with its entry, ledger-sent then removal across aliases)
 //!   commits whole or not at all. Hot statements use `prepare_cached`.
-//! - Numbered migrations in `migrations/*.sql`, tracked in `PRAGMA user_version`.
+//! - Numbered migrations in `migrations/*.sql`, tracked in `PRAGMA user_version`. A
+//!   version that does not match the file's tables fails with the stored version and
+//!   the versions this build knows ([`OpenError::Migration`]).
+//! - Nothing read from the file is trusted: every column value is checked like wire
+//!   input (its SQLite type, an integer's range, a boolean's 0 or 1, a snapshot's one
+//!   block per key, a ledger status against its JSON). An outbox row that does not read
+//!   back shows as a blocked entry with what it holds and never hides its neighbours
+//!   (OB-05); any other unreadable record is a `Corrupt` error naming the table, the
+//!   column and the stored value.
 //!
 //! # What a submit writes
 //!
@@ -60,7 +68,7 @@ use outbox_core::entry::{
 };
 use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
-use outbox_core::ledger::LedgerRecord;
+use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::store::{
     Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
     StoreError as OutboxError,
@@ -74,7 +82,9 @@ use timeline_core::key::TargetId;
 use timeline_core::policy::MAX_EXACT_INTEGER;
 use timeline_core::time::Millis;
 
+mod columns;
 mod id_column;
+use columns::{Column, Refused};
 pub use id_column::{read_id, IdColumn};
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
@@ -180,6 +190,33 @@ pub enum OpenError {
         /// What this build knows.
         supported: u32,
     },
+    /// The file's `user_version` is not a schema version this build knows (it is
+    /// negative or out of range).
+    #[error(
+        "the database says schema version {found}; this build knows versions 0 to {supported}"
+    )]
+    UnknownSchema {
+        /// What the file says.
+        found: i64,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// A migration did not apply to the file: its `user_version` does not match the
+    /// tables it holds. Nothing of that migration was written.
+    #[error(
+        "the database says schema version {found}, but migration {migration} does not apply to it \
+         ({reason}); this build knows versions 0 to {supported}"
+    )]
+    Migration {
+        /// What the file says.
+        found: u32,
+        /// The migration that failed, by name.
+        migration: &'static str,
+        /// SQLite's message, without the migration's text.
+        reason: String,
+        /// The newest version this build knows.
+        supported: u32,
+    },
     /// A setting SQLite would ignore or refuse.
     #[error("invalid setting {name}: {reason}")]
     InvalidSetting {
@@ -231,23 +268,52 @@ fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
     conn.query_row("PRAGMA user_version", [], |r| r.get(0))
 }
 
-/// Applies migrations up to `target`, each in its own immediate transaction.
-fn migrate(conn: &mut Connection, target: u32) -> Result<u32, OpenError> {
-    let found = user_version(conn)?;
-    if found > SCHEMA_VERSION {
+/// The file's `user_version` as a version this build can migrate from.
+fn known_version(conn: &Connection) -> Result<u32, OpenError> {
+    // SQLite keeps a signed 32-bit number; read it whole so a negative one is named.
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let unknown = || OpenError::UnknownSchema {
+        found,
+        supported: SCHEMA_VERSION,
+    };
+    let version = u32::try_from(found).map_err(|_| unknown())?;
+    if version > SCHEMA_VERSION {
         return Err(OpenError::NewerSchema {
-            found,
+            found: version,
             supported: SCHEMA_VERSION,
         });
     }
-    for version in (found + 1)..=target.min(SCHEMA_VERSION) {
-        let (_, sql) = MIGRATIONS[(version - 1) as usize];
+    Ok(version)
+}
+
+/// SQLite's message for a failed migration, without the SQL text rusqlite attaches to
+/// an error in a statement (the whole migration file).
+fn migration_reason(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        rusqlite::Error::SqliteFailure(_, Some(msg)) => msg.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Applies migrations up to `target`, each in its own immediate transaction.
+fn migrate(conn: &mut Connection, target: u32) -> Result<u32, OpenError> {
+    let found = known_version(conn)?;
+    for (version, (name, sql)) in (1..=target.min(SCHEMA_VERSION))
+        .zip(MIGRATIONS)
+        .skip(found as usize)
+    {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute_batch(sql)?;
+        tx.execute_batch(sql).map_err(|e| OpenError::Migration {
+            found,
+            migration: name,
+            reason: migration_reason(&e),
+            supported: SCHEMA_VERSION,
+        })?;
         tx.pragma_update(None, "user_version", version)?;
         tx.commit()?;
     }
-    Ok(user_version(conn)?)
+    known_version(conn)
 }
 
 impl SqliteStore {
@@ -291,9 +357,10 @@ impl SqliteStore {
     /// Sets the global revision counter (to test the 2^53 - 1 cap).
     #[doc(hidden)]
     pub fn set_revision_counter(&mut self, revision: u64) -> rusqlite::Result<()> {
+        // `u64` as a parameter is refused above `i64::MAX`, never wrapped.
         self.conn.execute(
             "UPDATE chat_live_timeline_overlay_revisions SET revision = ?1 WHERE id = 1",
-            params![revision as i64],
+            params![revision],
         )?;
         Ok(())
     }
@@ -338,6 +405,16 @@ fn overlay_corrupt(what: impl Into<String>) -> impl FnOnce(String) -> OverlayErr
     }
 }
 
+/// A refused column value as the outbox's typed error about `what`, for `map_err`.
+fn refused(what: impl Into<String>) -> impl FnOnce(Refused) -> OutboxError {
+    move |r| corrupt(what)(r.to_string())
+}
+
+/// The same for overlay storage.
+fn overlay_refused(what: impl Into<String>) -> impl FnOnce(Refused) -> OverlayError {
+    move |r| overlay_corrupt(what)(r.to_string())
+}
+
 fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
     serde_json::to_string(v).map_err(|e| e.to_string())
 }
@@ -357,12 +434,23 @@ fn stored_id<T>(
 
 // ----- overlays --------------------------------------------------------------------------
 
+const OVERLAYS: &str = "chat_live_timeline_overlays";
+const OVERLAY_TARGET: Column = Column::new(OVERLAYS, "timeline_target_id");
+const OVERLAY_REVISION: Column = Column::new(OVERLAYS, "revision");
+const OVERLAY_EPOCH: Column = Column::new(OVERLAYS, "settlement_epoch");
+const OVERLAY_SNAPSHOT: Column = Column::new(OVERLAYS, "snapshot_json");
+const COUNTER: Column = Column::new("chat_live_timeline_overlay_revisions", "revision");
+const CLEANUPS: &str = "chat_pending_terminal_overlay_cleanups";
+const CLEANUP_SESSION: Column = Column::new(CLEANUPS, "app_session_id");
+const CLEANUP_RUN: Column = Column::new(CLEANUPS, "run_id");
+
 fn load_overlay(
     conn: &Connection,
     session: &SessionId,
     target: &TargetId,
 ) -> Result<Option<StoredOverlay>, OverlayError> {
-    let row: Option<(i64, i64, String)> = conn
+    use rusqlite::types::Value;
+    let row: Option<(Value, Value, Value)> = conn
         .prepare_cached(
             "SELECT revision, settlement_epoch, snapshot_json FROM chat_live_timeline_overlays
              WHERE app_session_id = ?1 AND timeline_target_id = ?2",
@@ -376,34 +464,96 @@ fn load_overlay(
     let Some((revision, epoch, json)) = row else {
         return Ok(None);
     };
-    let blocks: Vec<StoredBlock> = serde_json::from_str(&json)
-        .map_err(|e| overlay_corrupt(format!("overlay {session}/{target}"))(e.to_string()))?;
+    let what = || format!("overlay {session}/{target}");
+    let revision =
+        columns::exact(OVERLAY_REVISION, (&revision).into()).map_err(overlay_refused(what()))?;
+    let epoch = columns::exact(OVERLAY_EPOCH, (&epoch).into()).map_err(overlay_refused(what()))?;
+    let json = columns::text(OVERLAY_SNAPSHOT, (&json).into()).map_err(overlay_refused(what()))?;
+    let blocks: Vec<StoredBlock> =
+        serde_json::from_str(&json).map_err(|e| overlay_corrupt(what())(e.to_string()))?;
+    // One row per key (OV-01): a snapshot that holds a key twice is not one this library
+    // wrote, and neither copy can be preferred.
+    let mut keys = std::collections::HashSet::with_capacity(blocks.len());
+    if let Some((block_type, id)) = blocks
+        .iter()
+        .map(|b| (b.block.block_type, &b.block.id))
+        .find(|&key| !keys.insert(key))
+    {
+        return Err(overlay_corrupt(what())(format!(
+            "{OVERLAY_SNAPSHOT} holds two blocks with the key {block_type} {:?}",
+            id.as_str()
+        )));
+    }
     Ok(Some(StoredOverlay {
         format_version: FORMAT_VERSION,
-        settlement_epoch: epoch as u64,
-        revision: revision as u64,
+        settlement_epoch: epoch,
+        revision,
         blocks,
     }))
 }
 
+/// The stored revision of a target, if it has a row.
+fn stored_revision(
+    conn: &Connection,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<Option<u64>, OverlayError> {
+    let revision: Option<rusqlite::types::Value> = conn
+        .prepare_cached(
+            "SELECT revision FROM chat_live_timeline_overlays
+             WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+        )
+        .map_err(ov)?
+        .query_row(params![session.as_str(), target.as_str()], |r| r.get(0))
+        .optional()
+        .map_err(ov)?;
+    revision
+        .map(|r| {
+            columns::exact(OVERLAY_REVISION, (&r).into())
+                .map_err(overlay_refused(format!("overlay {session}/{target}")))
+        })
+        .transpose()
+}
+
+/// The global revision counter (OV-02). A missing row or a value outside 0 to 2^53 - 1
+/// is [`OverlayError::Corrupt`]: no revision can be handed out from it.
+fn read_counter(conn: &Connection) -> Result<u64, OverlayError> {
+    let what = "overlay revision counter";
+    let counter: Option<rusqlite::types::Value> = conn
+        .prepare_cached("SELECT revision FROM chat_live_timeline_overlay_revisions WHERE id = 1")
+        .map_err(ov)?
+        .query_row([], |r| r.get(0))
+        .optional()
+        .map_err(ov)?;
+    let counter = counter.ok_or_else(|| {
+        overlay_corrupt(what)("chat_live_timeline_overlay_revisions has no row with id 1".into())
+    })?;
+    columns::exact(COUNTER, (&counter).into()).map_err(overlay_refused(what))
+}
+
 /// Takes the next revision from the counter and stores the overlay, inside `tx`.
+/// `previous` is the target's stored revision: a counter below it would hand out a
+/// revision again (OV-02), so it is refused as corrupt.
 fn store_overlay(
     tx: &Transaction<'_>,
     session: &SessionId,
     target: &TargetId,
+    previous: Option<u64>,
     epoch: u64,
     blocks: Vec<StoredBlock>,
 ) -> Result<StoredOverlay, OverlayError> {
     let json = to_json(&blocks).map_err(overlay_corrupt("overlay blocks"))?;
-    let counter: i64 = tx
-        .prepare_cached("SELECT revision FROM chat_live_timeline_overlay_revisions WHERE id = 1")
-        .map_err(ov)?
-        .query_row([], |r| r.get(0))
-        .map_err(ov)?;
-    if counter as u64 >= MAX_EXACT_INTEGER {
+    let counter = read_counter(tx)?;
+    if let Some(previous) = previous.filter(|&p| p > counter) {
+        return Err(overlay_corrupt("overlay revision counter")(format!(
+            "{COUNTER} holds INTEGER {counter}, below the revision {previous} of overlay \
+             {session}/{target}"
+        )));
+    }
+    if counter >= MAX_EXACT_INTEGER {
         return Err(OverlayError::RevisionExhausted);
     }
-    let revision = counter as u64 + 1;
+    let revision = counter + 1;
     tx.prepare_cached("UPDATE chat_live_timeline_overlay_revisions SET revision = ?1 WHERE id = 1")
         .map_err(ov)?
         .execute(params![revision as i64])
@@ -452,22 +602,13 @@ impl OverlayStore for SqliteStore {
         blocks: Vec<StoredBlock>,
     ) -> Result<StoredOverlay, OverlayError> {
         let tx = self.write().map_err(ov)?;
-        let current: Option<i64> = tx
-            .prepare_cached(
-                "SELECT revision FROM chat_live_timeline_overlays
-                 WHERE app_session_id = ?1 AND timeline_target_id = ?2",
-            )
-            .map_err(ov)?
-            .query_row(params![session.as_str(), target.as_str()], |r| r.get(0))
-            .optional()
-            .map_err(ov)?;
-        if current.map(|r| r as u64) != expected {
+        if stored_revision(&tx, session, target)? != expected {
             let now = load_overlay(&tx, session, target)?;
             return Err(OverlayError::Stale {
                 current: now.map(Box::new),
             });
         }
-        let stored = store_overlay(&tx, session, target, epoch, blocks)?;
+        let stored = store_overlay(&tx, session, target, expected, epoch, blocks)?;
         tx.commit().map_err(ov)?;
         Ok(stored)
     }
@@ -488,7 +629,8 @@ impl OverlayStore for SqliteStore {
                 written: None,
             });
         };
-        let stored = store_overlay(&tx, session, target, epoch, blocks)?;
+        let previous = before.as_ref().map(|b| b.revision);
+        let stored = store_overlay(&tx, session, target, previous, epoch, blocks)?;
         tx.commit().map_err(ov)?;
         Ok(Update {
             before,
@@ -516,11 +658,15 @@ impl OverlayStore for SqliteStore {
             )
             .map_err(ov)?;
         let rows = stmt
-            .query_map(params![session.as_str()], |r| r.get::<_, String>(0))
+            .query_map(params![session.as_str()], |r| {
+                r.get::<_, rusqlite::types::Value>(0)
+            })
             .map_err(ov)?;
         let mut out = Vec::new();
         for t in rows {
             let t = t.map_err(ov)?;
+            let t = columns::text(OVERLAY_TARGET, (&t).into())
+                .map_err(overlay_refused("timeline target"))?;
             out.push(
                 TargetId::new(t).map_err(|e| overlay_corrupt("timeline target")(e.to_string()))?,
             );
@@ -529,15 +675,7 @@ impl OverlayStore for SqliteStore {
     }
 
     fn current_revision(&mut self) -> Result<u64, OverlayError> {
-        let r: i64 = self
-            .conn
-            .prepare_cached(
-                "SELECT revision FROM chat_live_timeline_overlay_revisions WHERE id = 1",
-            )
-            .map_err(ov)?
-            .query_row([], |r| r.get(0))
-            .map_err(ov)?;
-        Ok(r as u64)
+        read_counter(&self.conn)
     }
 }
 
@@ -576,15 +714,19 @@ impl CleanupJournal for SqliteStore {
             .map_err(ov)?;
         let rows = stmt
             .query_map(params![session.map(|s| s.as_str())], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                Ok((
+                    r.get::<_, rusqlite::types::Value>(0)?,
+                    r.get::<_, rusqlite::types::Value>(1)?,
+                ))
             })
             .map_err(ov)?;
         let mut out = Vec::new();
         for row in rows {
             let (s, r) = row.map_err(ov)?;
-            let bad = |e: timeline_core::key::KeyError| {
-                overlay_corrupt("cleanup journal row")(e.to_string())
-            };
+            let what = "cleanup journal row";
+            let s = columns::text(CLEANUP_SESSION, (&s).into()).map_err(overlay_refused(what))?;
+            let r = columns::text(CLEANUP_RUN, (&r).into()).map_err(overlay_refused(what))?;
+            let bad = |e: timeline_core::key::KeyError| overlay_corrupt(what)(e.to_string());
             out.push((SessionId::new(s).map_err(bad)?, RunId::new(r).map_err(bad)?));
         }
         Ok(out)
@@ -650,43 +792,65 @@ fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
 /// The outbox columns an entry is read from, in [`EntryRow`] order.
 const ENTRY_COLUMNS: &str = "queue_id, operation_id, position, entry_json";
 
-/// An outbox row: queue ID, operation ID, position and the entry JSON.
+const OUTBOX: &str = "workspace_chat_outbox";
+const OUTBOX_POSITION: Column = Column::new(OUTBOX, "position");
+const OUTBOX_JSON: Column = Column::new(OUTBOX, "entry_json");
+
+/// The position a blocked entry shows when its `position` column does not read back:
+/// after every entry whose position does.
+const UNREADABLE_POSITION: i64 = i64::MAX;
+
+/// An outbox row: queue ID, operation ID, position and the entry JSON, each checked as
+/// it is read. A column that does not read back never fails the read: the row then
+/// shows as blocked (OB-05) and its neighbours read as usual.
 struct EntryRow {
     queue_id: String,
     operation_id: String,
     position: i64,
     json: String,
-    /// Why an ID column did not read back as an ID (the row then shows as blocked).
-    bad_id: Option<String>,
+    /// Why a column did not read back, with what it holds (the row then shows as
+    /// blocked).
+    refused: Option<String>,
 }
 
 impl EntryRow {
     fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<EntryRow> {
         // An ID column that does not read back blocks the entry: the queue ID is then
-        // shown as stored, the operation ID left out.
-        let mut bad_id = None;
+        // shown as stored, the operation ID left out. A position or JSON column of the
+        // wrong type blocks it too, with what is stored in the reason.
+        let mut reasons = Vec::new();
         let (queue, op) = (r.get_ref(0)?, r.get_ref(1)?);
         let queue_id = read_id(queue).unwrap_or_else(|reason| {
-            bad_id.get_or_insert(reason);
+            reasons.push(reason);
             id_column::shown(queue)
         });
         let operation_id = read_id(op).unwrap_or_else(|reason| {
-            bad_id.get_or_insert(reason);
+            reasons.push(reason);
+            String::new()
+        });
+        // Any INTEGER is a position (front-of-queue entries go below zero).
+        let position = columns::integer(OUTBOX_POSITION, r.get_ref(2)?, i64::MIN, i64::MAX)
+            .unwrap_or_else(|refused| {
+                reasons.push(refused.to_string());
+                UNREADABLE_POSITION
+            });
+        let json = columns::text(OUTBOX_JSON, r.get_ref(3)?).unwrap_or_else(|refused| {
+            reasons.push(refused.to_string());
             String::new()
         });
         Ok(EntryRow {
             queue_id,
             operation_id,
-            position: r.get(2)?,
-            json: r.get(3)?,
-            bad_id,
+            position,
+            json,
+            refused: (!reasons.is_empty()).then(|| reasons.join("; ")),
         })
     }
 
     /// The entry: the JSON with the columns put back.
     fn decode(&self) -> Result<OutboxEntry, String> {
         use serde_json::{Map, Value};
-        if let Some(reason) = &self.bad_id {
+        if let Some(reason) = &self.refused {
             return Err(reason.clone());
         }
         let mut fields: Map<String, Value> =
@@ -779,15 +943,21 @@ impl<'a> FingerprintColumn<'a> {
         }
     }
 
-    fn read(value: rusqlite::types::Value) -> Result<Digest256, OutboxError> {
-        use rusqlite::types::Value;
+    /// The fingerprint a stored value holds: a BLOB of exactly the 32 digest bytes, or
+    /// text as written (the form any other digest text is kept in). A BLOB of another
+    /// length or a value of another type is refused.
+    fn read(value: rusqlite::types::ValueRef<'_>) -> Result<Digest256, Refused> {
+        use rusqlite::types::ValueRef;
         match value {
-            Value::Blob(bytes) => Ok(Digest256::from_hex(timeline_core::seal::hex(&bytes))),
-            Value::Text(text) => Ok(Digest256::from_hex(text)),
-            other => Err(corrupt("operation identity")(format!(
-                "the fingerprint is {}",
-                other.data_type()
-            ))),
+            ValueRef::Blob(bytes) if bytes.len() == 32 => {
+                Ok(Digest256::from_hex(timeline_core::seal::hex(bytes)))
+            }
+            ValueRef::Blob(_) => Err(Refused::new(
+                IDENTITY_FINGERPRINT,
+                value,
+                "a BLOB of 32 digest bytes or TEXT",
+            )),
+            _ => columns::text(IDENTITY_FINGERPRINT, value).map(Digest256::from_hex),
         }
     }
 }
@@ -802,12 +972,17 @@ impl rusqlite::ToSql for FingerprintColumn<'_> {
     }
 }
 
+const IDENTITIES: &str = "workspace_chat_outbox_operation_identity";
+const IDENTITY_FINGERPRINT: Column = Column::new(IDENTITIES, "fingerprint");
+const IDENTITY_REMOVED: Column = Column::new(IDENTITIES, "removed");
+
 fn read_identity(
     conn: &Connection,
     session: &SessionId,
     op: &OperationId,
 ) -> Result<Option<Identity>, OutboxError> {
-    let row: Option<(rusqlite::types::Value, Result<String, String>, i64)> = conn
+    use rusqlite::types::Value;
+    let row: Option<(Value, Result<String, String>, Value)> = conn
         .prepare_cached(
             "SELECT fingerprint, queue_id, removed FROM workspace_chat_outbox_operation_identity
              WHERE session_id = ?1 AND operation_id = ?2",
@@ -820,10 +995,12 @@ fn read_identity(
         .optional()
         .map_err(ob)?;
     row.map(|(fp, q, removed)| {
+        let what = || format!("operation identity {session}/{op}");
         Ok(Identity {
-            fingerprint: FingerprintColumn::read(fp)?,
+            fingerprint: FingerprintColumn::read((&fp).into()).map_err(refused(what()))?,
             queue_id: stored_id("identity queue ID", q, QueueId::new)?,
-            removed: removed != 0,
+            removed: columns::boolean(IDENTITY_REMOVED, (&removed).into())
+                .map_err(refused(what()))?,
         })
     })
     .transpose()
@@ -880,13 +1057,13 @@ fn mark_removed(tx: &Transaction<'_>, session: &SessionId, op: &str) -> Result<(
     Ok(())
 }
 
-fn route_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<[Option<String>; 10]> {
-    let mut out: [Option<String>; 10] = Default::default();
+/// A route row's columns as stored, in [`ROUTE_COLUMNS`] order; [`parse_route`] checks
+/// them.
+fn route_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<[rusqlite::types::Value; 10]> {
+    use rusqlite::types::Value;
+    let mut out: [rusqlite::types::Value; 10] = std::array::from_fn(|_| Value::Null);
     for (i, slot) in out.iter_mut().enumerate() {
-        *slot = match i {
-            7 | 8 => r.get::<_, Option<i64>>(i)?.map(|n| n.to_string()),
-            _ => r.get::<_, Option<String>>(i)?,
-        };
+        *slot = r.get(i)?;
     }
     Ok(out)
 }
@@ -894,30 +1071,60 @@ fn route_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<[Option<String>; 10
 const ROUTE_COLUMNS: &str = "operation_id, recipient_session_id, sender_session_id, sender_call_id,
     sender_run_id, sender_thread_id, chain_id, hop, created_at, delivery";
 
-fn parse_route(v: [Option<String>; 10]) -> Result<SessionMessageRoute, OutboxError> {
-    let bad = |reason: &str| corrupt("session message route")(reason.into());
-    let req = |i: usize| v[i].clone().ok_or_else(|| bad("missing column"));
-    let delivery: RouteDelivery = serde_json::from_value(serde_json::Value::String(req(9)?))
-        .map_err(|e| bad(&e.to_string()))?;
+const ROUTES: &str = "chat_session_messages";
+const ROUTE_OPERATION: Column = Column::new(ROUTES, "operation_id");
+const ROUTE_RECIPIENT: Column = Column::new(ROUTES, "recipient_session_id");
+const ROUTE_SENDER: Column = Column::new(ROUTES, "sender_session_id");
+const ROUTE_CALL: Column = Column::new(ROUTES, "sender_call_id");
+const ROUTE_RUN: Column = Column::new(ROUTES, "sender_run_id");
+const ROUTE_THREAD: Column = Column::new(ROUTES, "sender_thread_id");
+const ROUTE_CHAIN: Column = Column::new(ROUTES, "chain_id");
+const ROUTE_HOP: Column = Column::new(ROUTES, "hop");
+const ROUTE_CREATED: Column = Column::new(ROUTES, "created_at");
+const ROUTE_DELIVERY: Column = Column::new(ROUTES, "delivery");
+
+/// The route a row holds (OB-16), every column checked: IDs are UTF-8 text that makes a
+/// valid ID, `hop` fits a `u32`, `created_at` is from 0 to 2^53 - 1, and `delivery` is
+/// one of its three names.
+fn parse_route(v: [rusqlite::types::Value; 10]) -> Result<SessionMessageRoute, OutboxError> {
+    use rusqlite::types::ValueRef;
+    let what = "session message route";
+    let at = |i: usize| v.get(i).map_or(ValueRef::Null, ValueRef::from);
+    let text = |column: Column, i: usize| columns::text(column, at(i)).map_err(refused(what));
+    let optional =
+        |column: Column, i: usize| columns::optional_text(column, at(i)).map_err(refused(what));
+    let bad = |reason: String| corrupt(what)(reason);
+    let hop = columns::integer(ROUTE_HOP, at(7), 0, i64::from(u32::MAX)).map_err(refused(what))?;
     Ok(SessionMessageRoute {
-        operation_id: id("route operation", OperationId::new(req(0)?))?,
-        recipient_session_id: id("route recipient", SessionId::new(req(1)?))?,
-        sender_session_id: id("route sender", SessionId::new(req(2)?))?,
-        sender_call_id: id("route call", CallId::new(req(3)?))?,
-        sender_run_id: v[4]
-            .clone()
+        operation_id: id(
+            "route operation",
+            OperationId::new(text(ROUTE_OPERATION, 0)?),
+        )?,
+        recipient_session_id: id("route recipient", SessionId::new(text(ROUTE_RECIPIENT, 1)?))?,
+        sender_session_id: id("route sender", SessionId::new(text(ROUTE_SENDER, 2)?))?,
+        sender_call_id: id("route call", CallId::new(text(ROUTE_CALL, 3)?))?,
+        sender_run_id: optional(ROUTE_RUN, 4)?
             .map(RunId::new)
             .transpose()
-            .map_err(|e| bad(&e.to_string()))?,
-        sender_thread_id: v[5]
-            .clone()
+            .map_err(|e| bad(e.to_string()))?,
+        sender_thread_id: optional(ROUTE_THREAD, 5)?
             .map(ThreadId::new)
             .transpose()
-            .map_err(|e| bad(&e.to_string()))?,
-        chain_id: req(6)?,
-        hop: req(7)?.parse().map_err(|_| bad("hop"))?,
-        created_at: Millis(req(8)?.parse().map_err(|_| bad("created_at"))?),
-        delivery,
+            .map_err(|e| bad(e.to_string()))?,
+        chain_id: text(ROUTE_CHAIN, 6)?,
+        hop: u32::try_from(hop).map_err(|e| bad(e.to_string()))?,
+        created_at: Millis(columns::exact(ROUTE_CREATED, at(8)).map_err(refused(what))?),
+        delivery: columns::one_of(
+            ROUTE_DELIVERY,
+            at(9),
+            &[
+                RouteDelivery::Sent,
+                RouteDelivery::NeedsApproval,
+                RouteDelivery::Declined,
+            ]
+            .map(|d| (delivery_text(d), d)),
+        )
+        .map_err(refused(what))?,
     })
 }
 
@@ -936,53 +1143,29 @@ impl OutboxStore for SqliteStore {
         fingerprint: &Digest256,
         entry: &OutboxEntry,
     ) -> Result<Claim, OutboxError> {
-        let json = entry_json(entry)?;
         let tx = self.write().map_err(ob)?;
-        // The identity's primary key decides: a claimed operation inserts nothing, and the
-        // transaction ends without writing.
-        let inserted = tx
-            .prepare_cached(
-                "INSERT INTO workspace_chat_outbox_operation_identity
-                     (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
-                 VALUES (?1, ?2, ?3, ?4, 0, ?5)
-                 ON CONFLICT (session_id, operation_id) DO NOTHING",
-            )
-            .map_err(ob)?
-            .execute(params![
-                IdColumn(session.as_str()),
-                IdColumn(entry.operation_id.as_str()),
-                FingerprintColumn::of(fingerprint),
-                IdColumn(entry.queue_id.as_str()),
-                entry.request.created_at.as_u64() as i64
-            ])
-            .map_err(ob)?;
-        if inserted == 0 {
-            let existing = read_identity(&tx, session, &entry.operation_id)?;
-            return existing
-                .map(Claim::Existing)
-                .ok_or_else(|| corrupt("operation identity")("claimed but unreadable".into()));
+        let claim = claim_in(&tx, session, fingerprint, entry)?;
+        if claim == Claim::Claimed {
+            tx.commit().map_err(ob)?;
         }
-        // A queue ID that holds another operation's entry is refused (nothing written).
-        let placed = tx
-            .prepare_cached(
-                "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (session_id, queue_id) DO NOTHING",
-            )
-            .map_err(ob)?
-            .execute(params![
-                IdColumn(session.as_str()),
-                IdColumn(entry.queue_id.as_str()),
-                IdColumn(entry.operation_id.as_str()),
-                entry.position,
-                json
-            ])
-            .map_err(ob)?;
-        if placed == 0 {
-            return Err(OutboxError::QueueTaken(entry.queue_id.clone()));
+        Ok(claim)
+    }
+
+    fn claim_sending(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+        ledger_session: &SessionId,
+        record: &LedgerRecord,
+    ) -> Result<Claim, OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        let claim = claim_in(&tx, session, fingerprint, entry)?;
+        if claim == Claim::Claimed {
+            put_ledger(&tx, ledger_session, &entry.operation_id, record)?;
+            tx.commit().map_err(ob)?;
         }
-        tx.commit().map_err(ob)?;
-        Ok(Claim::Claimed)
+        Ok(claim)
     }
 
     fn claim_session_message(
@@ -1102,6 +1285,24 @@ impl OutboxStore for SqliteStore {
         Ok(true)
     }
 
+    fn replace_entry_with_ledger(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: &OutboxEntry,
+        ledger_session: &SessionId,
+        record: &LedgerRecord,
+    ) -> Result<bool, OutboxError> {
+        let tx = self.write().map_err(ob)?;
+        if read_entry(&tx, session, &expected.queue_id)?.as_ref() != Some(expected) {
+            return Ok(false);
+        }
+        insert_entry(&tx, session, new)?;
+        put_ledger(&tx, ledger_session, &new.operation_id, record)?;
+        tx.commit().map_err(ob)?;
+        Ok(true)
+    }
+
     fn rekey_entry(
         &mut self,
         session: &SessionId,
@@ -1169,21 +1370,21 @@ impl OutboxStore for SqliteStore {
         session: &SessionId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
-        let json: Option<String> = self
+        use rusqlite::types::Value;
+        let row: Option<(Value, Value)> = self
             .conn
             .prepare_cached(
-                "SELECT record_json FROM chat_operation_ledger
+                "SELECT status, record_json FROM chat_operation_ledger
                  WHERE app_session_id = ?1 AND operation_id = ?2",
             )
             .map_err(ob)?
-            .query_row(params![session.as_str(), op.as_str()], |r| r.get(0))
+            .query_row(params![session.as_str(), op.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()
             .map_err(ob)?;
-        json.map(|j| {
-            serde_json::from_str(&j)
-                .map_err(|e| corrupt(format!("ledger {session}/{op}"))(e.to_string()))
-        })
-        .transpose()
+        row.map(|(status, json)| read_ledger(session, op, &status, &json))
+            .transpose()
     }
 
     fn put_ledger(
@@ -1263,6 +1464,96 @@ impl OutboxStore for SqliteStore {
     }
 }
 
+const LEDGER: &str = "chat_operation_ledger";
+const LEDGER_STATUS: Column = Column::new(LEDGER, "status");
+const LEDGER_RECORD: Column = Column::new(LEDGER, "record_json");
+
+/// The `status` column's text for a ledger status: its name in the record JSON.
+fn status_text(status: LedgerStatus) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// A ledger row read back (OB-07): the record JSON decodes, and the `status` column
+/// says the same status as the JSON. A row where they differ is refused, since either
+/// could be the truth and the ledger decides what a retry may do.
+fn read_ledger(
+    session: &SessionId,
+    op: &OperationId,
+    status: &rusqlite::types::Value,
+    json: &rusqlite::types::Value,
+) -> Result<LedgerRecord, OutboxError> {
+    let what = || format!("ledger {session}/{op}");
+    let json = columns::text(LEDGER_RECORD, json.into()).map_err(refused(what()))?;
+    let record: LedgerRecord =
+        serde_json::from_str(&json).map_err(|e| corrupt(what())(e.to_string()))?;
+    let said = status_text(record.status);
+    match status {
+        rusqlite::types::Value::Text(column) if *column == said => Ok(record),
+        other => Err(refused(what())(Refused::new(
+            LEDGER_STATUS,
+            other.into(),
+            format!("TEXT '{said}', the status of {LEDGER_RECORD}"),
+        ))),
+    }
+}
+
+/// The claim's two inserts inside `tx` (committed by the caller when it claimed).
+fn claim_in(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    fingerprint: &Digest256,
+    entry: &OutboxEntry,
+) -> Result<Claim, OutboxError> {
+    let json = entry_json(entry)?;
+    // The identity's primary key decides: a claimed operation inserts nothing, and the
+    // transaction ends without writing.
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO workspace_chat_outbox_operation_identity
+                 (session_id, operation_id, fingerprint, queue_id, removed, claimed_at)
+             VALUES (?1, ?2, ?3, ?4, 0, ?5)
+             ON CONFLICT (session_id, operation_id) DO NOTHING",
+        )
+        .map_err(ob)?
+        .execute(params![
+            IdColumn(session.as_str()),
+            IdColumn(entry.operation_id.as_str()),
+            FingerprintColumn::of(fingerprint),
+            IdColumn(entry.queue_id.as_str()),
+            entry.request.created_at.as_u64() as i64
+        ])
+        .map_err(ob)?;
+    if inserted == 0 {
+        let existing = read_identity(tx, session, &entry.operation_id)?;
+        return existing
+            .map(Claim::Existing)
+            .ok_or_else(|| corrupt("operation identity")("claimed but unreadable".into()));
+    }
+    // A queue ID that holds another operation's entry is refused (nothing written).
+    let placed = tx
+        .prepare_cached(
+            "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (session_id, queue_id) DO NOTHING",
+        )
+        .map_err(ob)?
+        .execute(params![
+            IdColumn(session.as_str()),
+            IdColumn(entry.queue_id.as_str()),
+            IdColumn(entry.operation_id.as_str()),
+            entry.position,
+            json
+        ])
+        .map_err(ob)?;
+    if placed == 0 {
+        return Err(OutboxError::QueueTaken(entry.queue_id.clone()));
+    }
+    Ok(Claim::Claimed)
+}
+
 fn put_ledger(
     tx: &Transaction<'_>,
     session: &SessionId,
@@ -1270,10 +1561,7 @@ fn put_ledger(
     record: &LedgerRecord,
 ) -> Result<(), OutboxError> {
     let json = to_json(record).map_err(corrupt("ledger record"))?;
-    let status = serde_json::to_value(record.status)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let status = status_text(record.status);
     tx.prepare_cached(
         "INSERT INTO chat_operation_ledger (app_session_id, operation_id, status, record_json)
          VALUES (?1, ?2, ?3, ?4)

@@ -4,11 +4,11 @@
 //! ([`MemoryOutboxStore::insert_raw_entry`]), so an undecodable row behaves as it does in
 //! a durable backend: it comes back blocked.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::entry::{BlockedEntry, OutboxEntry, StoredEntry};
 use crate::fingerprint::Digest256;
-use crate::ids::{OperationId, QueueId, SessionId};
+use crate::ids::{CallId, OperationId, QueueId, SessionId};
 use crate::ledger::LedgerRecord;
 
 use super::{
@@ -25,13 +25,46 @@ struct RawEntry {
     decoded: Option<OutboxEntry>,
 }
 
-/// In-memory outbox, identities, ledger and routes.
+/// One session's outbox: entries by queue ID, and the queue IDs of each operation.
+#[derive(Clone, Debug, Default)]
+struct Outbox {
+    entries: BTreeMap<String, RawEntry>,
+    by_op: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Outbox {
+    fn insert(&mut self, queue_id: String, raw: RawEntry) {
+        self.remove(&queue_id);
+        self.by_op
+            .entry(raw.operation_id.clone())
+            .or_default()
+            .insert(queue_id.clone());
+        self.entries.insert(queue_id, raw);
+    }
+
+    fn remove(&mut self, queue_id: &str) -> Option<RawEntry> {
+        let raw = self.entries.remove(queue_id)?;
+        if let Some(queues) = self.by_op.get_mut(&raw.operation_id) {
+            queues.remove(queue_id);
+            if queues.is_empty() {
+                self.by_op.remove(&raw.operation_id);
+            }
+        }
+        Some(raw)
+    }
+}
+
+/// In-memory outbox, identities, ledger and routes. Every call costs O(log n) in the
+/// entries it does not touch, as a durable backend's indexed tables do (a whole outbox
+/// read costs that session's entries only).
 #[derive(Clone, Debug, Default)]
 pub struct MemoryOutboxStore {
-    entries: BTreeMap<(SessionId, String), RawEntry>,
+    outboxes: BTreeMap<SessionId, Outbox>,
     identities: BTreeMap<(SessionId, OperationId), Identity>,
     ledger: BTreeMap<(SessionId, OperationId), LedgerRecord>,
     routes: BTreeMap<OperationId, SessionMessageRoute>,
+    /// The route of each (sender session, sender call).
+    route_calls: BTreeMap<(SessionId, CallId), OperationId>,
     /// When set, every write fails with `Unavailable` (to test the ledger fallback).
     pub fail_writes: bool,
     /// When set, every ledger read fails with `Unavailable`.
@@ -55,8 +88,8 @@ impl MemoryOutboxStore {
         position: i64,
         json: &str,
     ) {
-        self.entries.insert(
-            (session.clone(), queue_id.to_owned()),
+        self.outboxes.entry(session.clone()).or_default().insert(
+            queue_id.to_owned(),
             RawEntry {
                 position,
                 operation_id: operation_id.to_owned(),
@@ -73,9 +106,17 @@ impl MemoryOutboxStore {
         Ok(())
     }
 
-    fn write_entry(&mut self, session: &SessionId, entry: &OutboxEntry) -> Result<(), StoreError> {
-        self.entries.insert(
-            (session.clone(), entry.queue_id.as_str().to_owned()),
+    fn ledger_writable(&self) -> Result<(), StoreError> {
+        self.writable()?;
+        if self.fail_ledger_writes {
+            return Err(StoreError::Unavailable("ledger writes are failing".into()));
+        }
+        Ok(())
+    }
+
+    fn write_entry(&mut self, session: &SessionId, entry: &OutboxEntry) {
+        self.outboxes.entry(session.clone()).or_default().insert(
+            entry.queue_id.as_str().to_owned(),
             RawEntry {
                 position: entry.position,
                 operation_id: entry.operation_id.as_str().to_owned(),
@@ -83,12 +124,28 @@ impl MemoryOutboxStore {
                 decoded: Some(entry.clone()),
             },
         );
-        Ok(())
+    }
+
+    fn remove_raw(&mut self, session: &SessionId, queue_id: &str) -> Option<RawEntry> {
+        let outbox = self.outboxes.get_mut(session)?;
+        let raw = outbox.remove(queue_id);
+        if outbox.entries.is_empty() {
+            self.outboxes.remove(session);
+        }
+        raw
+    }
+
+    fn holds_queue(&self, session: &SessionId, queue_id: &QueueId) -> bool {
+        self.outboxes
+            .get(session)
+            .is_some_and(|o| o.entries.contains_key(queue_id.as_str()))
     }
 
     fn decoded(&self, session: &SessionId, queue_id: &QueueId) -> Option<OutboxEntry> {
-        self.entries
-            .get(&(session.clone(), queue_id.as_str().to_owned()))?
+        self.outboxes
+            .get(session)?
+            .entries
+            .get(queue_id.as_str())?
             .decoded
             .clone()
     }
@@ -97,6 +154,31 @@ impl MemoryOutboxStore {
         if let Some(id) = self.identities.get_mut(&(session.clone(), op.clone())) {
             id.removed = true;
         }
+    }
+
+    fn claim_unchecked(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+    ) -> Result<Claim, StoreError> {
+        let k = (session.clone(), entry.operation_id.clone());
+        if let Some(existing) = self.identities.get(&k) {
+            return Ok(Claim::Existing(existing.clone()));
+        }
+        if self.holds_queue(session, &entry.queue_id) {
+            return Err(StoreError::QueueTaken(entry.queue_id.clone()));
+        }
+        self.write_entry(session, entry);
+        self.identities.insert(
+            k,
+            Identity {
+                fingerprint: fingerprint.clone(),
+                queue_id: entry.queue_id.clone(),
+                removed: false,
+            },
+        );
+        Ok(Claim::Claimed)
     }
 }
 
@@ -124,27 +206,40 @@ impl OutboxStore for MemoryOutboxStore {
         fingerprint: &Digest256,
         entry: &OutboxEntry,
     ) -> Result<Claim, StoreError> {
-        let k = (session.clone(), entry.operation_id.clone());
-        if let Some(existing) = self.identities.get(&k) {
+        if let Some(existing) = self
+            .identities
+            .get(&(session.clone(), entry.operation_id.clone()))
+        {
             return Ok(Claim::Existing(existing.clone()));
         }
         self.writable()?;
-        if self
-            .entries
-            .contains_key(&(session.clone(), entry.queue_id.as_str().to_owned()))
+        self.claim_unchecked(session, fingerprint, entry)
+    }
+
+    fn claim_sending(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+        ledger_session: &SessionId,
+        record: &LedgerRecord,
+    ) -> Result<Claim, StoreError> {
+        if let Some(existing) = self
+            .identities
+            .get(&(session.clone(), entry.operation_id.clone()))
         {
-            return Err(StoreError::QueueTaken(entry.queue_id.clone()));
+            return Ok(Claim::Existing(existing.clone()));
         }
-        self.write_entry(session, entry)?;
-        self.identities.insert(
-            k,
-            Identity {
-                fingerprint: fingerprint.clone(),
-                queue_id: entry.queue_id.clone(),
-                removed: false,
-            },
-        );
-        Ok(Claim::Claimed)
+        // Both writes are checked before either is made: one transaction.
+        self.ledger_writable()?;
+        let claim = self.claim_unchecked(session, fingerprint, entry)?;
+        if claim == Claim::Claimed {
+            self.ledger.insert(
+                (ledger_session.clone(), entry.operation_id.clone()),
+                record.clone(),
+            );
+        }
+        Ok(claim)
     }
 
     fn claim_session_message(
@@ -154,10 +249,15 @@ impl OutboxStore for MemoryOutboxStore {
         entry: &OutboxEntry,
         route: &SessionMessageRoute,
     ) -> Result<RouteClaim, StoreError> {
-        if let Some(existing) = self.routes.values().find(|r| {
-            r.sender_session_id == route.sender_session_id
-                && r.sender_call_id == route.sender_call_id
-        }) {
+        let call = (
+            route.sender_session_id.clone(),
+            route.sender_call_id.clone(),
+        );
+        if let Some(existing) = self
+            .route_calls
+            .get(&call)
+            .and_then(|op| self.routes.get(op))
+        {
             return Ok(RouteClaim::ExistingCall(existing.clone()));
         }
         self.writable()?;
@@ -167,7 +267,7 @@ impl OutboxStore for MemoryOutboxStore {
         {
             return Err(StoreError::OperationTaken(entry.operation_id.clone()));
         }
-        self.write_entry(recipient, entry)?;
+        self.write_entry(recipient, entry);
         self.identities.insert(
             (recipient.clone(), entry.operation_id.clone()),
             Identity {
@@ -176,6 +276,7 @@ impl OutboxStore for MemoryOutboxStore {
                 removed: false,
             },
         );
+        self.route_calls.insert(call, route.operation_id.clone());
         self.routes
             .insert(route.operation_id.clone(), route.clone());
         Ok(RouteClaim::Claimed)
@@ -190,20 +291,20 @@ impl OutboxStore for MemoryOutboxStore {
     }
 
     fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError> {
-        let mut out: Vec<StoredEntry> = self
+        let Some(outbox) = self.outboxes.get(session) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<StoredEntry> = outbox
             .entries
             .iter()
-            .filter(|((s, _), _)| s == session)
-            .map(|((_, q), raw)| decode(q, raw))
+            .map(|(q, raw)| decode(q, raw))
             .collect();
         out.sort_by_key(StoredEntry::position);
         Ok(out)
     }
 
     fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, StoreError> {
-        let mut v: Vec<SessionId> = self.entries.keys().map(|(s, _)| s.clone()).collect();
-        v.dedup();
-        Ok(v)
+        Ok(self.outboxes.keys().cloned().collect())
     }
 
     fn replace_entry(
@@ -216,7 +317,27 @@ impl OutboxStore for MemoryOutboxStore {
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
-        self.write_entry(session, new)?;
+        self.write_entry(session, new);
+        Ok(true)
+    }
+
+    fn replace_entry_with_ledger(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: &OutboxEntry,
+        ledger_session: &SessionId,
+        record: &LedgerRecord,
+    ) -> Result<bool, StoreError> {
+        self.ledger_writable()?;
+        if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
+            return Ok(false);
+        }
+        self.write_entry(session, new);
+        self.ledger.insert(
+            (ledger_session.clone(), new.operation_id.clone()),
+            record.clone(),
+        );
         Ok(true)
     }
 
@@ -244,7 +365,7 @@ impl OutboxStore for MemoryOutboxStore {
                 removed: false,
             },
         );
-        self.write_entry(session, new)?;
+        self.write_entry(session, new);
         Ok(true)
     }
 
@@ -254,10 +375,7 @@ impl OutboxStore for MemoryOutboxStore {
         queue_id: &QueueId,
     ) -> Result<Option<OutboxEntry>, StoreError> {
         self.writable()?;
-        let removed = self
-            .entries
-            .remove(&(session.clone(), queue_id.as_str().to_owned()));
-        let Some(raw) = removed else {
+        let Some(raw) = self.remove_raw(session, queue_id.as_str()) else {
             return Ok(None);
         };
         if let Ok(op) = OperationId::new(raw.operation_id.clone()) {
@@ -275,7 +393,7 @@ impl OutboxStore for MemoryOutboxStore {
         for (q, p) in positions {
             if let Some(mut e) = self.decoded(session, q) {
                 e.position = *p;
-                self.write_entry(session, &e)?;
+                self.write_entry(session, &e);
             }
         }
         Ok(())
@@ -298,10 +416,7 @@ impl OutboxStore for MemoryOutboxStore {
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), StoreError> {
-        self.writable()?;
-        if self.fail_ledger_writes {
-            return Err(StoreError::Unavailable("ledger writes are failing".into()));
-        }
+        self.ledger_writable()?;
         self.ledger
             .insert((session.clone(), op.clone()), record.clone());
         Ok(())
@@ -313,27 +428,26 @@ impl OutboxStore for MemoryOutboxStore {
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, StoreError> {
-        self.writable()?;
-        if self.fail_ledger_writes {
-            return Err(StoreError::Unavailable("ledger writes are failing".into()));
-        }
+        self.ledger_writable()?;
         let Some(base) = scope.first() else {
             return Ok(Vec::new());
         };
         self.ledger
             .insert((base.clone(), op.clone()), record.clone());
-        let doomed: Vec<(SessionId, String)> = self
-            .entries
-            .iter()
-            .filter(|((s, _), raw)| scope.contains(s) && raw.operation_id == op.as_str())
-            .map(|(k, _)| k.clone())
-            .collect();
         let mut removed = Vec::new();
-        for (s, q) in doomed {
-            self.entries.remove(&(s.clone(), q.clone()));
-            self.mark_removed(&s, op);
-            if let Ok(q) = QueueId::new(q) {
-                removed.push((s, q));
+        for s in scope {
+            let queues: Vec<String> = self
+                .outboxes
+                .get(s)
+                .and_then(|o| o.by_op.get(op.as_str()))
+                .map(|q| q.iter().cloned().collect())
+                .unwrap_or_default();
+            for q in queues {
+                self.remove_raw(s, &q);
+                self.mark_removed(s, op);
+                if let Ok(q) = QueueId::new(q) {
+                    removed.push((s.clone(), q));
+                }
             }
         }
         Ok(removed)

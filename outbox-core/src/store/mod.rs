@@ -16,6 +16,11 @@
 //!   outbox of every session of the scope, in one transaction (OB-06, OB-08);
 //! - [`OutboxStore::rekey_entry`]: an edit claims the new operation and rewrites the
 //!   entry together (OB-11);
+//! - [`OutboxStore::claim_sending`]: a claim whose entry goes out at once also records
+//!   the hand-off (entry `sending`, ledger `sending`) in the same transaction, so a
+//!   message that finds its session idle costs one commit to save and hand off;
+//! - [`OutboxStore::replace_entry_with_ledger`]: an entry change and the ledger row that
+//!   goes with it (the hand-off, an acceptance, a cancel) together;
 //! - removing an entry keeps its identity row, marked removed, so the operation can
 //!   never be created again (OB-03).
 //!
@@ -135,6 +140,44 @@ pub trait OutboxStore {
         fingerprint: &Digest256,
         entry: &OutboxEntry,
     ) -> Result<Claim, StoreError>;
+
+    /// [`OutboxStore::claim`], and when it claimed, the ledger row of
+    /// (`ledger_session`, the entry's operation) becomes `record`, in the same
+    /// transaction. The default calls the two methods one after the other; a backend
+    /// with transactions must override it so both or neither are written.
+    fn claim_sending(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+        ledger_session: &SessionId,
+        record: &LedgerRecord,
+    ) -> Result<Claim, StoreError> {
+        let claim = self.claim(session, fingerprint, entry)?;
+        if claim == Claim::Claimed {
+            self.put_ledger(ledger_session, &entry.operation_id, record)?;
+        }
+        Ok(claim)
+    }
+
+    /// [`OutboxStore::replace_entry`], and when it replaced, the ledger row of
+    /// (`ledger_session`, `new`'s operation) becomes `record`, in the same transaction.
+    /// The default calls the two methods one after the other; a backend with
+    /// transactions must override it so both or neither are written.
+    fn replace_entry_with_ledger(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: &OutboxEntry,
+        ledger_session: &SessionId,
+        record: &LedgerRecord,
+    ) -> Result<bool, StoreError> {
+        if !self.replace_entry(session, expected, new)? {
+            return Ok(false);
+        }
+        self.put_ledger(ledger_session, &new.operation_id, record)?;
+        Ok(true)
+    }
 
     /// Writes the route, the identity and the entry of a session message, or returns
     /// the existing route of the sender's call and writes nothing.

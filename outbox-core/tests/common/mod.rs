@@ -2,7 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use fixtures::adapters::ScriptedAdapter;
-use outbox_core::adapter::Capabilities;
+use outbox_core::adapter::{AttemptId, Capabilities};
 use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
 use outbox_core::entry::{Controls, MessageRequest, OutboxEntry, Receipt};
 use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
@@ -59,6 +59,8 @@ pub struct Bench {
     pub agent: ScriptedAdapter,
     pub now: Millis,
     pub notes: Vec<Effect>,
+    /// The attempt of the last stop request seen by [`Bench::effects`].
+    pub last_stop: Option<AttemptId>,
 }
 
 impl Bench {
@@ -68,6 +70,7 @@ impl Bench {
             agent: ScriptedAdapter::codex(),
             now: Millis(1_000),
             notes: Vec::new(),
+            last_stop: None,
         }
     }
 
@@ -77,6 +80,7 @@ impl Bench {
             agent: ScriptedAdapter::claude(),
             now: Millis(1_000),
             notes: Vec::new(),
+            last_stop: None,
         }
     }
 
@@ -92,6 +96,34 @@ impl Bench {
             .unwrap();
         self.drive();
         r
+    }
+
+    /// The effects waiting, with each stop request's attempt kept in `last_stop` and
+    /// shown as `AttemptId(0)`, so assertions compare what was asked.
+    pub fn effects(&mut self) -> Vec<Effect> {
+        let raw: Vec<Effect> = std::iter::from_fn(|| self.c.poll_effect()).collect();
+        raw.into_iter()
+            .map(|e| match e {
+                Effect::StopRun {
+                    attempt,
+                    session,
+                    run,
+                } => {
+                    self.last_stop = Some(attempt);
+                    Effect::StopRun {
+                        attempt: AttemptId(0),
+                        session,
+                        run,
+                    }
+                }
+                other => other,
+            })
+            .collect()
+    }
+
+    /// The attempt of the last stop request seen.
+    pub fn stop_attempt(&self) -> AttemptId {
+        self.last_stop.expect("a stop request was seen")
     }
 
     pub fn advance(&mut self, ms: u64) {
@@ -118,4 +150,17 @@ impl Bench {
     pub fn active_run(&self, session: &str) -> Option<RunId> {
         self.c.runs().active(&s(session)).map(|a| a.run_id.clone())
     }
+}
+
+/// The attempt of the history read of (`session`, `op`) among `effects`, if one was asked.
+pub fn history_read(effects: &[Effect], session: &str, operation: &str) -> Option<AttemptId> {
+    effects.iter().find_map(|e| match e {
+        Effect::ReadHistory {
+            attempt,
+            session: at,
+            operation_id,
+            ..
+        } if at == &s(session) && operation_id == &op(operation) => Some(*attempt),
+        _ => None,
+    })
 }

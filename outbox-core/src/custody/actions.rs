@@ -1,0 +1,159 @@
+//! Composer actions on queued entries (OB-11): edit, remove, send now. A sending entry
+//! cannot be changed: it stays until the ledger or the history settles it.
+
+use timeline_core::time::Millis;
+
+use super::{ActionError, Custody, ReadPurpose};
+use crate::entry::{
+    EntryStatus, Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT,
+};
+use crate::ledger::LedgerStatus;
+use crate::fingerprint::request_fingerprint;
+use crate::ids::{base_session, OperationId, QueueId, SessionId};
+use crate::store::{OutboxStore, RouteDelivery, StoreError};
+
+impl<S: OutboxStore> Custody<S> {
+    /// Edits a queued message: it keeps its queue ID and place and takes a new
+    /// operation ID. A sending entry cannot be edited.
+    pub fn edit(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        new_operation: OperationId,
+        request: MessageRequest,
+        now: Millis,
+    ) -> Result<Receipt, ActionError> {
+        let current = self.queued_entry(session, queue_id)?;
+        let mut new = current.clone();
+        new.operation_id = new_operation.clone();
+        new.request = request;
+        let fp = request_fingerprint(session, queue_id, &new.request);
+        match self.store.rekey_entry(session, &current, &fp, &new) {
+            Ok(true) => {
+                self.ledgers
+                    .remove(&(base_session(session), current.operation_id.clone()));
+                self.cached_put(session, new);
+                self.wake(session, now);
+                Ok(Receipt {
+                    session_id: session.clone(),
+                    queue_id: queue_id.clone(),
+                    operation_id: new_operation,
+                    replayed: false,
+                })
+            }
+            Ok(false) => {
+                self.forget(session);
+                Err(ActionError::Blocked)
+            }
+            Err(StoreError::OperationTaken(_)) => Err(ActionError::OperationTaken),
+            Err(e) => {
+                self.forget(session);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Removes a queued entry; the active run is left alone. A sending entry cannot be
+    /// removed: it stays until the ledger or the history settles it.
+    pub fn remove(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        now: Millis,
+    ) -> Result<(), ActionError> {
+        let current = self.queued_entry(session, queue_id)?;
+        if let Err(e) = self.store.remove_entry(session, queue_id) {
+            self.forget(session);
+            return Err(e.into());
+        }
+        self.cached_remove(session, queue_id);
+        self.ledgers
+            .remove(&(base_session(session), current.operation_id.clone()));
+        if current.session_message.is_some() {
+            self.set_delivery(&current.operation_id, RouteDelivery::Declined)?;
+        }
+        self.wake(session, now);
+        Ok(())
+    }
+
+    /// Sends a queued entry now (the user's choice): it goes to the front with auto-drain
+    /// on. A session message is approved by this. A canceled operation goes through the
+    /// reopen check first (OB-12).
+    pub fn send_now(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        now: Millis,
+    ) -> Result<(), ActionError> {
+        let current = self.queued_entry(session, queue_id)?;
+        // Held because custody could not confirm whether the agent has it, with a send
+        // attempt on record: the agent's history is read before it is sent again
+        // (found: sent; missing: sent now; unreadable: held again).
+        if current.error.as_deref() == Some(UNCONFIRMED_TEXT) {
+            let base = base_session(session);
+            let attempted = self
+                .ledger_of(&base, &current.operation_id)?
+                .is_some_and(|l| l.status == LedgerStatus::Sending);
+            if attempted {
+                let waiting = OutboxEntry {
+                    auto_drain: false,
+                    ..current.clone()
+                };
+                self.read_after_replace(session, &current, waiting, ReadPurpose::Reopen)?;
+                return Ok(());
+            }
+        }
+        self.release_to_front(session, &current, now)?;
+        Ok(())
+    }
+
+    pub(super) fn release_to_front(
+        &mut self,
+        session: &SessionId,
+        current: &OutboxEntry,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let mut new = current.clone();
+        new.auto_drain = true;
+        new.error = None;
+        new.hold_reason = None;
+        if new.controls.intent == Intent::Enqueue {
+            new.controls.intent = Intent::Automatic;
+        }
+        if let Some(origin) = &mut new.session_message {
+            origin.approved = true;
+        }
+        self.interrupt_spent
+            .remove(&(session.clone(), new.operation_id.clone()));
+        new.position = self.place(session, Intent::Automatic, Some(&current.queue_id))?;
+        if self.replace(session, current, new.clone())? {
+            if new.session_message.is_some() {
+                self.set_delivery(&new.operation_id, RouteDelivery::Sent)?;
+            }
+            self.wake(session, now);
+        }
+        Ok(())
+    }
+
+    /// The entry `queue_id` while it is queued; a sending entry is
+    /// [`ActionError::Blocked`] (the ledger or the history settles it first).
+    fn queued_entry(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<OutboxEntry, ActionError> {
+        let current = self.entry_by_queue(session, queue_id)?;
+        if current.status == EntryStatus::Sending {
+            return Err(ActionError::Blocked);
+        }
+        Ok(current)
+    }
+
+    pub(super) fn entry_by_queue(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<OutboxEntry, ActionError> {
+        self.entry(session, queue_id)?.ok_or(ActionError::NotFound)
+    }
+}

@@ -1,0 +1,228 @@
+//! The operation ledger as custody uses it (OB-07, OB-08): reads through the in-memory
+//! copy, writes with the 256-record memory fallback, entry changes that carry their
+//! ledger row in one transaction, the sent proof, and session-message deliveries.
+
+use timeline_core::time::Millis;
+
+use super::{Custody, Effect, StoreFailure};
+use crate::entry::OutboxEntry;
+use crate::ids::{base_session, OperationId, SessionId};
+use crate::ledger::{transition, LedgerRecord, LedgerStatus, Transition};
+use crate::store::{OutboxStore, RouteDelivery, StoreError};
+
+impl<S: OutboxStore> Custody<S> {
+    /// The ledger record, from the store (read once, then kept) or the memory fallback,
+    /// whichever is stronger proof.
+    pub fn ledger_of(
+        &mut self,
+        base: &SessionId,
+        op: &OperationId,
+    ) -> Result<Option<LedgerRecord>, StoreError> {
+        let key = (base.clone(), op.clone());
+        let stored = match self.ledgers.get(&key) {
+            Some(known) => known.clone(),
+            None => {
+                let read = self.store.ledger(base, op)?;
+                self.ledgers.insert(key, read.clone());
+                read
+            }
+        };
+        let fallback = self.fallback.get(base, op).cloned();
+        Ok(match (stored, fallback) {
+            (Some(a), Some(b)) => Some(if b.status.strength() > a.status.strength() {
+                b
+            } else {
+                a
+            }),
+            (a, b) => a.or(b),
+        })
+    }
+
+    /// What the ledger becomes when `proposed` meets the current record; `None` when
+    /// the current record stays (the proposal is weaker proof).
+    pub(super) fn ledger_after(
+        &mut self,
+        base: &SessionId,
+        op: &OperationId,
+        proposed: LedgerRecord,
+    ) -> Result<Option<LedgerRecord>, StoreError> {
+        let current = self.ledger_of(base, op)?;
+        Ok(match transition(current.as_ref(), proposed) {
+            Transition::Apply(r) => Some(r),
+            Transition::Keep => None,
+        })
+    }
+
+    /// Stores a ledger row (the caller applied the lattice). When the store cannot be
+    /// written, the memory fallback takes it (OB-07) and the embedding is told; an error
+    /// only when neither could record it.
+    pub(super) fn write_ledger(
+        &mut self,
+        base: &SessionId,
+        op: &OperationId,
+        record: LedgerRecord,
+    ) -> Result<(), StoreError> {
+        let key = (base.clone(), op.clone());
+        match self.store.put_ledger(base, op, &record) {
+            Ok(()) => {
+                self.ledgers.insert(key, Some(record));
+                Ok(())
+            }
+            Err(error) => {
+                self.ledgers.remove(&key);
+                match self.fallback.record(base, op, record) {
+                    Ok(_) => {
+                        self.note_failure(base, Some(op), error, None);
+                        Ok(())
+                    }
+                    Err(_) => Err(error),
+                }
+            }
+        }
+    }
+
+    /// Replaces `expected` with `new` and stores the ledger row of `new`'s operation,
+    /// in one transaction. False when the store holds another entry.
+    pub(super) fn replace_with_ledger(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: OutboxEntry,
+        base: &SessionId,
+        record: LedgerRecord,
+    ) -> Result<bool, StoreError> {
+        let key = (base.clone(), new.operation_id.clone());
+        match self
+            .store
+            .replace_entry_with_ledger(session, expected, &new, base, &record)
+        {
+            Ok(true) => {
+                self.cached_put(session, new);
+                self.ledgers.insert(key, Some(record));
+                Ok(true)
+            }
+            Ok(false) => {
+                self.forget(session);
+                Ok(false)
+            }
+            Err(e) => {
+                self.forget(session);
+                Err(e)
+            }
+        }
+    }
+
+    /// The entry change `new`, with the ledger moved toward `proposed` in the same
+    /// transaction when the lattice takes it.
+    pub(super) fn replace_recording(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: OutboxEntry,
+        proposed: LedgerRecord,
+    ) -> Result<bool, StoreError> {
+        let base = base_session(session);
+        match self.ledger_after(&base, &new.operation_id, proposed)? {
+            Some(record) => self.replace_with_ledger(session, expected, new, &base, record),
+            None => self.replace(session, expected, new),
+        }
+    }
+
+    /// Moves the ledger toward `proposed` (no entry change).
+    pub(super) fn record_ledger(
+        &mut self,
+        base: &SessionId,
+        op: &OperationId,
+        proposed: LedgerRecord,
+    ) -> Result<(), StoreError> {
+        match self.ledger_after(base, op, proposed)? {
+            Some(record) => self.write_ledger(base, op, record),
+            None => Ok(()),
+        }
+    }
+
+    /// Ledger sent, then the operation leaves the outbox of every alias (one store
+    /// transaction). When the store fails, the memory fallback keeps the sent proof so
+    /// the message is never sent again, and the error is returned.
+    pub(crate) fn confirm_sent(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let base = base_session(session);
+        let mut scope = vec![base.clone()];
+        let known = self.outbox_sessions()?;
+        for s in self.sessions.keys().chain(known.iter()) {
+            if base_session(s) == base && !scope.contains(s) {
+                scope.push(s.clone());
+            }
+        }
+        let current = self.ledger_of(&base, op)?;
+        let record = match transition(current.as_ref(), LedgerRecord::new(LedgerStatus::Sent, now))
+        {
+            Transition::Apply(r) => r,
+            Transition::Keep => {
+                current.unwrap_or_else(|| LedgerRecord::new(LedgerStatus::Sent, now))
+            }
+        };
+        match self.store.confirm_sent(&scope, op, &record) {
+            Ok(removed) => {
+                for (s, q) in removed {
+                    self.cached_remove(&s, &q);
+                }
+                // The operation left the outbox: its ledger row need not stay in memory.
+                self.ledgers.remove(&(base, op.clone()));
+                Ok(())
+            }
+            Err(e) => {
+                // The fallback keeps the sent proof meanwhile; when it is full of sent
+                // proofs, that is a failure of its own the user must see.
+                if let Err(full) = self.fallback.record(&base, op, record) {
+                    let error = StoreError::Unavailable(full.to_string());
+                    self.note_failure(session, Some(op), error, None);
+                }
+                self.forget(session);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn set_delivery(
+        &mut self,
+        op: &OperationId,
+        delivery: RouteDelivery,
+    ) -> Result<(), StoreError> {
+        let Some(route) = self.store.route(op)? else {
+            return Ok(());
+        };
+        if route.delivery == delivery {
+            return Ok(());
+        }
+        self.store.set_route_delivery(op, delivery)?;
+        self.effects.push_back(Effect::RouteDeliveryChanged {
+            operation_id: op.clone(),
+            sender_session: route.sender_session_id,
+            delivery,
+        });
+        Ok(())
+    }
+
+    /// Tells the embedding of a store failure that was handled without a retry (the
+    /// memory ledger took the record, or the entry now shows the error).
+    pub(super) fn note_failure(
+        &mut self,
+        session: &SessionId,
+        op: Option<&OperationId>,
+        error: StoreError,
+        retry_at: Option<Millis>,
+    ) {
+        self.stats.store_failures += 1;
+        self.effects.push_back(Effect::StoreFailed(StoreFailure {
+            session: session.clone(),
+            operation_id: op.cloned(),
+            error,
+            retry_at,
+        }));
+    }
+}

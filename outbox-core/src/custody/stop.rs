@@ -1,0 +1,354 @@
+//! Interrupt (OB-11), stop (OB-15), and stop and send now (OB-13).
+//!
+//! One stop worker per (session, run) serves every caller; each stop request to the
+//! agent is an attempt, so a late answer of a crashed attempt is ignored once the retry
+//! went out. A take-back is an attempt too.
+
+use timeline_core::time::Millis;
+
+use super::{
+    ActionError, AttemptId, CallerId, Custody, Effect, Interrupt, PendingTakeBack, Retry,
+    StopAnswer, StopWorker, INTERRUPT_POLL, INTERRUPT_WAIT, MODEL_CHANGED_TEXT, STOP_CALLER_WAIT,
+    STOP_RETRY, STOP_SUCCESS_CACHE,
+};
+use crate::adapter::{DetachResult, StopResult};
+use crate::entry::{Controls, EntryStatus, Handoff, HandoffPhase, OutboxEntry};
+use crate::ids::{base_session, OperationId, QueueId, RunId, SessionId};
+use crate::ledger::LedgerStatus;
+use crate::store::{OutboxStore, StoreError};
+
+impl<S: OutboxStore> Custody<S> {
+    pub(super) fn model_changed(&self, session: &SessionId, e: &OutboxEntry) -> bool {
+        let model = self.sessions.get(session).and_then(|i| i.model.as_ref());
+        matches!((model, &e.request.expected_model), (Some(now), Some(then)) if now != then)
+    }
+
+    pub(super) fn begin_interrupt(
+        &mut self,
+        session: &SessionId,
+        head: OutboxEntry,
+        run: RunId,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        if self.model_changed(session, &head) {
+            let mut held = head.clone();
+            held.auto_drain = false;
+            held.error = Some(MODEL_CHANGED_TEXT.to_owned());
+            self.replace(session, &head, held)?;
+            return Ok(());
+        }
+        self.interrupts.insert(
+            session.clone(),
+            Interrupt {
+                op: head.operation_id.clone(),
+                old_run: run.clone(),
+                deadline: now.saturating_add(INTERRUPT_WAIT),
+                next_poll: now.saturating_add(INTERRUPT_POLL),
+            },
+        );
+        self.stop(session, &run, None, now);
+        Ok(())
+    }
+
+    pub(super) fn poll_interrupts(&mut self, now: Millis) {
+        let due: Vec<(SessionId, Interrupt)> = self
+            .interrupts
+            .iter()
+            .filter(|(_, i)| i.next_poll <= now)
+            .map(|(s, i)| (s.clone(), i.clone()))
+            .collect();
+        for (session, mut i) in due {
+            let old_active = self
+                .runs
+                .active(&session)
+                .is_some_and(|a| a.run_id == i.old_run);
+            if old_active {
+                if now >= i.deadline {
+                    // Still settling after 10 s: the message stays queued.
+                    self.interrupts.remove(&session);
+                    self.interrupt_spent.insert((session.clone(), i.op.clone()));
+                } else {
+                    while i.next_poll <= now {
+                        i.next_poll = i.next_poll.saturating_add(INTERRUPT_POLL);
+                    }
+                    self.interrupts.insert(session.clone(), i);
+                }
+                continue;
+            }
+            self.interrupts.remove(&session);
+            if self.scope_run(&session).is_some() {
+                // A newer turn appeared during the wait: keep the message queued.
+                self.interrupt_spent.insert((session.clone(), i.op.clone()));
+                continue;
+            }
+            self.wake(&session, now);
+        }
+    }
+
+    /// Stops `run`. One worker per (session, run) serves every caller; a caller (if any)
+    /// gets [`StopAnswer::StillSettling`] after 5 s while the worker goes on and keeps
+    /// new runs blocked. A success answers repeated requests for 60 s. Stop removes no
+    /// message.
+    pub fn stop(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        caller: Option<CallerId>,
+        now: Millis,
+    ) {
+        let k = (session.clone(), run.clone());
+        if self.stop_cache.get(&k).is_some_and(|until| now < *until) {
+            if let Some(c) = caller {
+                self.effects.push_back(Effect::StopAnswer {
+                    caller: c,
+                    answer: StopAnswer::Stopped,
+                });
+            }
+            return;
+        }
+        let new = !self.stops.contains_key(&k);
+        let attempt = new.then(|| self.next_attempt());
+        let worker = self.stops.entry(k).or_insert(StopWorker {
+            callers: Vec::new(),
+            retry_at: None,
+            attempt,
+        });
+        if let Some(c) = caller {
+            worker
+                .callers
+                .push((c, now.saturating_add(STOP_CALLER_WAIT)));
+        }
+        if let Some(attempt) = attempt {
+            self.runs.begin_cancellation(session, run);
+            self.effects.push_back(Effect::StopRun {
+                attempt,
+                session: session.clone(),
+                run: run.clone(),
+            });
+        }
+    }
+
+    /// The answer to [`Effect::StopRun`] `attempt`.
+    pub fn handle_stop_result(&mut self, attempt: AttemptId, result: StopResult, now: Millis) {
+        let Some(k) = self
+            .stops
+            .iter()
+            .find(|(_, w)| w.attempt == Some(attempt))
+            .map(|(k, _)| k.clone())
+        else {
+            self.stats.stale_answers += 1;
+            return;
+        };
+        let Some(mut worker) = self.stops.remove(&k) else {
+            return;
+        };
+        let (session, run) = k.clone();
+        let answer = match result {
+            StopResult::Crashed => {
+                worker.retry_at = Some(now.saturating_add(STOP_RETRY));
+                worker.attempt = None;
+                self.stops.insert(k, worker);
+                return;
+            }
+            StopResult::Stopped { untaken } => {
+                self.stop_cache
+                    .insert(k, now.saturating_add(STOP_SUCCESS_CACHE));
+                self.runs.end_cancellation(&session, &run);
+                self.runs.end(&session, &run);
+                self.settle_or_retry(session.clone(), run.clone(), untaken, true, now);
+                StopAnswer::Stopped
+            }
+            StopResult::Failed { error } => {
+                self.runs.end_cancellation(&session, &run);
+                StopAnswer::Failed(error)
+            }
+        };
+        for (caller, _) in worker.callers {
+            self.effects.push_back(Effect::StopAnswer {
+                caller,
+                answer: answer.clone(),
+            });
+        }
+        // After the result every outbox in the scope drains.
+        self.wake_scope(&session, now);
+    }
+
+    /// Stop callers that waited 5 s, and crashed stop attempts due again.
+    pub(super) fn poll_stops(&mut self, now: Millis) {
+        let mut due = Vec::new();
+        for (k, w) in self.stops.iter_mut() {
+            let (late, waiting): (Vec<_>, Vec<_>) =
+                w.callers.drain(..).partition(|(_, d)| *d <= now);
+            w.callers = waiting;
+            for (caller, _) in late {
+                self.effects.push_back(Effect::StopAnswer {
+                    caller,
+                    answer: StopAnswer::StillSettling,
+                });
+            }
+            if w.retry_at.is_some_and(|at| at <= now) {
+                w.retry_at = None;
+                due.push(k.clone());
+            }
+        }
+        for (session, run) in due {
+            let attempt = self.next_attempt();
+            if let Some(w) = self.stops.get_mut(&(session.clone(), run.clone())) {
+                w.attempt = Some(attempt);
+            }
+            self.effects.push_back(Effect::StopRun {
+                attempt,
+                session,
+                run,
+            });
+        }
+    }
+
+    // ----- stop and send now (OB-13) ---------------------------------------------------
+
+    /// Stop and send now: take back an accepted steer, revoke its acceptance, stop the
+    /// run, and queue the message again for its own turn with the same operation ID.
+    pub fn stop_and_send_now(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<(), ActionError> {
+        let current = self.entry_by_queue(session, queue_id)?;
+        let Some(acceptance) = current.acceptance.clone() else {
+            return Err(ActionError::NotAnAcceptedSteer);
+        };
+        if current.status != EntryStatus::Sending || current.handoff.is_some() {
+            return Err(ActionError::NotAnAcceptedSteer);
+        }
+        if self.model_changed(session, &current) {
+            return Err(ActionError::ModelChanged);
+        }
+        let mut requested = current.clone();
+        requested.auto_drain = false;
+        requested.handoff = Some(Handoff {
+            phase: HandoffPhase::Requested,
+            acceptance: acceptance.clone(),
+        });
+        if !self.replace(session, &current, requested.clone())? {
+            return Err(ActionError::Blocked);
+        }
+        let attempt = self.next_attempt();
+        self.take_backs.insert(
+            attempt,
+            PendingTakeBack {
+                session: session.clone(),
+                snapshot: requested,
+            },
+        );
+        self.effects.push_back(Effect::TakeBack {
+            attempt,
+            session: session.clone(),
+            operation_id: current.operation_id.clone(),
+            acceptance,
+        });
+        Ok(())
+    }
+
+    /// The answer to [`Effect::TakeBack`] `attempt`. Only a confirmed detach lets the
+    /// hand-off go on; if the ledger already says sent, nothing is replayed.
+    pub fn handle_take_back(&mut self, attempt: AttemptId, result: DetachResult, now: Millis) {
+        let Some(t) = self.take_backs.remove(&attempt) else {
+            self.stats.stale_answers += 1;
+            return;
+        };
+        let op = t.snapshot.operation_id.clone();
+        self.run_answer(Retry::TakeBack(Box::new(t), op, result), now);
+    }
+
+    pub(super) fn apply_take_back(
+        &mut self,
+        t: PendingTakeBack,
+        op: &OperationId,
+        result: DetachResult,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let session = t.session;
+        let snapshot = t.snapshot;
+        let Some(current) = self.entry(&session, &snapshot.queue_id)? else {
+            return Ok(());
+        };
+        if current != snapshot {
+            return Ok(());
+        }
+        let Some(handoff) = snapshot.handoff.clone() else {
+            return Ok(());
+        };
+        match result {
+            DetachResult::DetachedForReplay | DetachResult::AlreadyDetachedForReplay => {
+                let base = base_session(&session);
+                let ledger = self.ledger_of(&base, op)?;
+                if ledger
+                    .as_ref()
+                    .is_some_and(|l| l.status == LedgerStatus::Sent)
+                {
+                    self.confirm_sent(&session, op, now)?;
+                    return Ok(());
+                }
+                let mut detached = current.clone();
+                detached.acceptance = None;
+                detached.status = EntryStatus::Queued;
+                // Revoke only the acceptance of that exact run, thread and turn, with the
+                // entry change.
+                let revoked = ledger
+                    .filter(|l| l.acceptance.as_ref() == Some(&handoff.acceptance))
+                    .map(|mut l| {
+                        l.acceptance = None;
+                        l.updated_at = now;
+                        l
+                    });
+                let written = match revoked {
+                    Some(l) => {
+                        self.replace_with_ledger(&session, &current, detached.clone(), &base, l)?
+                    }
+                    None => self.replace(&session, &current, detached.clone())?,
+                };
+                if !written {
+                    return Ok(());
+                }
+                let run = handoff.acceptance.run_id.clone();
+                if self.runs.active(&session).is_some_and(|a| a.run_id == run) {
+                    self.stop(&session, &run, None, now);
+                } else {
+                    self.dedicate(&session, &detached)?;
+                    self.wake(&session, now);
+                }
+            }
+            DetachResult::NotDetached { reason } => {
+                let mut back = current.clone();
+                back.handoff = None;
+                back.auto_drain = true;
+                self.replace(&session, &current, back)?;
+                self.effects.push_back(Effect::HandoffRefused {
+                    session: session.clone(),
+                    operation_id: op.clone(),
+                    reason,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn dedicate(
+        &mut self,
+        session: &SessionId,
+        e: &OutboxEntry,
+    ) -> Result<(), StoreError> {
+        let Some(h) = &e.handoff else { return Ok(()) };
+        let mut dedicated = e.clone();
+        dedicated.status = EntryStatus::Queued;
+        dedicated.auto_drain = true;
+        dedicated.acceptance = None;
+        dedicated.handoff = Some(Handoff {
+            phase: HandoffPhase::Dedicated,
+            acceptance: h.acceptance.clone(),
+        });
+        dedicated.controls = Controls::automatic();
+        self.replace(session, e, dedicated)?;
+        Ok(())
+    }
+}

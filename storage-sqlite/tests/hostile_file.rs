@@ -1,0 +1,753 @@
+//! A database file edited by something other than this library: every value read back
+//! is checked like wire input (ST-01). Each test writes good rows through the store,
+//! changes one value with raw rusqlite (bypassing `CHECK` constraints where the schema
+//! has one), reopens the file through the store and asserts the typed outcome: an
+//! outbox row that does not read back shows as blocked and its neighbours read as usual
+//! (OB-05); any other unreadable record is `Corrupt`, naming the table, the column and
+//! the stored value, never `Unavailable`, a panic or a wrapped number.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use outbox_core::entry::{Controls, MessageRequest, OutboxEntry, StoredEntry};
+use outbox_core::fingerprint::request_fingerprint;
+use outbox_core::ids::{OperationId, QueueId, SessionId};
+use outbox_core::ledger::{LedgerRecord, LedgerStatus};
+use outbox_core::store::{OutboxStore, StoreError as OutboxError};
+use overlay_core::store::{OverlayStore, RowClass, StoreError as OverlayError, StoredBlock};
+use proptest::prelude::*;
+use rusqlite::types::Value;
+use rusqlite::Connection;
+use storage_sqlite::{OpenError, Settings, SqliteStore, SCHEMA_VERSION};
+use timeline_core::block::Block;
+use timeline_core::key::{BlockKey, BlockType, RunId, TargetId};
+use timeline_core::policy::MAX_EXACT_INTEGER;
+use timeline_core::time::Millis;
+
+/// A fresh file in its own directory.
+fn file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("custody.sqlite");
+    (dir, path)
+}
+
+fn open(path: &Path) -> SqliteStore {
+    SqliteStore::open(path, Settings::default()).unwrap()
+}
+
+/// A raw connection to the file that does not enforce `CHECK` constraints, as a
+/// foreign writer or a damaged page would not.
+fn raw(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap();
+    conn.pragma_update(None, "ignore_check_constraints", "ON")
+        .unwrap();
+    conn
+}
+
+fn s(id: &str) -> SessionId {
+    SessionId::new(id).unwrap()
+}
+
+fn t(id: &str) -> TargetId {
+    TargetId::new(id).unwrap()
+}
+
+fn op(id: &str) -> OperationId {
+    OperationId::new(id).unwrap()
+}
+
+/// Entry `q-<n>` / `op-<n>` at position `n`.
+fn entry(n: i64) -> OutboxEntry {
+    OutboxEntry::queued(
+        QueueId::new(format!("q-{n}")).unwrap(),
+        op(&format!("op-{n}")),
+        MessageRequest::text(format!("text {n}"), "composer", Millis(1)),
+        Controls::enqueue(),
+        n,
+    )
+}
+
+/// A file whose session `s1` holds entries 1 and 2, claimed through the store.
+fn two_entries() -> (tempfile::TempDir, PathBuf) {
+    let (dir, path) = file();
+    let mut store = open(&path);
+    for n in [1, 2] {
+        let e = entry(n);
+        let fp = request_fingerprint(&s("s1"), &e.queue_id, &e.request);
+        store.claim(&s("s1"), &fp, &e).unwrap();
+    }
+    (dir, path)
+}
+
+fn block(id: &str) -> StoredBlock {
+    StoredBlock {
+        block: Block::new(
+            BlockKey::parse(BlockType::AgentReply, id).unwrap(),
+            Millis(1),
+        ),
+        class: RowClass::Ordinary,
+        run_id: Some(RunId::new("run-1").unwrap()),
+    }
+}
+
+/// A file with overlays for targets `t1` and `t2` of session `s1`.
+fn two_overlays() -> (tempfile::TempDir, PathBuf) {
+    let (dir, path) = file();
+    let mut store = open(&path);
+    for target in ["t1", "t2"] {
+        store
+            .compare_and_set(&s("s1"), &t(target), None, 1, vec![block("a")])
+            .unwrap();
+    }
+    (dir, path)
+}
+
+fn overlay_corrupt<T: std::fmt::Debug>(result: Result<T, OverlayError>) -> (String, String) {
+    match result {
+        Err(OverlayError::Corrupt { what, reason }) => (what, reason),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+fn outbox_corrupt<T: std::fmt::Debug>(result: Result<T, OutboxError>) -> (String, String) {
+    match result {
+        Err(OutboxError::Corrupt { what, reason }) => (what, reason),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+/// The entries of `s1` after reopening: the blocked one (queue `q-2`) and the decoded
+/// neighbour, which must equal what was claimed.
+fn blocked_beside_entry_1(path: &Path) -> outbox_core::entry::BlockedEntry {
+    let mut store = open(path);
+    let entries = store.entries(&s("s1")).unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let mut blocked = None;
+    for e in entries {
+        match e {
+            StoredEntry::Entry(e) => assert_eq!(*e, entry(1), "the neighbour reads as claimed"),
+            StoredEntry::Blocked(b) => blocked = Some(b),
+        }
+    }
+    let blocked = blocked.expect("the bad row shows as blocked");
+    assert_eq!(
+        (blocked.queue_id.as_str(), blocked.operation_id.as_deref()),
+        ("q-2", Some("op-2"))
+    );
+    assert_eq!(store.outbox_sessions().unwrap(), [s("s1")]);
+    blocked
+}
+
+// OB-05, ST-01: an `entry_json` stored as a BLOB blocks its own entry, with the BLOB
+// shown; the other entry of the session still reads.
+#[test]
+fn an_entry_json_blob_blocks_only_its_entry() {
+    let (_dir, path) = two_entries();
+    raw(&path)
+        .execute(
+            "UPDATE workspace_chat_outbox SET entry_json = CAST(entry_json AS BLOB)
+             WHERE queue_id = 'q-2'",
+            [],
+        )
+        .unwrap();
+    let blocked = blocked_beside_entry_1(&path);
+    assert_eq!(blocked.position, 2);
+    assert!(
+        blocked
+            .reason
+            .starts_with("workspace_chat_outbox.entry_json holds BLOB X'7b22"),
+        "{}",
+        blocked.reason
+    );
+    assert!(
+        blocked.reason.ends_with("expected TEXT"),
+        "{}",
+        blocked.reason
+    );
+}
+
+// OB-05, ST-01: a `position` stored as TEXT or as a REAL blocks its own entry, shown
+// after every readable entry, with the stored value in the reason.
+#[test]
+fn a_position_of_the_wrong_type_blocks_only_its_entry() {
+    for (stored, shown) in [
+        (Value::Text("twelve".into()), "TEXT 'twelve'"),
+        (Value::Real(1.5), "REAL 1.5"),
+    ] {
+        let (_dir, path) = two_entries();
+        raw(&path)
+            .execute(
+                "UPDATE workspace_chat_outbox SET position = ?1 WHERE queue_id = 'q-2'",
+                [&stored],
+            )
+            .unwrap();
+        let blocked = blocked_beside_entry_1(&path);
+        assert_eq!(blocked.position, i64::MAX, "shown last");
+        assert_eq!(
+            blocked.reason,
+            format!(
+                "workspace_chat_outbox.position holds {shown}, expected an INTEGER from {} to {}",
+                i64::MIN,
+                i64::MAX
+            )
+        );
+    }
+}
+
+// OB-05: every column that does not read back is named, not only the first.
+#[test]
+fn a_blocked_entry_names_every_bad_column() {
+    let (_dir, path) = two_entries();
+    raw(&path)
+        .execute(
+            "UPDATE workspace_chat_outbox SET position = 'x', entry_json = x'00'
+             WHERE queue_id = 'q-2'",
+            [],
+        )
+        .unwrap();
+    let blocked = blocked_beside_entry_1(&path);
+    assert!(
+        blocked.reason.contains("position holds TEXT 'x'"),
+        "{}",
+        blocked.reason
+    );
+    assert!(
+        blocked.reason.contains("entry_json holds BLOB X'00'"),
+        "{}",
+        blocked.reason
+    );
+}
+
+// OB-05: removing a blocked entry still works, and leaves its neighbour alone.
+#[test]
+fn a_blocked_entry_can_be_removed() {
+    let (_dir, path) = two_entries();
+    raw(&path)
+        .execute(
+            "UPDATE workspace_chat_outbox SET entry_json = x'00' WHERE queue_id = 'q-2'",
+            [],
+        )
+        .unwrap();
+    let mut store = open(&path);
+    assert_eq!(
+        store
+            .remove_entry(&s("s1"), &QueueId::new("q-2").unwrap())
+            .unwrap(),
+        None,
+        "nothing decodes to return"
+    );
+    let entries = store.entries(&s("s1")).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].entry(), Some(&entry(1)));
+    assert!(
+        store
+            .identity(&s("s1"), &op("op-2"))
+            .unwrap()
+            .unwrap()
+            .removed
+    );
+}
+
+// OB-05 property: whatever value one column of one outbox row holds, the session's
+// outbox reads, keeps both rows and decodes the untouched one exactly.
+mod any_value_in_one_column {
+    use super::*;
+
+    fn values() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::Integer),
+            any::<f64>()
+                .prop_filter("SQLite stores NaN as NULL", |x| !x.is_nan())
+                .prop_map(Value::Real),
+            "\\PC{0,40}".prop_map(Value::Text),
+            prop::collection::vec(any::<u8>(), 0..40).prop_map(Value::Blob),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases((fixtures::proptest_cases() / 4).max(8)))]
+
+        #[test]
+        fn never_takes_the_neighbour_with_it(
+            column in prop::sample::select(vec!["queue_id", "operation_id", "position", "entry_json"]),
+            value in values(),
+        ) {
+            let (_dir, path) = two_entries();
+            let changed = raw(&path).execute(
+                &format!("UPDATE workspace_chat_outbox SET {column} = ?1 WHERE queue_id = 'q-2'"),
+                [&value],
+            );
+            // A queue ID equal to the neighbour's breaks the unique index: not a file
+            // this test can make.
+            prop_assume!(changed.is_ok());
+            let mut store = open(&path);
+            let entries = store.entries(&s("s1")).unwrap();
+            prop_assert_eq!(entries.len(), 2);
+            let first = entries.iter().filter_map(StoredEntry::entry).find(|e| e.queue_id.as_str() == "q-1");
+            prop_assert_eq!(first, Some(&entry(1)));
+        }
+    }
+}
+
+// OV-02: a negative or too large revision or epoch is Corrupt, naming the column and
+// the stored value, never a huge `u64`; the other target still loads.
+#[test]
+fn overlay_revisions_and_epochs_out_of_range_are_corrupt() {
+    let too_big = MAX_EXACT_INTEGER as i64 + 1;
+    for (column, stored, shown) in [
+        ("revision", Value::Integer(-5), "INTEGER -5".to_owned()),
+        (
+            "revision",
+            Value::Integer(too_big),
+            format!("INTEGER {too_big}"),
+        ),
+        (
+            "revision",
+            Value::Text("seven".into()),
+            "TEXT 'seven'".into(),
+        ),
+        ("settlement_epoch", Value::Integer(-1), "INTEGER -1".into()),
+        (
+            "settlement_epoch",
+            Value::Integer(i64::MAX),
+            format!("INTEGER {}", i64::MAX),
+        ),
+        ("settlement_epoch", Value::Real(2.5), "REAL 2.5".into()),
+    ] {
+        let (_dir, path) = two_overlays();
+        raw(&path)
+            .execute(
+                &format!(
+                    "UPDATE chat_live_timeline_overlays SET {column} = ?1
+                     WHERE timeline_target_id = 't1'"
+                ),
+                [&stored],
+            )
+            .unwrap();
+        let mut store = open(&path);
+        let (what, reason) = overlay_corrupt(store.load(&s("s1"), &t("t1")));
+        assert_eq!(what, "overlay s1/t1");
+        assert_eq!(
+            reason,
+            format!(
+                "chat_live_timeline_overlays.{column} holds {shown}, expected an INTEGER from 0 to {MAX_EXACT_INTEGER}"
+            )
+        );
+        // A write to it is refused the same way, before anything is written.
+        if column == "revision" {
+            let (what, _) =
+                overlay_corrupt(store.compare_and_set(&s("s1"), &t("t1"), Some(1), 1, vec![]));
+            assert_eq!(what, "overlay s1/t1");
+        }
+        let other = store.load(&s("s1"), &t("t2")).unwrap().unwrap();
+        assert_eq!((other.settlement_epoch, other.blocks.len()), (1, 1));
+        assert_eq!(store.targets(&s("s1")).unwrap(), [t("t1"), t("t2")]);
+    }
+}
+
+// OV-02: a corrupt revision counter is a typed error on read and on every write, never
+// a panic, a wrap or `RevisionExhausted`; stored overlays still load.
+#[test]
+fn a_corrupt_revision_counter_is_a_typed_error() {
+    let too_big = MAX_EXACT_INTEGER as i64 + 1;
+    for (sql, reason) in [
+        (
+            "UPDATE chat_live_timeline_overlay_revisions SET revision = -1".to_owned(),
+            format!(
+                "chat_live_timeline_overlay_revisions.revision holds INTEGER -1, expected an INTEGER from 0 to {MAX_EXACT_INTEGER}"
+            ),
+        ),
+        (
+            format!("UPDATE chat_live_timeline_overlay_revisions SET revision = {too_big}"),
+            format!(
+                "chat_live_timeline_overlay_revisions.revision holds INTEGER {too_big}, expected an INTEGER from 0 to {MAX_EXACT_INTEGER}"
+            ),
+        ),
+        (
+            "UPDATE chat_live_timeline_overlay_revisions SET revision = 'many'".into(),
+            format!(
+                "chat_live_timeline_overlay_revisions.revision holds TEXT 'many', expected an INTEGER from 0 to {MAX_EXACT_INTEGER}"
+            ),
+        ),
+        (
+            "DELETE FROM chat_live_timeline_overlay_revisions".into(),
+            "chat_live_timeline_overlay_revisions has no row with id 1".into(),
+        ),
+    ] {
+        let (_dir, path) = two_overlays();
+        raw(&path).execute_batch(&sql).unwrap();
+        let mut store = open(&path);
+        let expected = ("overlay revision counter".to_owned(), reason);
+        assert_eq!(overlay_corrupt(store.current_revision()), expected);
+        assert_eq!(
+            overlay_corrupt(store.compare_and_set(&s("s1"), &t("t3"), None, 0, vec![])),
+            expected
+        );
+        let before = store.load(&s("s1"), &t("t1")).unwrap().unwrap();
+        assert_eq!(
+            overlay_corrupt(overlay_core::overlay::write(
+                &mut store,
+                &s("s1"),
+                &t("t1"),
+                &overlay_core::overlay::Change::Publish(vec![block("b")]),
+            )),
+            expected
+        );
+        // Nothing was written.
+        assert_eq!(store.load(&s("s1"), &t("t1")).unwrap().unwrap(), before);
+        assert_eq!(store.load(&s("s1"), &t("t3")).unwrap(), None);
+    }
+}
+
+// OV-02: a counter behind the revision of the target being written would hand that
+// revision out again: the write is refused as Corrupt and nothing is written.
+#[test]
+fn a_counter_behind_the_targets_revision_is_corrupt() {
+    let (_dir, path) = two_overlays();
+    raw(&path)
+        .execute_batch("UPDATE chat_live_timeline_overlay_revisions SET revision = 1")
+        .unwrap();
+    let mut store = open(&path);
+    let before = store.load(&s("s1"), &t("t2")).unwrap().unwrap();
+    assert_eq!(before.revision, 2);
+    let (what, reason) =
+        overlay_corrupt(store.compare_and_set(&s("s1"), &t("t2"), Some(2), 1, vec![]));
+    assert_eq!(what, "overlay revision counter");
+    assert_eq!(
+        reason,
+        "chat_live_timeline_overlay_revisions.revision holds INTEGER 1, below the revision 2 of overlay s1/t2"
+    );
+    let (what, _) = overlay_corrupt(overlay_core::overlay::write(
+        &mut store,
+        &s("s1"),
+        &t("t2"),
+        &overlay_core::overlay::Change::Publish(vec![block("b")]),
+    ));
+    assert_eq!(what, "overlay revision counter");
+    assert_eq!(store.load(&s("s1"), &t("t2")).unwrap().unwrap(), before);
+    assert_eq!(store.current_revision().unwrap(), 1);
+}
+
+// OV-01, ST-01: a snapshot that holds one key twice is Corrupt; the other target loads.
+#[test]
+fn a_snapshot_with_a_key_twice_is_corrupt() {
+    let (_dir, path) = two_overlays();
+    let conn = raw(&path);
+    let json: String = conn
+        .query_row(
+            "SELECT snapshot_json FROM chat_live_timeline_overlays WHERE timeline_target_id = 't1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let mut blocks: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let mut changed = blocks[0].clone();
+    changed["timestamp"] = 99.into();
+    blocks.push(changed);
+    conn.execute(
+        "UPDATE chat_live_timeline_overlays SET snapshot_json = ?1 WHERE timeline_target_id = 't1'",
+        [serde_json::to_string(&blocks).unwrap()],
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = open(&path);
+    let (what, reason) = overlay_corrupt(store.load(&s("s1"), &t("t1")));
+    assert_eq!(what, "overlay s1/t1");
+    assert_eq!(
+        reason,
+        "chat_live_timeline_overlays.snapshot_json holds two blocks with the key agentReply \"a\""
+            .replace("agentReply", BlockType::AgentReply.as_str())
+    );
+    assert_eq!(
+        store
+            .load(&s("s1"), &t("t2"))
+            .unwrap()
+            .unwrap()
+            .blocks
+            .len(),
+        1
+    );
+}
+
+// ST-01: a target or cleanup-journal value of the wrong type is Corrupt, not
+// Unavailable.
+#[test]
+fn text_columns_of_the_overlay_tables_refuse_other_types() {
+    use overlay_core::store::CleanupJournal;
+    let (_dir, path) = two_overlays();
+    let mut store = open(&path);
+    store
+        .add_cleanup(&s("s1"), &RunId::new("run-1").unwrap())
+        .unwrap();
+    drop(store);
+    let conn = raw(&path);
+    conn.execute_batch(
+        "UPDATE chat_live_timeline_overlays SET timeline_target_id = x'0102'
+             WHERE timeline_target_id = 't2';
+         UPDATE chat_pending_terminal_overlay_cleanups SET run_id = x'ff';",
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = open(&path);
+    let (_, reason) = overlay_corrupt(store.targets(&s("s1")));
+    assert_eq!(
+        reason,
+        "chat_live_timeline_overlays.timeline_target_id holds BLOB X'0102', expected TEXT"
+    );
+    let (_, reason) = overlay_corrupt(store.pending_cleanups(None));
+    assert_eq!(
+        reason,
+        "chat_pending_terminal_overlay_cleanups.run_id holds BLOB X'ff', expected TEXT"
+    );
+    assert!(store.load(&s("s1"), &t("t1")).unwrap().is_some());
+}
+
+// OB-03, ST-01: `removed` reads only 0 or 1; a 7 (or text) is Corrupt, never "removed",
+// and a claim of that operation is refused the same way instead of guessing.
+#[test]
+fn a_removed_flag_other_than_0_or_1_is_corrupt() {
+    for (stored, shown) in [
+        (Value::Integer(7), "INTEGER 7"),
+        (Value::Integer(-1), "INTEGER -1"),
+        (Value::Text("yes".into()), "TEXT 'yes'"),
+    ] {
+        let (_dir, path) = two_entries();
+        raw(&path)
+            .execute(
+                "UPDATE workspace_chat_outbox_operation_identity SET removed = ?1
+                 WHERE operation_id = 'op-2'",
+                [&stored],
+            )
+            .unwrap();
+        let mut store = open(&path);
+        let (what, reason) = outbox_corrupt(store.identity(&s("s1"), &op("op-2")));
+        assert_eq!(what, "operation identity s1/op-2");
+        assert_eq!(
+            reason,
+            format!(
+                "workspace_chat_outbox_operation_identity.removed holds {shown}, expected the INTEGER 0 or 1"
+            )
+        );
+        let e = entry(2);
+        let fp = request_fingerprint(&s("s1"), &e.queue_id, &e.request);
+        outbox_corrupt(store.claim(&s("s1"), &fp, &e));
+        // The neighbour's identity is untouched.
+        let other = store.identity(&s("s1"), &op("op-1")).unwrap().unwrap();
+        assert!(!other.removed);
+    }
+}
+
+// OB-02, ST-01: a fingerprint BLOB of any length but 32 bytes, or a number, is Corrupt
+// instead of being returned as a digest of the wrong length.
+#[test]
+fn a_fingerprint_of_the_wrong_length_is_corrupt() {
+    for (sql, shown) in [
+        (
+            "UPDATE workspace_chat_outbox_operation_identity SET fingerprint = x'00ff'
+             WHERE operation_id = 'op-2'",
+            "BLOB X'00ff', expected a BLOB of 32 digest bytes or TEXT",
+        ),
+        (
+            "UPDATE workspace_chat_outbox_operation_identity
+             SET fingerprint = substr(fingerprint, 1, 31) WHERE operation_id = 'op-2'",
+            "BLOB X'",
+        ),
+        (
+            "UPDATE workspace_chat_outbox_operation_identity SET fingerprint = 12
+             WHERE operation_id = 'op-2'",
+            "INTEGER 12, expected TEXT",
+        ),
+    ] {
+        let (_dir, path) = two_entries();
+        raw(&path).execute_batch(sql).unwrap();
+        let mut store = open(&path);
+        let (what, reason) = outbox_corrupt(store.identity(&s("s1"), &op("op-2")));
+        assert_eq!(what, "operation identity s1/op-2");
+        assert!(
+            reason.starts_with(&format!(
+                "workspace_chat_outbox_operation_identity.fingerprint holds {shown}"
+            )),
+            "{reason}"
+        );
+        let other = store.identity(&s("s1"), &op("op-1")).unwrap().unwrap();
+        let e = entry(1);
+        assert_eq!(
+            other.fingerprint,
+            request_fingerprint(&s("s1"), &e.queue_id, &e.request)
+        );
+    }
+}
+
+// OB-07, ST-01: a ledger row whose `status` column says something else than its JSON
+// is Corrupt; the neighbour row reads.
+#[test]
+fn a_ledger_status_that_disagrees_with_its_json_is_corrupt() {
+    let (_dir, path) = file();
+    let mut store = open(&path);
+    let sent = LedgerRecord::new(LedgerStatus::Sent, Millis(5));
+    let failed = LedgerRecord::new(LedgerStatus::Failed, Millis(6));
+    store.put_ledger(&s("s1"), &op("op-1"), &sent).unwrap();
+    store.put_ledger(&s("s1"), &op("op-2"), &failed).unwrap();
+    drop(store);
+    raw(&path)
+        .execute(
+            "UPDATE chat_operation_ledger SET status = 'failed' WHERE operation_id = 'op-1'",
+            [],
+        )
+        .unwrap();
+    let mut store = open(&path);
+    let (what, reason) = outbox_corrupt(store.ledger(&s("s1"), &op("op-1")));
+    assert_eq!(what, "ledger s1/op-1");
+    assert_eq!(
+        reason,
+        "chat_operation_ledger.status holds TEXT 'failed', expected TEXT 'sent', the status of chat_operation_ledger.record_json"
+    );
+    assert_eq!(store.ledger(&s("s1"), &op("op-2")).unwrap(), Some(failed));
+
+    // A record JSON stored as a BLOB is named too.
+    raw(&path)
+        .execute(
+            "UPDATE chat_operation_ledger SET record_json = CAST(record_json AS BLOB)
+             WHERE operation_id = 'op-2'",
+            [],
+        )
+        .unwrap();
+    let (_, reason) = outbox_corrupt(store.ledger(&s("s1"), &op("op-2")));
+    assert!(
+        reason.starts_with("chat_operation_ledger.record_json holds BLOB X'7b"),
+        "{reason}"
+    );
+}
+
+// OB-16, ST-01: every column of a session-message route is checked: a negative or
+// oversized hop, a created_at out of range or of the wrong type, an unknown delivery
+// are Corrupt, naming the column; the neighbour route reads.
+#[test]
+fn route_columns_out_of_range_are_corrupt() {
+    let too_big = MAX_EXACT_INTEGER as i64 + 1;
+    for (column, stored, shown) in [
+        (
+            "hop",
+            Value::Integer(-1),
+            format!("INTEGER -1, expected an INTEGER from 0 to {}", u32::MAX),
+        ),
+        (
+            "hop",
+            Value::Integer(i64::from(u32::MAX) + 1),
+            format!(
+                "INTEGER {}, expected an INTEGER from 0 to {}",
+                i64::from(u32::MAX) + 1,
+                u32::MAX
+            ),
+        ),
+        (
+            "created_at",
+            Value::Integer(-5),
+            format!("INTEGER -5, expected an INTEGER from 0 to {MAX_EXACT_INTEGER}"),
+        ),
+        (
+            "created_at",
+            Value::Integer(too_big),
+            format!("INTEGER {too_big}, expected an INTEGER from 0 to {MAX_EXACT_INTEGER}"),
+        ),
+        (
+            "created_at",
+            Value::Text("today".into()),
+            format!("TEXT 'today', expected an INTEGER from 0 to {MAX_EXACT_INTEGER}"),
+        ),
+        (
+            "delivery",
+            Value::Text("lost".into()),
+            "TEXT 'lost', expected one of 'sent', 'needs-approval', 'declined'".into(),
+        ),
+        (
+            "chain_id",
+            Value::Blob(vec![1]),
+            "BLOB X'01', expected TEXT".into(),
+        ),
+    ] {
+        let (_dir, path) = file();
+        drop(open(&path));
+        let conn = raw(&path);
+        conn.execute_batch(
+            "INSERT INTO chat_session_messages VALUES
+                 ('op-1', 's2', 's1', 'call-1', NULL, NULL, 'chain', 1, 5, 'sent'),
+                 ('op-2', 's2', 's1', 'call-2', 'run-1', NULL, 'chain', 2, 6, 'declined');",
+        )
+        .unwrap();
+        conn.execute(
+            &format!("UPDATE chat_session_messages SET {column} = ?1 WHERE operation_id = 'op-1'"),
+            [&stored],
+        )
+        .unwrap();
+        drop(conn);
+        let mut store = open(&path);
+        let (what, reason) = outbox_corrupt(store.route(&op("op-1")));
+        assert_eq!(what, "session message route");
+        assert_eq!(
+            reason,
+            format!("chat_session_messages.{column} holds {shown}")
+        );
+        let other = store.route(&op("op-2")).unwrap().unwrap();
+        assert_eq!((other.hop, other.created_at), (2, Millis(6)));
+    }
+}
+
+// ST-02: a `user_version` that does not match the tables fails the migration with the
+// stored version and the versions this build knows, never the migration's SQL; nothing
+// of the failed migration is written, so the file opens once the version is right.
+#[test]
+fn a_bad_user_version_names_the_versions_not_the_sql() {
+    let (_dir, path) = two_entries();
+    for found in [0u32, 1] {
+        raw(&path)
+            .pragma_update(None, "user_version", found)
+            .unwrap();
+        let err = SqliteStore::open(&path, Settings::default()).unwrap_err();
+        let text = err.to_string();
+        match err {
+            OpenError::Migration {
+                found: f,
+                supported,
+                migration,
+                reason,
+            } => {
+                assert_eq!((f, supported), (found, SCHEMA_VERSION));
+                assert_eq!(
+                    migration,
+                    storage_sqlite::MIGRATIONS[found as usize].0,
+                    "the first migration after the stored version"
+                );
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(text.contains(&format!("schema version {found}")), "{text}");
+        assert!(
+            text.contains(&format!("versions 0 to {SCHEMA_VERSION}")),
+            "{text}"
+        );
+        for sql in ["CREATE TABLE", "ALTER TABLE", "INSERT INTO", "--"] {
+            assert!(!text.contains(sql), "{text}");
+        }
+    }
+    // A negative version is named as stored.
+    raw(&path).pragma_update(None, "user_version", -3).unwrap();
+    let err = SqliteStore::open(&path, Settings::default()).unwrap_err();
+    assert!(
+        matches!(err, OpenError::UnknownSchema { found: -3, supported } if supported == SCHEMA_VERSION),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the database says schema version -3; this build knows versions 0 to {SCHEMA_VERSION}"
+        )
+    );
+    // Nothing was damaged.
+    raw(&path)
+        .pragma_update(None, "user_version", SCHEMA_VERSION)
+        .unwrap();
+    let mut store = open(&path);
+    assert_eq!(store.entries(&s("s1")).unwrap().len(), 2);
+}
