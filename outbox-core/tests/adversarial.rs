@@ -139,3 +139,92 @@ fn an_unconfirmed_entry_sent_again_is_read_from_history_first() {
     w.quiesce().unwrap();
     assert_eq!(w.agent.send_count(&outbox_core::ids::OperationId::new("op-1").unwrap()), 1);
 }
+
+// OB-08, OB-09: found by the unkind world. A deferred steer's write committed but was
+// reported as failed, so the answer was kept for a retry; the message went out again as
+// a new run, and the retried old answer matched the new attempt's identical entry and
+// sent it a third time. A new attempt now drops the retries of older ones.
+#[test]
+fn a_deferred_answer_whose_write_was_lost_never_sends_twice() {
+    let mut w = world();
+    for c in [
+        Cmd::Submit { n: 2, kind: 0 },
+        Cmd::Script(1),
+        Cmd::Advance(1),
+        Cmd::Answer(0),
+        Cmd::Submit { n: 0, kind: 2 },
+        Cmd::Fault(4),
+        Cmd::Submit { n: 0, kind: 0 },
+        Cmd::Answer(0),
+    ] {
+        w.run(c).unwrap();
+    }
+    w.quiesce().unwrap();
+    assert_eq!(w.agent.send_count(&outbox_core::ids::OperationId::new("op-0").unwrap()), 2);
+}
+
+// OB-08, OB-10: found by the unkind world. The hand-off's write failed, the memory
+// ledger took the `sending` record and the message went out; the host restarted (the
+// memory ledger with it), the ledger could not be read at start-up, and the entry was
+// held as unconfirmed with no ledger row; "send now" sent it a second time. An
+// unconfirmed entry is always read from history before it is sent again.
+#[test]
+fn an_unconfirmed_entry_without_a_ledger_row_is_read_first() {
+    let mut w = world();
+    let cmds = [
+        Cmd::Script(1),
+        Cmd::Answer(0),
+        Cmd::Submit { n: 0, kind: 0 },
+        Cmd::Echo(0),
+        Cmd::Script(4),
+        Cmd::StopAndSendNow(0),
+        Cmd::Echo(0),
+        Cmd::Answer(0),
+        Cmd::Submit { n: 0, kind: 0 },
+        Cmd::Answer(0),
+        Cmd::Stop,
+        Cmd::Submit { n: 2, kind: 0 },
+        Cmd::Answer(30),
+        Cmd::Fault(1),
+        Cmd::Answer(0),
+        Cmd::Script(0),
+        Cmd::Restart,
+        Cmd::Heal,
+        Cmd::SendNow(2),
+    ];
+    for c in cmds {
+        w.run(c).unwrap();
+    }
+    w.quiesce().unwrap();
+}
+
+// OB-13: found by the unkind world. A steer was detached for stop and send now; the
+// settlement of its stopped run failed on the store and waited for a retry; a repeated
+// submit released the entry, which went out as its own run; the retried settlement then
+// "dedicated" the entry that was sending, and it went out again. A stop and send now in
+// progress owns its entry, and only a queued entry is dedicated.
+#[test]
+fn a_detached_steer_is_dedicated_once_and_never_while_sending() {
+    let mut w = world();
+    for c in [
+        Cmd::Submit { n: 0, kind: 0 },
+        Cmd::Script(2),
+        Cmd::Submit { n: 5, kind: 0 },
+        Cmd::Script(4),
+        Cmd::Answer(0),
+        Cmd::StopAndSendNow(0),
+        Cmd::Answer(0),
+        Cmd::Fault(5),
+        Cmd::Answer(0),
+        Cmd::Submit { n: 0, kind: 0 },
+        Cmd::Echo(0),
+        Cmd::Submit { n: 5, kind: 0 },
+        Cmd::Submit { n: 0, kind: 0 },
+        Cmd::Answer(0),
+        Cmd::Fault(1),
+        Cmd::Answer(0),
+    ] {
+        w.run(c).unwrap();
+    }
+    w.quiesce().unwrap();
+}

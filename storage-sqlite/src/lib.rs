@@ -1415,8 +1415,15 @@ impl OutboxStore for SqliteStore {
             let queues: Vec<(rusqlite::types::Value, Result<String, String>)> = {
                 let mut stmt = tx
                     .prepare_cached(
-                        "SELECT queue_id FROM workspace_chat_outbox
-                         WHERE session_id = ?1 AND operation_id = ?2",
+                        // Through the identity's primary key and the outbox's
+                        // unique (session, queue) index: a cost independent of the
+                        // entries that stay in the outbox.
+                        "SELECT o.queue_id
+                         FROM workspace_chat_outbox_operation_identity AS i
+                         JOIN workspace_chat_outbox AS o
+                           ON o.session_id = i.session_id AND o.queue_id = i.queue_id
+                         WHERE i.session_id = ?1 AND i.operation_id = ?2
+                           AND o.operation_id = ?2",
                     )
                     .map_err(ob)?;
                 let rows = stmt

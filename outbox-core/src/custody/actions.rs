@@ -7,7 +7,6 @@ use super::{ActionError, Custody, ReadPurpose};
 use crate::entry::{
     EntryStatus, Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT,
 };
-use crate::ledger::LedgerStatus;
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, OperationId, QueueId, SessionId};
 use crate::store::{OutboxStore, RouteDelivery, StoreError};
@@ -86,22 +85,17 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), ActionError> {
         let current = self.queued_entry(session, queue_id)?;
-        // Held because custody could not confirm whether the agent has it, with a send
-        // attempt on record: the agent's history is read before it is sent again
-        // (found: sent; missing: sent now; unreadable: held again).
+        // Held because custody could not confirm whether the agent has it: the agent's
+        // history is read before it is sent again (found: sent; missing: sent now;
+        // unreadable: held again). The ledger cannot decide this alone: its `sending`
+        // record may have lived only in the memory ledger of a machine that restarted.
         if current.error.as_deref() == Some(UNCONFIRMED_TEXT) {
-            let base = base_session(session);
-            let attempted = self
-                .ledger_of(&base, &current.operation_id)?
-                .is_some_and(|l| l.status == LedgerStatus::Sending);
-            if attempted {
-                let waiting = OutboxEntry {
-                    auto_drain: false,
-                    ..current.clone()
-                };
-                self.read_after_replace(session, &current, waiting, ReadPurpose::Reopen)?;
-                return Ok(());
-            }
+            let waiting = OutboxEntry {
+                auto_drain: false,
+                ..current.clone()
+            };
+            self.read_after_replace(session, &current, waiting, ReadPurpose::Reopen)?;
+            return Ok(());
         }
         self.release_to_front(session, &current, now)?;
         Ok(())

@@ -389,6 +389,7 @@ impl<S: OutboxStore> Custody<S> {
         lane: LaneKind,
         now: Millis,
     ) {
+        self.supersede(session, &sending.operation_id);
         let attempt = self.next_attempt();
         let request = SendRequest {
             attempt,

@@ -825,6 +825,18 @@ impl<S: OutboxStore> Custody<S> {
         }
     }
 
+    /// A new attempt for (`session`, `op`) begins: answers of its older attempts that
+    /// wait for a retry are dropped (counted as stale), so an old answer never lands on
+    /// the new attempt's entry, even when the two entries look the same.
+    fn supersede(&mut self, session: &SessionId, op: &OperationId) {
+        let before = self.retries.len();
+        self.retries.retain(|(_, r)| {
+            let answer = matches!(r, Retry::Send(..) | Retry::Read(..) | Retry::TakeBack(..));
+            !(answer && r.session() == session && r.operation() == Some(op))
+        });
+        self.stats.stale_answers += (before - self.retries.len()) as u64;
+    }
+
     /// Settles a run's entries, or keeps that for later when the store fails.
     fn settle_or_retry(
         &mut self,

@@ -247,6 +247,7 @@ impl<S: OutboxStore> Custody<S> {
         purpose: ReadPurpose,
         snapshot: OutboxEntry,
     ) {
+        self.supersede(session, &snapshot.operation_id);
         let attempt = self.next_attempt();
         let operation_id = snapshot.operation_id.clone();
         let proof = self
@@ -321,10 +322,13 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), StoreError> {
         let accepted: Vec<OutboxEntry> = self.state(session)?.accepted().cloned().collect();
         for e in accepted {
+            // A detached steer waits queued for its run to stop; an entry that went
+            // sending again meanwhile is never pulled back.
             if e.handoff
                 .as_ref()
                 .is_some_and(|h| h.phase == HandoffPhase::Requested && &h.acceptance.run_id == run)
                 && e.acceptance.is_none()
+                && e.status == EntryStatus::Queued
             {
                 self.dedicate(session, &e)?;
                 continue;

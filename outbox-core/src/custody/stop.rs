@@ -339,6 +339,11 @@ impl<S: OutboxStore> Custody<S> {
         e: &OutboxEntry,
     ) -> Result<(), StoreError> {
         let Some(h) = &e.handoff else { return Ok(()) };
+        if e.status != EntryStatus::Queued {
+            // Only a detached entry is dedicated; one that is sending stays with its
+            // attempt.
+            return Ok(());
+        }
         let mut dedicated = e.clone();
         dedicated.status = EntryStatus::Queued;
         dedicated.auto_drain = true;

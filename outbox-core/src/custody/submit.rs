@@ -228,8 +228,14 @@ impl<S: OutboxStore> Custody<S> {
         {
             return Err(SubmitError::Conflict(ConflictKind::SteerRetargeted));
         }
-        // Queue, then send now: the same operation converges on the new controls.
-        if current.status == EntryStatus::Queued && new.intent != Intent::Enqueue {
+        // Queue, then send now: the same operation converges on the new controls. A
+        // stop and send now in progress (OB-13) owns the entry until it is dedicated.
+        let handing_off = current
+            .handoff
+            .as_ref()
+            .is_some_and(|h| h.phase == crate::entry::HandoffPhase::Requested);
+        if current.status == EntryStatus::Queued && new.intent != Intent::Enqueue && !handing_off
+        {
             let mut updated = current.clone();
             updated.controls = new.clone();
             // An entry held with an error waits for the user's explicit send
