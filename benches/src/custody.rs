@@ -70,6 +70,19 @@ pub fn one_cycle<S: OutboxStore>(
     debug_assert!(custody.poll_effect().is_none());
 }
 
+/// Fills `store` with `n` held entries (queued, auto-drain off) of `keys`' session, with
+/// IDs far from the cycles': entries that just sit in the outbox.
+pub fn hold<S: OutboxStore>(store: &mut S, keys: Keys, n: u64) {
+    let session = keys.session();
+    for i in 0..n {
+        let mut e = crate::storage::bench_entry(1_000_000_000 + i, keys);
+        e.auto_drain = false;
+        e.position = 1_000_000 + i as i64;
+        let fp = outbox_core::fingerprint::request_fingerprint(&session, &e.queue_id, &e.request);
+        store.claim(&session, &fp, &e).expect("claim");
+    }
+}
+
 /// A store that counts how often each [`OutboxStore`] method is called, then passes the
 /// call on.
 pub struct Counting<S> {

@@ -137,7 +137,11 @@ fn an_unconfirmed_entry_sent_again_is_read_from_history_first() {
         w.run(c).unwrap();
     }
     w.quiesce().unwrap();
-    assert_eq!(w.agent.send_count(&outbox_core::ids::OperationId::new("op-1").unwrap()), 1);
+    assert_eq!(
+        w.agent
+            .send_count(&outbox_core::ids::OperationId::new("op-1").unwrap()),
+        1
+    );
 }
 
 // OB-08, OB-09: found by the unkind world. A deferred steer's write committed but was
@@ -160,7 +164,11 @@ fn a_deferred_answer_whose_write_was_lost_never_sends_twice() {
         w.run(c).unwrap();
     }
     w.quiesce().unwrap();
-    assert_eq!(w.agent.send_count(&outbox_core::ids::OperationId::new("op-0").unwrap()), 2);
+    assert_eq!(
+        w.agent
+            .send_count(&outbox_core::ids::OperationId::new("op-0").unwrap()),
+        2
+    );
 }
 
 // OB-08, OB-10: found by the unkind world. The hand-off's write failed, the memory

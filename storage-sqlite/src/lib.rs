@@ -386,7 +386,7 @@ fn ov(e: rusqlite::Error) -> OverlayError {
 }
 
 fn ob(e: rusqlite::Error) -> OutboxError {
-    OutboxError::Unavailable(e.to_string())
+    OutboxError::backend(e)
 }
 
 /// The error for a stored `what` that does not read back, for `map_err`.

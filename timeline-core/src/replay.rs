@@ -281,12 +281,13 @@ impl ConversationClient {
     }
 
     fn apply_live(&mut self, event: serde_json::Value) -> ReplayOutcome {
-        let Some(seq) = event.get("seq").and_then(serde_json::Value::as_u64) else {
+        // A sequence number outside the wire's range (0 to 2^53-1) is malformed.
+        let Some(seq) = wire_seq(&event) else {
             return ReplayOutcome::Ignored;
         };
         match self.state.last_seq {
             Some(last) if seq <= last => return ReplayOutcome::Ignored,
-            Some(last) if seq > last + 1 => return self.abandon(ReplayProblem::Gap),
+            Some(last) if seq > last.saturating_add(1) => return self.abandon(ReplayProblem::Gap),
             _ => {}
         }
         let mut effects = Vec::new();
@@ -327,11 +328,11 @@ impl ConversationClient {
         if envelope.seq != rebuild.next_chunk {
             return self.abandon(ReplayProblem::OutOfOrder);
         }
-        rebuild.next_chunk += 1;
+        rebuild.next_chunk = rebuild.next_chunk.saturating_add(1);
         rebuild.deadline = now.saturating_add(CHUNK_TIMEOUT);
         let mut pending = self.pending.clone();
         for event in &envelope.events {
-            let Some(seq) = event.get("seq").and_then(serde_json::Value::as_u64) else {
+            let Some(seq) = wire_seq(event) else {
                 continue;
             };
             if rebuild.staged.last_seq.is_some_and(|l| seq <= l) {
@@ -373,10 +374,7 @@ fn apply(
     mut effects: Option<&mut Vec<ClientEffect>>,
     queued: usize,
 ) {
-    let seq = event
-        .get("seq")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
+    let seq = wire_seq(event).unwrap_or(0);
     state.last_seq = Some(state.last_seq.map_or(seq, |l| l.max(seq)));
     let text = |k: &str| {
         event
@@ -489,4 +487,12 @@ fn apply(
         // Unknown event types are ignored (additive protocol).
         _ => {}
     }
+}
+
+/// An event's `seq`, when it is a wire integer (0 to 2^53-1).
+fn wire_seq(event: &serde_json::Value) -> Option<u64> {
+    event
+        .get("seq")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|n| crate::wire::WireInt::new(*n).is_ok())
 }

@@ -882,3 +882,27 @@ proptest! {
         }
     }
 }
+
+// RB-04: a live event's `seq` is a wire integer; one at or past 2^53 (up to u64::MAX)
+// is ignored as malformed, never added to or wrapped, and the conversation stays as it
+// was; 2^53-1 itself is taken.
+#[test]
+fn client_replay_sequence_numbers_at_and_past_the_limit() {
+    use timeline_core::replay::{ConversationClient, ReplayOutcome};
+    let chunk = r#"{"type":"structured_replay","seq":0,"last":true,"truncated":false,
+      "reclaimed":false,"running":{"running":false},
+      "events":[{"seq":9007199254740990,"type":"session_init"}]}"#;
+    let mut c = ConversationClient::new();
+    assert_eq!(
+        c.handle_replay_chunk(chunk, timeline_core::time::Millis(0)),
+        ReplayOutcome::Complete
+    );
+    let before = c.view().len();
+    for seq in [u64::MAX, 1 << 63, 1 << 53] {
+        let live = format!(r#"{{"seq":{seq},"type":"assistant_delta","text":"x"}}"#);
+        assert_eq!(c.handle_live(&live), ReplayOutcome::Ignored, "seq {seq}");
+        assert_eq!(c.view().len(), before);
+    }
+    let at_limit = r#"{"seq":9007199254740991,"type":"session_init"}"#;
+    assert_ne!(c.handle_live(at_limit), ReplayOutcome::Ignored);
+}

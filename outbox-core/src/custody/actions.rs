@@ -4,9 +4,7 @@
 use timeline_core::time::Millis;
 
 use super::{ActionError, Custody, ReadPurpose};
-use crate::entry::{
-    EntryStatus, Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT,
-};
+use crate::entry::{EntryStatus, Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT};
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, OperationId, QueueId, SessionId};
 use crate::store::{OutboxStore, RouteDelivery, StoreError};

@@ -179,7 +179,7 @@ impl<S: OutboxStore> Custody<S> {
                 // The fallback keeps the sent proof meanwhile; when it is full of sent
                 // proofs, that is a failure of its own the user must see.
                 if let Err(full) = self.fallback.record(&base, op, record) {
-                    let error = StoreError::Unavailable(full.to_string());
+                    let error = StoreError::backend(full);
                     self.note_failure(session, Some(op), error, None);
                 }
                 self.forget(session);

@@ -869,7 +869,7 @@ impl<S: OutboxStore> Custody<S> {
         }
         self.states
             .get_mut(session)
-            .ok_or_else(|| StoreError::Unavailable("the outbox was not loaded".into()))
+            .ok_or_else(|| StoreError::unavailable("the outbox was not loaded"))
     }
 
     /// The entry `queue_id` as the store holds it.

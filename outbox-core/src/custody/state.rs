@@ -6,9 +6,10 @@
 //! touch reads the store again. The indexes answer every question a drain pass asks
 //! (the head of the queue, the first drainable entry, whether a send is in flight, the
 //! place for a new entry, the entries a run accepted) in O(log n), so the cost of a pass
-//! does not grow with entries that just sit in the queue.
+//! does not grow with entries that just sit in the queue. Lookups by key are hashed;
+//! only the queue order is a tree.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use crate::entry::{BlockedEntry, EntryStatus, OutboxEntry, StoredEntry};
@@ -19,8 +20,8 @@ type Slot = (i64, QueueId);
 /// One session's outbox as the store holds it, with the indexes of the drain.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SessionState {
-    entries: BTreeMap<QueueId, OutboxEntry>,
-    by_op: BTreeMap<OperationId, QueueId>,
+    entries: HashMap<QueueId, OutboxEntry>,
+    by_op: HashMap<OperationId, QueueId>,
     /// Every decoded entry by (position, queue ID).
     order: BTreeSet<Slot>,
     queued: BTreeSet<Slot>,

@@ -234,8 +234,7 @@ impl<S: OutboxStore> Custody<S> {
             .handoff
             .as_ref()
             .is_some_and(|h| h.phase == crate::entry::HandoffPhase::Requested);
-        if current.status == EntryStatus::Queued && new.intent != Intent::Enqueue && !handing_off
-        {
+        if current.status == EntryStatus::Queued && new.intent != Intent::Enqueue && !handing_off {
             let mut updated = current.clone();
             updated.controls = new.clone();
             // An entry held with an error waits for the user's explicit send

@@ -4,7 +4,7 @@
 //! ([`MemoryOutboxStore::insert_raw_entry`]), so an undecodable row behaves as it does in
 //! a durable backend: it comes back blocked.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use crate::entry::{BlockedEntry, OutboxEntry, StoredEntry};
 use crate::fingerprint::Digest256;
@@ -28,8 +28,8 @@ struct RawEntry {
 /// One session's outbox: entries by queue ID, and the queue IDs of each operation.
 #[derive(Clone, Debug, Default)]
 struct Outbox {
-    entries: BTreeMap<String, RawEntry>,
-    by_op: BTreeMap<String, BTreeSet<String>>,
+    entries: HashMap<String, RawEntry>,
+    by_op: HashMap<String, BTreeSet<String>>,
 }
 
 impl Outbox {
@@ -54,17 +54,17 @@ impl Outbox {
     }
 }
 
-/// In-memory outbox, identities, ledger and routes. Every call costs O(log n) in the
-/// entries it does not touch, as a durable backend's indexed tables do (a whole outbox
-/// read costs that session's entries only).
+/// In-memory outbox, identities, ledger and routes, in hash maps: a call's cost does not
+/// grow with the entries it does not touch (a whole-outbox read costs that session's
+/// entries only).
 #[derive(Clone, Debug, Default)]
 pub struct MemoryOutboxStore {
-    outboxes: BTreeMap<SessionId, Outbox>,
-    identities: BTreeMap<(SessionId, OperationId), Identity>,
-    ledger: BTreeMap<(SessionId, OperationId), LedgerRecord>,
-    routes: BTreeMap<OperationId, SessionMessageRoute>,
+    outboxes: HashMap<SessionId, Outbox>,
+    identities: HashMap<(SessionId, OperationId), Identity>,
+    ledger: HashMap<(SessionId, OperationId), LedgerRecord>,
+    routes: HashMap<OperationId, SessionMessageRoute>,
     /// The route of each (sender session, sender call).
-    route_calls: BTreeMap<(SessionId, CallId), OperationId>,
+    route_calls: HashMap<(SessionId, CallId), OperationId>,
     /// When set, every write fails with `Unavailable` (to test the ledger fallback).
     pub fail_writes: bool,
     /// When set, every ledger read fails with `Unavailable`.
@@ -101,7 +101,7 @@ impl MemoryOutboxStore {
 
     fn writable(&self) -> Result<(), StoreError> {
         if self.fail_writes {
-            return Err(StoreError::Unavailable("writes are failing".into()));
+            return Err(StoreError::unavailable("writes are failing"));
         }
         Ok(())
     }
@@ -109,7 +109,7 @@ impl MemoryOutboxStore {
     fn ledger_writable(&self) -> Result<(), StoreError> {
         self.writable()?;
         if self.fail_ledger_writes {
-            return Err(StoreError::Unavailable("ledger writes are failing".into()));
+            return Err(StoreError::unavailable("ledger writes are failing"));
         }
         Ok(())
     }
@@ -294,17 +294,23 @@ impl OutboxStore for MemoryOutboxStore {
         let Some(outbox) = self.outboxes.get(session) else {
             return Ok(Vec::new());
         };
-        let mut out: Vec<StoredEntry> = outbox
+        let mut keyed: Vec<(i64, &String, &RawEntry)> = outbox
             .entries
             .iter()
-            .map(|(q, raw)| decode(q, raw))
+            .map(|(q, raw)| (raw.position, q, raw))
             .collect();
-        out.sort_by_key(StoredEntry::position);
-        Ok(out)
+        // Queue order; equal positions by queue ID, so the order never depends on the map.
+        keyed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        Ok(keyed
+            .into_iter()
+            .map(|(_, q, raw)| decode(q, raw))
+            .collect())
     }
 
     fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, StoreError> {
-        Ok(self.outboxes.keys().cloned().collect())
+        let mut sessions: Vec<SessionId> = self.outboxes.keys().cloned().collect();
+        sessions.sort();
+        Ok(sessions)
     }
 
     fn replace_entry(
@@ -405,7 +411,7 @@ impl OutboxStore for MemoryOutboxStore {
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, StoreError> {
         if self.fail_ledger_reads {
-            return Err(StoreError::Unavailable("ledger reads are failing".into()));
+            return Err(StoreError::unavailable("ledger reads are failing"));
         }
         Ok(self.ledger.get(&(session.clone(), op.clone())).cloned())
     }

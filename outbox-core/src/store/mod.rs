@@ -105,15 +105,22 @@ pub enum RouteClaim {
     ExistingCall(SessionMessageRoute),
 }
 
-/// Why a store call failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// A backend's own error, shared so [`StoreError`] stays cheap to clone.
+pub type BackendError = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a store call failed. [`StoreError::kind`] groups the variants by what the caller
+/// does: retry later, show the damaged record, or resolve a conflict.
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The backend could not be read or written now.
-    #[error("outbox store unavailable: {0}")]
-    Unavailable(String),
+    /// The backend could not be read or written now; retry later.
+    Unavailable {
+        /// What failed, for the user.
+        message: String,
+        /// The backend's own error, when there is one (also [`std::error::Error::source`]).
+        source: Option<BackendError>,
+    },
     /// A stored row could not be decoded.
-    #[error("stored {what} cannot be decoded: {reason}")]
     Corrupt {
         /// Which row.
         what: String,
@@ -121,12 +128,98 @@ pub enum StoreError {
         reason: String,
     },
     /// An operation ID that was claimed already (edit to a used operation).
-    #[error("operation {0} was already claimed")]
     OperationTaken(OperationId),
     /// A queue ID that holds another operation's entry.
-    #[error("queue entry {0} holds another operation")]
     QueueTaken(QueueId),
 }
+
+/// What a caller does about a [`StoreError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// Retry later: the backend is down, busy or refused the write.
+    Unavailable,
+    /// Show the record as damaged; retrying reads the same bytes.
+    Corrupt,
+    /// The request conflicts with what is stored: ask for another ID.
+    Conflict,
+}
+
+impl StoreError {
+    /// The backend is unavailable, with no error of its own to carry.
+    pub fn unavailable(message: impl Into<String>) -> StoreError {
+        StoreError::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The backend failed with `error`; it stays reachable through `source()`.
+    pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        StoreError::Unavailable {
+            message: error.to_string(),
+            source: Some(std::sync::Arc::new(error)),
+        }
+    }
+
+    /// What the caller does about it.
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::Unavailable { .. } => StoreErrorKind::Unavailable,
+            StoreError::Corrupt { .. } => StoreErrorKind::Corrupt,
+            StoreError::OperationTaken(_) | StoreError::QueueTaken(_) => StoreErrorKind::Conflict,
+        }
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Unavailable { message, .. } => {
+                write!(f, "outbox store unavailable: {message}")
+            }
+            StoreError::Corrupt { what, reason } => {
+                write!(f, "stored {what} cannot be decoded: {reason}")
+            }
+            StoreError::OperationTaken(op) => write!(f, "operation {op} was already claimed"),
+            StoreError::QueueTaken(q) => write!(f, "queue entry {q} holds another operation"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Unavailable {
+                source: Some(source),
+                ..
+            } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// Two errors are equal when they say the same (the backend's error is compared by its
+/// text).
+impl PartialEq for StoreError {
+    fn eq(&self, other: &StoreError) -> bool {
+        match (self, other) {
+            (
+                StoreError::Unavailable { message: a, .. },
+                StoreError::Unavailable { message: b, .. },
+            ) => a == b,
+            (
+                StoreError::Corrupt { what: a, reason: r },
+                StoreError::Corrupt { what: b, reason: t },
+            ) => a == b && r == t,
+            (StoreError::OperationTaken(a), StoreError::OperationTaken(b)) => a == b,
+            (StoreError::QueueTaken(a), StoreError::QueueTaken(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for StoreError {}
 
 /// Outbox, identities, ledger and session-message routes. Every method is one
 /// transaction; see the module docs for the multi-record rules.
@@ -271,4 +364,37 @@ pub trait OutboxStore {
         op: &OperationId,
         delivery: RouteDelivery,
     ) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    // A backend's error stays reachable, and each variant is grouped by what the caller
+    // does about it.
+    #[test]
+    fn errors_carry_their_source_and_say_what_to_do() {
+        let io = std::io::Error::other("disk I/O error");
+        let e = StoreError::backend(io);
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable);
+        assert_eq!(e.to_string(), "outbox store unavailable: disk I/O error");
+        assert_eq!(
+            e.source().map(ToString::to_string).as_deref(),
+            Some("disk I/O error")
+        );
+        assert!(StoreError::unavailable("busy").source().is_none());
+        let corrupt = StoreError::Corrupt {
+            what: "entry".into(),
+            reason: "bad".into(),
+        };
+        assert_eq!(corrupt.kind(), StoreErrorKind::Corrupt);
+        let op = OperationId::new("op-1").expect("id");
+        assert_eq!(
+            StoreError::OperationTaken(op).kind(),
+            StoreErrorKind::Conflict
+        );
+        let q = QueueId::new("q-1").expect("id");
+        assert_eq!(StoreError::QueueTaken(q).kind(), StoreErrorKind::Conflict);
+    }
 }
