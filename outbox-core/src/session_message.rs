@@ -23,7 +23,8 @@ use crate::ids::{base_session, CallId, OperationId, QueueId, RunId, SessionId, T
 use crate::store::{OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute, StoreError};
 
 /// The prefix of session-message operation and queue IDs.
-pub const SESSION_MESSAGE_PREFIX: &str = "session-message-";
+
+pub use crate::envelope::SESSION_MESSAGE_PREFIX;
 /// The hold reason when the recipient's access level cannot be confirmed.
 pub const ACCESS_UNCONFIRMED_REASON: &str =
     "The desktop could not confirm the access level of the recipient session.";

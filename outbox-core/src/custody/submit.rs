@@ -28,7 +28,7 @@ impl<S: OutboxStore> Custody<S> {
         let is_session_message = req
             .operation_id
             .as_str()
-            .starts_with(crate::session_message::SESSION_MESSAGE_PREFIX);
+            .starts_with(crate::envelope::SESSION_MESSAGE_PREFIX);
         if is_session_message {
             return match self.store.identity(&req.session, &req.operation_id)? {
                 Some(existing) => self.resubmit(req, existing, now),
