@@ -23,7 +23,6 @@ use crate::ids::{base_session, CallId, OperationId, QueueId, RunId, SessionId, T
 use crate::store::{OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute, StoreError};
 
 /// The prefix of session-message operation and queue IDs.
-
 pub use crate::envelope::SESSION_MESSAGE_PREFIX;
 /// The hold reason when the recipient's access level cannot be confirmed.
 pub const ACCESS_UNCONFIRMED_REASON: &str =
