@@ -12,7 +12,10 @@
 //! - [`select_page`] picks a page from logical events (message-aligned) before packing,
 //!   so how events are stored never decides a page cut (PK-02).
 //! - [`pack`] builds records; [`write_packed_page`] serializes a page straight from
-//!   the logical events into a reused buffer without cloning fragments.
+//!   the logical events into a reused buffer, byte for byte what `serde_json` writes
+//!   for [`pack`]'s records. Both are the same single pass over the events (one run
+//!   cutting, one set of refusals): each event is read once, nothing is allocated per
+//!   fragment, and the writer escapes a row's text in bulk when the row ends.
 //! - [`Journal`] checks every record's inclusive sequence range before publishing it
 //!   (PK-03): continuity, pagination joins, reconnect repair, duplicates, overlaps.
 //! - [`AssistantFold`] reaches the same state from scalar deltas and packed rows (PK-04);
@@ -466,102 +469,188 @@ pub fn unpack_records(records: &[SessionHistoryRecord]) -> Result<Vec<SessionEve
     Ok(out)
 }
 
-/// True when `b` may join the run that `a` ends: same kind, block, session and turn,
-/// the next sequence number, and no `data` (`a` is known to be a packable delta).
-fn joins(a: &SessionEvent, b: &SessionEvent) -> bool {
-    a.seq.checked_add(1) == Some(b.seq)
-        && a.kind == b.kind
-        && a.block == b.block
-        && b.text.is_some()
-        && b.data.is_null()
-        && a.session_id == b.session_id
-        && a.turn_id == b.turn_id
+// ----- packing (PK-01): one pass, shared by `pack` and `write_packed_page` --------------
+
+/// What one pass over a page hands out, in page order: events that stay events, and
+/// rows member by member. [`pack`] builds records from it and [`write_packed_page`]
+/// writes JSON from it, so the two cut the same runs and refuse the same pages.
+trait PageSink {
+    /// What the sink refuses with.
+    type Error: From<RowError>;
+    /// An event that stays an event.
+    fn event(&mut self, e: &SessionEvent) -> Result<(), Self::Error>;
+    /// A row of `kind` in `block` starts at `first` (its first member).
+    fn row_start(&mut self, kind: DeltaKind, first: &SessionEvent, block: &str);
+    /// The next member's fragment and its length in UTF-8 bytes.
+    fn member(&mut self, text: &str, len: u32);
+    /// The time from the previous member to the one [`PageSink::member`] hands out next.
+    fn gap(&mut self, gap: i64);
+    /// The open row's last member has been handed out.
+    fn row_end(&mut self);
 }
 
-/// The runs of a page: `(start, end)` index ranges; a run of one event stays an event.
-fn runs(events: &[SessionEvent]) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        let first = events.get(i)?;
-        let start = i;
-        i += 1;
-        if first.as_packable_delta().is_some() {
-            while let (Some(a), Some(b)) = (events.get(i - 1), events.get(i)) {
-                if !joins(a, b) {
-                    break;
-                }
-                i += 1;
+/// The one pass over a page (PK-01). Each event is read once, in page order, and its
+/// `seq` and `time` are checked when it is reached, before it is handed out or used in
+/// any arithmetic. A packable delta followed by a delta that joins it opens a row that
+/// takes every following delta that joins; everything else stays an event.
+fn scan<S: PageSink>(events: &[SessionEvent], sink: &mut S) -> Result<(), S::Error> {
+    let mut rest = events;
+    while let Some((first, tail)) = rest.split_first() {
+        rest = tail;
+        let (mut seq, mut time) = first.numbers()?;
+        let (kind, block, text) = match first.as_packable_delta() {
+            Some(delta)
+                if rest
+                    .first()
+                    .and_then(|next| member_text(first, seq, next))
+                    .is_some() =>
+            {
+                delta
             }
+            _ => {
+                sink.event(first)?;
+                continue;
+            }
+        };
+        sink.row_start(kind, first, block);
+        sink.member(text, fragment_len(text)?);
+        while let Some((next, tail)) = rest.split_first() {
+            let Some(text) = member_text(first, seq, next) else {
+                break;
+            };
+            let (next_seq, next_time) = next.numbers()?;
+            sink.gap(time.signed_diff(next_time));
+            sink.member(text, fragment_len(text)?);
+            (seq, time) = (next_seq, next_time);
+            rest = tail;
         }
-        Some((start, i))
-    })
+        sink.row_end();
+    }
+    Ok(())
 }
 
-/// The gap from `prev`'s time to `next`'s, both checked to be wire integers.
-fn gap(prev: &SessionEvent, next: &SessionEvent) -> Result<i64, RowError> {
-    let (_, p) = prev.numbers()?;
-    let (_, n) = next.numbers()?;
-    Ok(p.signed_diff(n))
+/// `next`'s fragment when `next` may join the row that `first` (a packable delta)
+/// opened and whose last member has sequence number `last`: the next sequence number,
+/// the same kind, block, session and turn, a fragment and no `data`. The cheap checks
+/// on the event itself come before the ones that read its strings.
+fn member_text<'e>(first: &SessionEvent, last: WireInt, next: &'e SessionEvent) -> Option<&'e str> {
+    let text = next.text.as_deref()?;
+    let joins = last.get().checked_add(1) == Some(next.seq)
+        && next.data.is_null()
+        && same(&next.kind, &first.kind)
+        && same_opt(next.block.as_deref(), first.block.as_deref())
+        && same(&next.session_id, &first.session_id)
+        && same_opt(next.turn_id.as_deref(), first.turn_id.as_deref());
+    joins.then_some(text)
+}
+
+/// String equality for the short identifiers a row shares, inline and without a loop
+/// up to 32 bytes (a call per comparison costs more than the comparison): the first and
+/// the last `N` bytes together cover a string of `N..=2N` bytes.
+fn same(a: &str, b: &str) -> bool {
+    fn ends<const N: usize>(a: &[u8], b: &[u8]) -> bool {
+        a.first_chunk::<N>() == b.first_chunk::<N>() && a.last_chunk::<N>() == b.last_chunk::<N>()
+    }
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    match a.len() {
+        0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        4..=7 => ends::<4>(a, b),
+        8..=16 => ends::<8>(a, b),
+        17..=32 => ends::<16>(a, b),
+        _ => a == b,
+    }
+}
+
+/// [`same`] for optional strings: both absent, or both present and equal.
+fn same_opt(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => same(a, b),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// A fragment's length as a chunk row records it.
-fn fragment_len(e: &SessionEvent) -> Result<u32, RowError> {
-    u32::try_from(e.text.as_deref().map_or(0, str::len)).map_err(|_| RowError::FragmentTooLong)
+fn fragment_len(text: &str) -> Result<u32, RowError> {
+    u32::try_from(text.len()).map_err(|_| RowError::FragmentTooLong)
 }
 
-/// The row of a run of two or more packable deltas.
-fn row_of(run: &[SessionEvent]) -> Result<ChunkRowEvent, RowError> {
-    let Some(first) = run.first() else {
-        return Err(RowError::Shape);
-    };
-    let (kind, block, _) = first.as_packable_delta().ok_or(RowError::Shape)?;
-    first.check_numbers()?;
-    let mut text = String::new();
-    let mut lengths = Vec::with_capacity(run.len());
-    let mut gaps = Vec::with_capacity(run.len().saturating_sub(1));
-    let mut prev: Option<&SessionEvent> = None;
-    for e in run {
-        lengths.push(fragment_len(e)?);
-        text.push_str(e.text.as_deref().unwrap_or_default());
-        if let Some(p) = prev {
-            gaps.push(gap(p, e)?);
-        }
-        prev = Some(e);
+/// The refusal a page gets: a number past 2^53 - 1 anywhere in it wins over any other
+/// refusal, and the first such event in page order decides (its `seq` before its
+/// `time`). The pass stops at its first refusal; this keeps the answer independent of
+/// where in the page the pass was when it stopped.
+fn number_refusal(events: &[SessionEvent]) -> Option<RowError> {
+    events.iter().find_map(|e| e.check_numbers().err())
+}
+
+/// Builds [`pack`]'s records as the pass hands them out.
+#[derive(Default)]
+struct RecordSink {
+    records: Vec<SessionHistoryRecord>,
+    row: Option<ChunkRowEvent>,
+}
+
+impl PageSink for RecordSink {
+    type Error = RowError;
+
+    fn event(&mut self, e: &SessionEvent) -> Result<(), RowError> {
+        self.records.push(SessionHistoryRecord::Event(e.clone()));
+        Ok(())
     }
-    Ok(ChunkRowEvent {
-        kind: kind.row_type().to_owned(),
-        seq: first.seq,
-        time: first.time,
-        session_id: first.session_id.clone(),
-        turn_id: first.turn_id.clone(),
-        data: ChunkData {
-            block: block.to_owned(),
-            text,
-            lengths,
-            gaps,
-        },
-    })
+
+    fn row_start(&mut self, kind: DeltaKind, first: &SessionEvent, block: &str) {
+        self.row = Some(ChunkRowEvent {
+            kind: kind.row_type().to_owned(),
+            seq: first.seq,
+            time: first.time,
+            session_id: first.session_id.clone(),
+            turn_id: first.turn_id.clone(),
+            data: ChunkData {
+                block: block.to_owned(),
+                text: String::new(),
+                lengths: Vec::new(),
+                gaps: Vec::new(),
+            },
+        });
+    }
+
+    fn member(&mut self, text: &str, len: u32) {
+        if let Some(row) = &mut self.row {
+            row.data.text.push_str(text);
+            row.data.lengths.push(len);
+        }
+    }
+
+    fn gap(&mut self, gap: i64) {
+        if let Some(row) = &mut self.row {
+            row.data.gaps.push(gap);
+        }
+    }
+
+    fn row_end(&mut self) {
+        if let Some(row) = self.row.take() {
+            self.records.push(SessionHistoryRecord::Chunks(row));
+        }
+    }
 }
 
 /// Packs a page of logical events: consecutive deltas of one block and kind (and
 /// session and turn, with consecutive sequence numbers, and no `data`) become one row;
-/// everything else stays an event.
+/// everything else stays an event. One pass; nothing is allocated per fragment.
 ///
 /// Refuses, whole, what [`unpack_records`] would refuse, so unpacking the result gives
 /// back exactly `events`: a `seq` past 2^53 - 1 ([`RowError::Seq`]), a `time` past it
 /// ([`RowError::Time`]), a fragment in a row longer than 2^32 - 1 bytes
 /// ([`RowError::FragmentTooLong`]).
 pub fn pack(events: &[SessionEvent]) -> Result<Vec<SessionHistoryRecord>, RowError> {
-    for e in events {
-        e.check_numbers()?;
+    let mut sink = RecordSink::default();
+    match scan(events, &mut sink) {
+        Ok(()) => Ok(sink.records),
+        Err(e) => Err(number_refusal(events).unwrap_or(e)),
     }
-    runs(events)
-        .map(|(a, b)| match events.get(a..b) {
-            Some([one]) => Ok(SessionHistoryRecord::Event(one.clone())),
-            Some(run) => row_of(run).map(SessionHistoryRecord::Chunks),
-            None => Err(RowError::Shape),
-        })
-        .collect()
 }
 
 /// Why [`write_packed_page`] wrote no page.
@@ -578,39 +667,75 @@ pub enum PackError {
 }
 
 /// Serializes `{"records":[...]}` of the packed page straight from the logical events
-/// into `out` (cleared first), without building rows or cloning fragments. Writes
-/// exactly what serializing [`pack`]'s records writes, and refuses what it refuses; on
-/// an error `out` is left empty.
+/// into `out` (cleared first), in one pass, without building rows or cloning fragments.
+/// Writes exactly what serializing [`pack`]'s records with `serde_json` writes (the
+/// same escapes), and refuses what it refuses; on an error `out` is left empty.
 pub fn write_packed_page(events: &[SessionEvent], out: &mut Vec<u8>) -> Result<(), PackError> {
     out.clear();
-    let written = write_records(events, out);
-    if written.is_err() {
-        out.clear();
+    out.extend_from_slice(br#"{"records":["#);
+    let mut sink = JsonSink {
+        out: &mut *out,
+        text_at: 0,
+        tail: Vec::new(),
+        lengths: Vec::new(),
+        gaps: Vec::new(),
+        records: 0,
+    };
+    let written =
+        scan(events, &mut sink).map_err(|e| number_refusal(events).map_or(e, PackError::Row));
+    match written {
+        Ok(()) => {
+            out.extend_from_slice(b"]}");
+            Ok(())
+        }
+        Err(e) => {
+            out.clear();
+            Err(e)
+        }
     }
-    written
 }
 
-fn write_records(events: &[SessionEvent], out: &mut Vec<u8>) -> Result<(), PackError> {
-    for e in events {
-        e.check_numbers()?;
-    }
-    out.extend_from_slice(br#"{"records":["#);
-    for (n, (a, b)) in runs(events).enumerate() {
-        if n > 0 {
-            out.push(b',');
+/// Writes the packed page's JSON as the pass hands it out. A row's fragments are copied
+/// raw behind its `"text":"` and escaped in bulk when the row ends (most text needs no
+/// escape, and what does is found eight bytes at a time); its lengths and gaps collect
+/// as digits in two buffers reused from row to row. Nothing is allocated per fragment.
+struct JsonSink<'o> {
+    out: &'o mut Vec<u8>,
+    /// Where the open row's text starts in `out`.
+    text_at: usize,
+    /// The open row's text from its first byte that needs an escape (reused).
+    tail: Vec<u8>,
+    /// The open row's `lengths`, as written (reused).
+    lengths: Vec<u8>,
+    /// The open row's `gaps`, as written (reused).
+    gaps: Vec<u8>,
+    /// Records written so far.
+    records: usize,
+}
+
+impl JsonSink<'_> {
+    fn next_record(&mut self) {
+        if self.records > 0 {
+            self.out.push(b',');
         }
-        let run = events.get(a..b).ok_or(RowError::Shape)?;
-        let first = match run {
-            [one] => {
-                out.extend_from_slice(br#"{"type":"event","event":"#);
-                serde_json::to_writer(&mut *out, one)?;
-                out.push(b'}');
-                continue;
-            }
-            [first, ..] => first,
-            [] => return Err(RowError::Shape.into()),
-        };
-        let (kind, block, _) = first.as_packable_delta().ok_or(RowError::Shape)?;
+        self.records = self.records.saturating_add(1);
+    }
+}
+
+impl PageSink for JsonSink<'_> {
+    type Error = PackError;
+
+    fn event(&mut self, e: &SessionEvent) -> Result<(), PackError> {
+        self.next_record();
+        self.out.extend_from_slice(br#"{"type":"event","event":"#);
+        serde_json::to_writer(&mut *self.out, e)?;
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    fn row_start(&mut self, kind: DeltaKind, first: &SessionEvent, block: &str) {
+        self.next_record();
+        let out = &mut *self.out;
         out.extend_from_slice(br#"{"type":"chunks","event":{"type":""#);
         out.extend_from_slice(kind.row_type().as_bytes());
         out.extend_from_slice(br#"","seq":"#);
@@ -618,107 +743,181 @@ fn write_records(events: &[SessionEvent], out: &mut Vec<u8>) -> Result<(), PackE
         out.extend_from_slice(br#","time":"#);
         push_u64(out, first.time);
         out.extend_from_slice(br#","sessionId":"#);
-        escape_into(out, &first.session_id);
+        push_json_string(out, &first.session_id);
         if let Some(turn) = &first.turn_id {
             out.extend_from_slice(br#","turnId":"#);
-            escape_into(out, turn);
+            push_json_string(out, turn);
         }
         out.extend_from_slice(br#","data":{"block":"#);
-        escape_into(out, block);
+        push_json_string(out, block);
         out.extend_from_slice(br#","text":""#);
-        for e in run {
-            escape_contents(out, e.text.as_deref().unwrap_or_default());
+        self.text_at = out.len();
+        self.lengths.clear();
+        self.gaps.clear();
+    }
+
+    fn member(&mut self, text: &str, len: u32) {
+        self.out.extend_from_slice(text.as_bytes());
+        push_item(&mut self.lengths, u64::from(len));
+    }
+
+    fn gap(&mut self, gap: i64) {
+        if gap < 0 {
+            self.gaps.extend_from_slice(b",-");
+            push_u64(&mut self.gaps, gap.unsigned_abs());
+        } else {
+            push_item(&mut self.gaps, gap.unsigned_abs());
         }
+    }
+
+    fn row_end(&mut self) {
+        escape_from(self.out, self.text_at, &mut self.tail);
+        let out = &mut *self.out;
+        // Every item was written after a comma; the first comma is not part of the list.
         out.extend_from_slice(br#"","lengths":["#);
-        for (i, e) in run.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            push_u64(out, u64::from(fragment_len(e)?));
-        }
+        out.extend_from_slice(self.lengths.get(1..).unwrap_or_default());
         out.extend_from_slice(br#"],"gaps":["#);
-        for (i, pair) in run.windows(2).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            let [prev, next] = pair else {
-                return Err(RowError::Shape.into());
-            };
-            let gap = gap(prev, next)?;
-            if gap < 0 {
-                out.push(b'-');
-            }
-            push_u64(out, gap.unsigned_abs());
-        }
+        out.extend_from_slice(self.gaps.get(1..).unwrap_or_default());
         out.extend_from_slice(b"]}}}");
     }
-    out.extend_from_slice(b"]}");
-    Ok(())
+}
+
+/// A comma and the decimal digits of `n`: one and two digits (the common lengths and
+/// gaps) in one append, without a loop.
+#[inline]
+fn push_item(out: &mut Vec<u8>, n: u64) {
+    if n < 10 {
+        out.extend_from_slice(&[b',', b'0' + n as u8]);
+    } else if n < 100 {
+        out.extend_from_slice(&[b',', b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
+    } else {
+        out.push(b',');
+        push_u64(out, n);
+    }
 }
 
 /// Decimal digits of `n`, without the formatting machinery.
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+fn push_u64(out: &mut Vec<u8>, n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
-    loop {
+    let mut n = n;
+    while let Some(slot) = i.checked_sub(1).and_then(|j| buf.get_mut(j)) {
+        *slot = b'0' + (n % 10) as u8;
         i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    out.extend_from_slice(&buf[i..]);
+    out.extend_from_slice(buf.get(i..).unwrap_or_default());
 }
 
-fn escape_into(out: &mut Vec<u8>, s: &str) {
+/// `s` as a JSON string, quotes included.
+fn push_json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
-    escape_contents(out, s);
+    escape_contents(out, s.as_bytes());
     out.push(b'"');
 }
 
-/// JSON string contents (RFC 8259 escapes).
-fn escape_contents(out: &mut Vec<u8>, s: &str) {
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0..=0x1f => {
-                out.extend_from_slice(&bytes[start..i]);
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 15) as usize],
-                ]);
-                start = i + 1;
-                continue;
-            }
-            _ => continue,
+/// Escapes, in place, the raw text written to `out` from `from` on: finds its first
+/// byte that needs an escape and rewrites only from there (through `tail`, reused).
+fn escape_from(out: &mut Vec<u8>, from: usize, tail: &mut Vec<u8>) {
+    let Some(raw) = out.get(from..) else {
+        return;
+    };
+    let first = from.saturating_add(clean_prefix(raw));
+    let Some(rest) = out.get(first..).filter(|rest| !rest.is_empty()) else {
+        return;
+    };
+    tail.clear();
+    tail.extend_from_slice(rest);
+    out.truncate(first);
+    escape_contents(out, tail);
+}
+
+/// JSON string contents, escaped as `serde_json` escapes them (RFC 8259): `\"`, `\\`,
+/// `\b`, `\f`, `\n`, `\r`, `\t`, and `\u00XX` for the other control characters. Clean
+/// spans are copied whole.
+fn escape_contents(out: &mut Vec<u8>, mut bytes: &[u8]) {
+    loop {
+        let (clean, rest) = bytes.split_at(clean_prefix(bytes));
+        out.extend_from_slice(clean);
+        let Some((&b, rest)) = rest.split_first() else {
+            return;
         };
-        out.extend_from_slice(&bytes[start..i]);
-        out.extend_from_slice(esc);
-        start = i + 1;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        match b {
+            b'"' => out.extend_from_slice(br#"\""#),
+            b'\\' => out.extend_from_slice(br"\\"),
+            0x08 => out.extend_from_slice(br"\b"),
+            0x0c => out.extend_from_slice(br"\f"),
+            b'\n' => out.extend_from_slice(br"\n"),
+            b'\r' => out.extend_from_slice(br"\r"),
+            b'\t' => out.extend_from_slice(br"\t"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]),
+        }
+        bytes = rest;
     }
-    out.extend_from_slice(&bytes[start..]);
+}
+
+/// Whether a byte needs an escape inside a JSON string.
+const fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// The length of the longest prefix of `bytes` that needs no escape, checked eight
+/// bytes at a time: a byte below 0x20, a quote or a backslash sets the high bit of its
+/// lane. Borrows only run upward from a lane that matches, so the lowest marked lane
+/// is the first byte that needs an escape.
+fn clean_prefix(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = ONES << 7;
+    const QUOTES: u64 = ONES * b'"' as u64;
+    const BACKSLASHES: u64 = ONES * b'\\' as u64;
+    let mut at = 0;
+    let mut words = bytes.chunks_exact(8);
+    for chunk in &mut words {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let w = u64::from_le_bytes(word);
+        let (q, b) = (w ^ QUOTES, w ^ BACKSLASHES);
+        let marks = (w.wrapping_sub(ONES * 0x20) & !w
+            | q.wrapping_sub(ONES) & !q
+            | b.wrapping_sub(ONES) & !b)
+            & HIGH;
+        if marks != 0 {
+            return at + (marks.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    let rest = bytes.get(at..).unwrap_or_default();
+    at + rest
+        .iter()
+        .position(|&b| needs_escape(b))
+        .unwrap_or(rest.len())
 }
 
 /// A message boundary: the event starts a new message (it is not a delta that
 /// continues the previous event's block).
 fn starts_message(events: &[SessionEvent], i: usize) -> bool {
-    i == 0
-        || match (events[i - 1].as_delta(), events[i].as_delta()) {
-            (Some((ka, ba, _)), Some((kb, bb, _))) => !(ka == kb && ba == bb),
-            _ => true,
-        }
+    let (Some(before), Some(at)) = (
+        i.checked_sub(1).and_then(|b| events.get(b)),
+        events.get(i),
+    ) else {
+        return true;
+    };
+    match (before.as_delta(), at.as_delta()) {
+        (Some((ka, ba, _)), Some((kb, bb, _))) => !(ka == kb && ba == bb),
+        _ => true,
+    }
 }
 
 /// Chooses a page of about `max_events` logical events ending before index `before`
@@ -731,7 +930,8 @@ pub fn select_page(
 ) -> std::ops::Range<usize> {
     let end = before.unwrap_or(events.len()).min(events.len());
     let mut start = end.saturating_sub(max_events);
-    while start > 0 && !starts_message(events, start) {
+    // An empty page cuts no message.
+    while start > 0 && start < end && !starts_message(events, start) {
         start -= 1;
     }
     start..end
@@ -1008,5 +1208,187 @@ impl AssistantFold {
         self.first_token_time.get_or_insert(first_time);
         self.delta_count = self.delta_count.saturating_add(count);
         self.last_delta_seq = Some(last_seq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The writer's fast paths pinned to the naive truth: string equality against `==`,
+    //! the eight-byte escape scan against a byte-by-byte scan, the bulk escape against
+    //! `serde_json`, and the one-pass writer against serializing [`pack`]'s records.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn page_json(records: Vec<SessionHistoryRecord>) -> String {
+        serde_json::to_string(&HistoryPage { records }).unwrap()
+    }
+
+    fn written(events: &[SessionEvent]) -> String {
+        let mut out = Vec::new();
+        write_packed_page(events, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    // PK-01: every ASCII byte a fragment or an identifier can hold (every control
+    // character, `\b` and `\f` among them, the quote, the backslash, DEL) and multi-byte
+    // text is written exactly as serde_json writes it. (`\b` and `\f` used to be
+    // written as `\u0008` and `\u000c`.)
+    #[test]
+    fn every_escape_is_written_as_serde_json_writes_it() {
+        let mut fragments: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
+        fragments.extend(
+            [
+                "é",
+                "漢",
+                "🙂",
+                "\u{2028}",
+                "a\u{8}b\u{c}c\"d\\e\u{1f}f\u{7f}g",
+            ]
+            .map(str::to_owned),
+        );
+        let events: Vec<SessionEvent> = fragments
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut e = SessionEvent::delta(
+                    i as u64 + 1,
+                    5,
+                    "s\u{8}\"",
+                    DeltaKind::Text,
+                    "b\u{c}\\",
+                    t,
+                );
+                e.turn_id = Some("t\u{1}".to_owned());
+                e
+            })
+            .collect();
+        let records = pack(&events).unwrap();
+        assert_eq!(records.len(), 1, "one row");
+        assert_eq!(written(&events), page_json(records.clone()));
+        assert_eq!(unpack_records(&records).unwrap(), events);
+    }
+
+    // PK-01: the inline equality that decides which deltas share a row is string
+    // equality, at every length (each of its branches) and for a difference at every
+    // position.
+    #[test]
+    fn same_is_string_equality_at_every_length_and_position() {
+        for len in 0..=70u8 {
+            let a: String = (0..len).map(|i| char::from(b'a' + i % 26)).collect();
+            assert!(same(&a, &a.clone()), "{len}");
+            for at in 0..usize::from(len) {
+                let mut b = a.clone().into_bytes();
+                b[at] = b'_';
+                let b = String::from_utf8(b).unwrap();
+                assert!(!same(&a, &b), "{len} {at}");
+            }
+            assert!(!same(&a, &format!("{a}_")), "{len}");
+            assert!(!same(&format!("{a}_"), &a), "{len}");
+        }
+        assert!(same_opt(None, None));
+        assert!(!same_opt(Some(""), None));
+        assert!(!same_opt(None, Some("")));
+    }
+
+    // PK-01: the eight-byte scan finds the first byte that needs an escape wherever it
+    // sits in a word or the tail, whatever follows it.
+    #[test]
+    fn the_escape_scan_finds_the_first_escape_at_every_position() {
+        let escapes = (0u8..0x20).chain([b'"', b'\\']);
+        for e in escapes {
+            for len in 1..=40 {
+                for at in 0..len {
+                    let mut bytes = vec![b'a'; len];
+                    bytes[at] = e;
+                    if at + 1 < len {
+                        bytes[at + 1] = b'"';
+                    }
+                    assert_eq!(clean_prefix(&bytes), at, "{e:#x} {len} {at}");
+                }
+            }
+        }
+        let clean: Vec<u8> = (0x20u8..=0xff).filter(|&b| !needs_escape(b)).collect();
+        assert_eq!(clean_prefix(&clean), clean.len());
+        assert_eq!(clean_prefix(&[]), 0);
+    }
+
+    /// A page of deltas and other events whose runs break on every field the join
+    /// compares: kind, block, session, turn, a missing fragment, `data`, a skipped
+    /// sequence number; fragments of any text.
+    fn pages() -> impl Strategy<Value = Vec<SessionEvent>> {
+        let event = (
+            0usize..5,
+            prop::sample::select(vec!["b", "b2", "\"b\""]),
+            prop::sample::select(vec!["s", "s\n"]),
+            proptest::option::of(prop::sample::select(vec!["t", "turn-\u{8}"])),
+            ".{0,6}",
+            0u64..3,
+            0u64..40,
+            any::<bool>(),
+        );
+        proptest::collection::vec(event, 0..40).prop_map(|specs| {
+            let (mut seq, mut time) = (1u64, 1_000u64);
+            specs
+                .into_iter()
+                .map(|(kind, block, session, turn, text, step, dt, back)| {
+                    seq += step.min(1) + u64::from(step == 2);
+                    time = if back {
+                        time.saturating_sub(dt)
+                    } else {
+                        time + dt
+                    };
+                    let mut e = match kind {
+                        0..=2 => {
+                            let k = [DeltaKind::Text, DeltaKind::Reasoning, DeltaKind::ToolCall];
+                            SessionEvent::delta(seq, time, session, k[kind], block, &text)
+                        }
+                        3 => {
+                            let mut e =
+                                SessionEvent::delta(seq, time, session, DeltaKind::Text, block, "");
+                            e.text = None;
+                            e
+                        }
+                        _ => SessionEvent::other(
+                            seq,
+                            time,
+                            session,
+                            "tool/result",
+                            serde_json::json!({ "t": text }),
+                        ),
+                    };
+                    e.turn_id = turn.map(str::to_owned);
+                    e
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        // PK-01: any text is escaped exactly as serde_json escapes it.
+        #[test]
+        fn escaping_matches_serde_json(s in any::<String>()) {
+            let mut out = vec![b'"'];
+            escape_contents(&mut out, s.as_bytes());
+            out.push(b'"');
+            prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&s).unwrap());
+        }
+
+        // PK-01: the eight-byte scan agrees with a byte-by-byte scan.
+        #[test]
+        fn the_escape_scan_agrees_with_a_byte_scan(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let naive = bytes.iter().position(|&b| needs_escape(b)).unwrap_or(bytes.len());
+            prop_assert_eq!(clean_prefix(&bytes), naive);
+        }
+
+        // PK-01: the one-pass writer writes exactly what serializing `pack`'s records
+        // writes, and pack then unpack is the identity, for pages whose runs break on
+        // every field.
+        #[test]
+        fn the_writer_writes_what_serde_writes(events in pages()) {
+            let records = pack(&events).unwrap();
+            prop_assert_eq!(unpack_records(&records).unwrap(), events.clone());
+            prop_assert_eq!(written(&events), page_json(records));
+        }
     }
 }

@@ -220,6 +220,12 @@ fn pages_are_chosen_from_logical_events_at_message_boundaries() {
     assert_eq!(select_page(&events, Some(11), 3), 0..11);
     let page = &events[select_page(&events, None, 15)];
     assert_eq!(pack(page).unwrap().len(), 3);
+    // A page of no events is empty wherever it ends, and cuts nothing (found by the
+    // `history` fuzz target: it used to index one past the end).
+    assert_eq!(select_page(&events, None, 0), 21..21);
+    assert_eq!(select_page(&events, Some(15), 0), 15..15);
+    assert_eq!(select_page(&events, Some(99), 0), 21..21);
+    assert_eq!(select_page(&[], None, 0), 0..0);
 }
 
 // PK-03: each outcome, by name.
