@@ -1,10 +1,10 @@
 //! Overlay changes, settlement and the compare-and-set write loop (OV-01 to OV-04).
 //!
 //! Every change to a target's overlay is a [`Change`] value. [`apply`] computes the next
-//! rows and epoch from the current snapshot (a pure function), and [`write`] stores the
-//! result with compare-and-set, re-applying the change to the current snapshot when
-//! another writer got there first. So a stale writer never overwrites, and the rules
-//! below hold whatever the interleaving:
+//! rows and what changed from the current [`OverlayRows`] (a pure function), and
+//! [`write()`] stores the result through [`OverlayStore::update`], which re-applies the
+//! change to the current overlay when another writer got there first. So a stale writer
+//! never overwrites, and the rules below hold whatever the interleaving:
 //!
 //! - the settlement epoch rises only in a write that removes at least one ordinary row
 //!   because history now holds its key (OV-04); ephemeral removals and retractions never
@@ -16,19 +16,34 @@
 //!   with that cleanup (OV-03);
 //! - an overlay that becomes empty is still stored, so the target keeps its epoch and
 //!   revision (OV-02).
+//!
+//! # Cost
+//!
+//! [`apply`] touches only the rows the change names or the rules remove: a lookup by
+//! key for each published, retracted or settled key, and a range of the class index for
+//! each class rule, each O(log n) in the overlay's n rows. A publish of k rows costs
+//! O(k log n), a latest window O((h + e) log n) for h keys on its page and e ephemeral
+//! rows it removes. The version it starts from is shared, never copied, and the result
+//! is equal, row for row and in order, to rebuilding the whole overlay the naive way
+//! (`fixtures::conformance::naive_overlay` is that reference; `tests/indexed_overlay.rs`
+//! and the storage conformance suite check it on random writes).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::order::SourceOrder;
 
-use crate::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay};
+use crate::store::{
+    Changes, OverlayRows, OverlayStore, RowClass, Runs, Snapshot, StoreError, StoredBlock,
+    StoredOverlay, Update,
+};
 
 /// One change to a target's overlay.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Change {
-    /// A publisher writes live rows, new or updated (same key replaces).
+    /// A publisher writes live rows, new or updated (same key replaces), in order: a
+    /// later row of the list applies its rules to the rows before it too.
     Publish(Vec<StoredBlock>),
     /// A publisher retracts rows it no longer shows. Never raises the epoch.
     Retract(Vec<BlockKey>),
@@ -47,140 +62,170 @@ pub enum Change {
     RunCleanup(RunId),
 }
 
-/// The next state of an overlay.
+/// The next version of an overlay's rows and what changed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Next {
-    /// The settlement epoch to store.
-    pub epoch: u64,
-    /// The rows to store, in canonical order.
-    pub blocks: Vec<StoredBlock>,
+    /// The rows to store, in canonical order (they share what did not change with the
+    /// rows the change was applied to).
+    pub rows: OverlayRows,
+    /// What changed: the rows to write, the keys to remove, and whether the epoch rises.
+    pub changes: Changes,
 }
 
-/// Applies `change` to `current`. `None` when nothing changes (no write needed).
-pub fn apply(current: Option<&StoredOverlay>, change: &Change) -> Option<Next> {
-    let epoch = current.map_or(0, |c| c.settlement_epoch);
-    let old: &[StoredBlock] = current.map_or(&[], |c| c.blocks.as_slice());
-    let mut raise = false;
-    // Stored rows are in canonical order; removals keep that order, so only a publish
-    // sorts.
-    let blocks: Vec<StoredBlock> = match change {
-        Change::Publish(rows) => {
-            let mut blocks = old.to_vec();
-            for row in rows {
+/// The classes a latest window drops for runs other than the current one (OV-03).
+const WINDOW_DROPS: [RowClass; 3] = [
+    RowClass::Status,
+    RowClass::CompactingMarker,
+    RowClass::ProgressMirror,
+];
+
+/// Every ephemeral class (the Codex post-run cleanup removes them all, OV-03).
+const EPHEMERAL: [RowClass; 4] = [
+    RowClass::Status,
+    RowClass::CompactingMarker,
+    RowClass::ProgressMirror,
+    RowClass::ApprovalCard,
+];
+
+/// Applies `change` to `current`. `None` when nothing changes (no write needed). See
+/// the module docs for the rules and the cost.
+pub fn apply(current: &OverlayRows, change: &Change) -> Option<Next> {
+    let mut rows = current.clone();
+    let mut touched: BTreeSet<BlockKey> = BTreeSet::new();
+    let mut raises_epoch = false;
+    match change {
+        Change::Publish(published) => {
+            for row in published {
                 let key = row.block.key();
-                blocks.retain(|b| {
-                    let same_key = b.block.key() == key;
-                    let older_status = row.class == RowClass::Status && b.class == RowClass::Status;
-                    let other_mirror = row.class == RowClass::ProgressMirror
-                        && b.class == RowClass::ProgressMirror
-                        && b.run_id != row.run_id;
-                    !(same_key || older_status || other_mirror)
-                });
-                blocks.push(row.clone());
+                let replaced = match row.class {
+                    RowClass::Status => rows.ephemeral_keys(RowClass::Status, Runs::Any),
+                    RowClass::ProgressMirror => rows
+                        .ephemeral_keys(RowClass::ProgressMirror, Runs::NotOf(row.run_id.as_ref())),
+                    _ => Vec::new(),
+                };
+                for old in replaced {
+                    rows.remove(&old);
+                    touched.insert(old);
+                }
+                rows.insert(row.clone());
+                touched.insert(key);
             }
-            blocks.sort_by_cached_key(|b| b.block.order_key());
-            if current.is_some() && blocks == old {
-                return None;
-            }
-            blocks
         }
         Change::Retract(keys) => {
-            let keys: HashSet<&BlockKey> = keys.iter().collect();
-            keep(old, |b| !keys.contains(&b.block.key()))?
+            for key in keys {
+                if rows.remove(key).is_some() {
+                    touched.insert(key.clone());
+                }
+            }
         }
         Change::LatestWindow {
             history_keys,
             current_run,
-        } => keep(old, |b| {
-            if history_keys.contains(&b.block.key()) {
-                raise |= b.class == RowClass::Ordinary;
-                return false;
+        } => {
+            for key in history_keys {
+                if let Some(row) = rows.remove(key) {
+                    raises_epoch |= row.class == RowClass::Ordinary;
+                    touched.insert(key.clone());
+                }
             }
-            let window_drops = matches!(
-                b.class,
-                RowClass::Status | RowClass::CompactingMarker | RowClass::ProgressMirror
-            );
-            !(window_drops && b.run_id.as_ref() != current_run.as_ref())
-        })?,
-        Change::Settle(keys) => keep(old, |b| {
-            let settles = b.class == RowClass::Ordinary && keys.contains(&b.block.key());
-            raise |= settles;
-            !settles
-        })?,
-        Change::RunCleanup(run) => keep(old, |b| {
-            !(b.class.is_ephemeral() && b.run_id.as_ref() == Some(run))
-        })?,
+            for class in WINDOW_DROPS {
+                for key in rows.ephemeral_keys(class, Runs::NotOf(current_run.as_ref())) {
+                    rows.remove(&key);
+                    touched.insert(key);
+                }
+            }
+        }
+        Change::Settle(keys) => {
+            for key in keys {
+                if rows.get(key).is_some_and(|b| b.class == RowClass::Ordinary) {
+                    rows.remove(key);
+                    raises_epoch = true;
+                    touched.insert(key.clone());
+                }
+            }
+        }
+        Change::RunCleanup(run) => {
+            for class in EPHEMERAL {
+                for key in rows.ephemeral_keys(class, Runs::Of(Some(run))) {
+                    rows.remove(&key);
+                    touched.insert(key);
+                }
+            }
+        }
+    }
+    let mut changes = Changes {
+        raises_epoch,
+        ..Changes::default()
     };
-    if current.is_none() && blocks.is_empty() {
+    for key in touched {
+        match (current.get(&key), rows.get(&key)) {
+            (before, after) if before == after => {}
+            (_, Some(after)) => changes.upserts.push(after.clone()),
+            (_, None) => changes.removals.push(key),
+        }
+    }
+    if changes.is_empty() {
         return None;
     }
-    Some(Next {
-        epoch: if raise { epoch + 1 } else { epoch },
-        blocks,
-    })
+    changes.upserts.sort_by_cached_key(|b| b.block.order_key());
+    Some(Next { rows, changes })
 }
 
-/// The rows `keep_row` keeps, or `None` when it keeps them all (nothing changes).
-fn keep(
-    old: &[StoredBlock],
-    mut keep_row: impl FnMut(&StoredBlock) -> bool,
-) -> Option<Vec<StoredBlock>> {
-    let keep_flags: Vec<bool> = old.iter().map(&mut keep_row).collect();
-    if keep_flags.iter().all(|k| *k) {
-        return None;
-    }
-    Some(
-        old.iter()
-            .zip(keep_flags)
-            .filter(|(_, k)| *k)
-            .map(|(b, _)| b.clone())
-            .collect(),
-    )
-}
-
-/// What [`write`] did.
+/// What [`write()`] did.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WriteResult {
-    /// A new snapshot was stored; `epoch_raised` says whether settlement happened.
+    /// A new version was stored.
     Written {
-        /// The stored snapshot.
-        stored: StoredOverlay,
+        /// The stored version (shared with the store; [`Snapshot::stored`] builds the
+        /// whole form).
+        stored: Snapshot,
         /// True when the write raised the settlement epoch.
         epoch_raised: bool,
+        /// The revision the change was applied to (`None`: the target had no row).
+        base_revision: Option<u64>,
+        /// What changed from that revision.
+        changes: Changes,
     },
     /// The change changed nothing; this is what is stored.
-    Unchanged(Option<StoredOverlay>),
+    Unchanged(Option<Snapshot>),
 }
 
 impl WriteResult {
-    /// The snapshot stored after the call.
-    pub fn stored(&self) -> Option<&StoredOverlay> {
+    /// The version stored after the call.
+    pub fn snapshot(&self) -> Option<&Snapshot> {
         match self {
             WriteResult::Written { stored, .. } => Some(stored),
             WriteResult::Unchanged(s) => s.as_ref(),
         }
     }
+
+    /// The whole stored form after the call, built on first use (O(n)).
+    pub fn stored(&self) -> Option<&StoredOverlay> {
+        self.snapshot().map(Snapshot::stored)
+    }
 }
 
 /// Writes `change` to a target atomically (OV-02): through
 /// [`OverlayStore::update`], so a stale writer re-applies its change to the current
-/// snapshot instead of overwriting it.
+/// overlay instead of overwriting it.
 pub fn write<S: OverlayStore + ?Sized>(
     store: &mut S,
     session: &SessionId,
     target: &TargetId,
     change: &Change,
 ) -> Result<WriteResult, StoreError> {
-    let mut next =
-        |current: Option<&StoredOverlay>| apply(current, change).map(|n| (n.epoch, n.blocks));
-    let update = store.update(session, target, &mut next)?;
-    Ok(match update.written {
-        Some(stored) => WriteResult::Written {
-            epoch_raised: stored.settlement_epoch
-                > update.before.as_ref().map_or(0, |b| b.settlement_epoch),
+    Ok(match store.update(session, target, change)? {
+        Update::Written {
+            base_revision,
             stored,
+            changes,
+        } => WriteResult::Written {
+            epoch_raised: changes.raises_epoch,
+            stored,
+            base_revision,
+            changes,
         },
-        None => WriteResult::Unchanged(update.before),
+        Update::Unchanged(stored) => WriteResult::Unchanged(stored),
     })
 }
 

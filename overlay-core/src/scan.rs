@@ -298,7 +298,7 @@ pub fn settle_run<S: OverlayStore + ?Sized>(
             if let overlay::WriteResult::Written { stored, .. } =
                 overlay::write(store, session, &target, &change)?
             {
-                written.push(stored);
+                written.push(stored.into());
             }
         }
     }

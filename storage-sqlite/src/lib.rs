@@ -18,8 +18,8 @@
 //!   version that does not match the file's tables fails with the stored version and
 //!   the versions this build knows ([`OpenError::Migration`]).
 //! - Nothing read from the file is trusted: every column value is checked like wire
-//!   input (its SQLite type, an integer's range, a boolean's 0 or 1, a snapshot's one
-//!   block per key, a ledger status against its JSON). An outbox row that does not read
+//!   input (its SQLite type, an integer's range, a boolean's 0 or 1, an overlay row's
+//!   JSON against its key columns, a ledger status against its JSON). An outbox row that does not read
 //!   back shows as a blocked entry with what it holds and never hides its neighbours
 //!   (OB-05); any other unreadable record is a `Corrupt` error naming the table, the
 //!   column and the stored value.
@@ -40,6 +40,23 @@
 //! table keeps a row for every operation ever claimed, in random key order, so smaller
 //! keys mean fewer pages changed per submit and fewer copied per checkpoint.
 //! `benches/README.md` has the measurements.
+//!
+//! # What an overlay write writes
+//!
+//! Since schema version 5 a target's overlay is a header row (revision, settlement
+//! epoch) in `chat_live_timeline_overlays` and one row per overlay row in
+//! `chat_live_timeline_overlay_rows`, keyed by (session, target, block type, block ID).
+//! [`OverlayStore::update`] applies its change to the target's indexed rows
+//! ([`overlay_core::store::OverlayRows`]) and writes, in one `IMMEDIATE` transaction, the
+//! counter, the header and only the rows the change inserted, replaced or removed: a
+//! write costs O(k log n) for k changed rows of an n-row overlay, not a re-serialized
+//! snapshot. Each connection keeps the rows of the last [`OVERLAY_CACHE_TARGETS`]
+//! targets it read or wrote, each with the revision and epoch it was read at; a write
+//! uses them only when the header, read in the same transaction, still holds that
+//! revision and epoch (no revision is handed out twice, so then no connection wrote the
+//! target since), and reads the rows from the table otherwise. A version-4 snapshot that
+//! does not split into rows (not JSON, a key twice) stays as it was and reads as
+//! `Corrupt`, as before.
 //!
 //! # Durability
 //!
@@ -73,9 +90,10 @@ use outbox_core::store::{
     Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
     StoreError as OutboxError,
 };
+use overlay_core::overlay::{apply, Change};
 use overlay_core::store::{
-    CleanupJournal, NextOverlay, OverlayStore, StoreError as OverlayError, StoredBlock,
-    StoredOverlay, Update, FORMAT_VERSION,
+    next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot, StoreError as OverlayError,
+    StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use timeline_core::key::TargetId;
@@ -88,7 +106,7 @@ use columns::{Column, Refused};
 pub use id_column::{read_id, IdColumn};
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: [(&str, &str); 4] = [
+pub const MIGRATIONS: [(&str, &str); 5] = [
     (
         "0001_initial",
         include_str!("../migrations/0001_initial.sql"),
@@ -104,6 +122,10 @@ pub const MIGRATIONS: [(&str, &str); 4] = [
     (
         "0004_uuid_ids_as_bytes",
         include_str!("../migrations/0004_uuid_ids_as_bytes.sql"),
+    ),
+    (
+        "0005_overlay_rows",
+        include_str!("../migrations/0005_overlay_rows.sql"),
     ),
 ];
 /// The schema version this build writes.
@@ -231,6 +253,8 @@ pub enum OpenError {
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
+    /// Overlays this connection read or wrote (see [`OverlayCache`]).
+    overlays: OverlayCache,
 }
 
 fn configure(conn: &Connection, settings: &Settings, file: bool) -> Result<(), OpenError> {
@@ -333,7 +357,10 @@ impl SqliteStore {
         let mut conn = Connection::open(path)?;
         configure(&conn, &settings, true)?;
         migrate(&mut conn, version)?;
-        Ok(SqliteStore { conn })
+        Ok(SqliteStore {
+            conn,
+            overlays: OverlayCache::default(),
+        })
     }
 
     /// A private in-memory database (`:memory:`), migrated.
@@ -341,7 +368,10 @@ impl SqliteStore {
         let mut conn = Connection::open_in_memory()?;
         configure(&conn, &settings, false)?;
         migrate(&mut conn, SCHEMA_VERSION)?;
-        Ok(SqliteStore { conn })
+        Ok(SqliteStore {
+            conn,
+            overlays: OverlayCache::default(),
+        })
     }
 
     /// The schema version of the file.
@@ -433,22 +463,130 @@ fn stored_id<T>(
 }
 
 // ----- overlays --------------------------------------------------------------------------
+//
+// Since schema version 5 a target's overlay is a header row in chat_live_timeline_overlays
+// (revision, epoch) and one row per overlay row in chat_live_timeline_overlay_rows. A
+// write applies its change to the target's indexed rows and writes only the rows that
+// changed, so it costs O(k log n) for k changed rows. The rows come from the cache of
+// this connection when the header still holds the revision and epoch they were read
+// at, and from the table otherwise.
 
 const OVERLAYS: &str = "chat_live_timeline_overlays";
 const OVERLAY_TARGET: Column = Column::new(OVERLAYS, "timeline_target_id");
 const OVERLAY_REVISION: Column = Column::new(OVERLAYS, "revision");
 const OVERLAY_EPOCH: Column = Column::new(OVERLAYS, "settlement_epoch");
 const OVERLAY_SNAPSHOT: Column = Column::new(OVERLAYS, "snapshot_json");
+const ROWS: &str = "chat_live_timeline_overlay_rows";
+const ROW_TYPE: Column = Column::new(ROWS, "block_type");
+const ROW_ID: Column = Column::new(ROWS, "block_id");
+const ROW_JSON: Column = Column::new(ROWS, "row_json");
 const COUNTER: Column = Column::new("chat_live_timeline_overlay_revisions", "revision");
 const CLEANUPS: &str = "chat_pending_terminal_overlay_cleanups";
 const CLEANUP_SESSION: Column = Column::new(CLEANUPS, "app_session_id");
 const CLEANUP_RUN: Column = Column::new(CLEANUPS, "run_id");
 
-fn load_overlay(
+/// Targets whose rows a connection keeps in memory. A target past this count pushes out
+/// the one used longest ago; its next write reads its rows from the table again.
+pub const OVERLAY_CACHE_TARGETS: usize = 64;
+
+/// The overlays a connection read or wrote last, by target, each at the revision and
+/// epoch it was read or written at.
+///
+/// An entry is used only inside a transaction that read the same revision and epoch
+/// from the target's header row: the global counter never hands out a revision twice
+/// (OV-02), so then no connection has written the target since. An entry changes only
+/// after its write committed; a failed or refused write leaves the entry of the version
+/// the file still holds.
+#[derive(Default)]
+struct OverlayCache {
+    entries: std::collections::HashMap<(SessionId, TargetId), (Snapshot, u64)>,
+    clock: u64,
+}
+
+impl OverlayCache {
+    /// The rows of the target if the cached version is `revision` and `epoch`.
+    fn rows(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        revision: u64,
+        epoch: u64,
+    ) -> Option<OverlayRows> {
+        self.clock += 1;
+        let (snapshot, used) = self.entries.get_mut(&(session.clone(), target.clone()))?;
+        if (snapshot.revision, snapshot.settlement_epoch) != (revision, epoch) {
+            return None;
+        }
+        *used = self.clock;
+        Some(snapshot.rows().clone())
+    }
+
+    fn put(&mut self, session: &SessionId, target: &TargetId, snapshot: Snapshot) {
+        self.clock += 1;
+        let k = (session.clone(), target.clone());
+        if self.entries.len() >= OVERLAY_CACHE_TARGETS && !self.entries.contains_key(&k) {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(k, (snapshot, self.clock));
+    }
+
+    fn forget(&mut self, session: &SessionId, target: &TargetId) {
+        self.entries.remove(&(session.clone(), target.clone()));
+    }
+}
+
+impl std::fmt::Debug for OverlayCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OverlayCache")
+            .field("targets", &self.entries.len())
+            .finish()
+    }
+}
+
+/// A target's header row.
+struct Header {
+    revision: u64,
+    epoch: u64,
+    /// A version-4 snapshot that did not split into rows (see migration 5).
+    legacy: Option<String>,
+}
+
+/// A target's overlay as one transaction read it.
+struct Current {
+    revision: u64,
+    epoch: u64,
+    rows: OverlayRows,
+    /// The rows came from a version-4 snapshot: the next write rewrites them as rows.
+    legacy: bool,
+}
+
+impl Current {
+    fn into_stored(self) -> StoredOverlay {
+        StoredOverlay {
+            format_version: FORMAT_VERSION,
+            settlement_epoch: self.epoch,
+            revision: self.revision,
+            blocks: self.rows.to_blocks(),
+        }
+    }
+}
+
+fn what(session: &SessionId, target: &TargetId) -> String {
+    format!("overlay {session}/{target}")
+}
+
+fn read_header(
     conn: &Connection,
     session: &SessionId,
     target: &TargetId,
-) -> Result<Option<StoredOverlay>, OverlayError> {
+) -> Result<Option<Header>, OverlayError> {
     use rusqlite::types::Value;
     let row: Option<(Value, Value, Value)> = conn
         .prepare_cached(
@@ -461,34 +599,113 @@ fn load_overlay(
         })
         .optional()
         .map_err(ov)?;
-    let Some((revision, epoch, json)) = row else {
+    let Some((revision, epoch, legacy)) = row else {
         return Ok(None);
     };
-    let what = || format!("overlay {session}/{target}");
-    let revision =
-        columns::exact(OVERLAY_REVISION, (&revision).into()).map_err(overlay_refused(what()))?;
-    let epoch = columns::exact(OVERLAY_EPOCH, (&epoch).into()).map_err(overlay_refused(what()))?;
-    let json = columns::text(OVERLAY_SNAPSHOT, (&json).into()).map_err(overlay_refused(what()))?;
-    let blocks: Vec<StoredBlock> =
-        serde_json::from_str(&json).map_err(|e| overlay_corrupt(what())(e.to_string()))?;
-    // One row per key (OV-01): a snapshot that holds a key twice is not one this library
-    // wrote, and neither copy can be preferred.
-    let mut keys = std::collections::HashSet::with_capacity(blocks.len());
-    if let Some((block_type, id)) = blocks
-        .iter()
-        .map(|b| (b.block.block_type, &b.block.id))
-        .find(|&key| !keys.insert(key))
-    {
-        return Err(overlay_corrupt(what())(format!(
-            "{OVERLAY_SNAPSHOT} holds two blocks with the key {block_type} {:?}",
-            id.as_str()
-        )));
+    let refused = || overlay_refused(what(session, target));
+    Ok(Some(Header {
+        revision: columns::exact(OVERLAY_REVISION, (&revision).into()).map_err(refused())?,
+        epoch: columns::exact(OVERLAY_EPOCH, (&epoch).into()).map_err(refused())?,
+        legacy: columns::optional_text(OVERLAY_SNAPSHOT, (&legacy).into()).map_err(refused())?,
+    }))
+}
+
+/// The rows of a version-4 snapshot, checked as version 4 checked them.
+fn legacy_rows(
+    json: &str,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<OverlayRows, OverlayError> {
+    let blocks: Vec<StoredBlock> = serde_json::from_str(json)
+        .map_err(|e| overlay_corrupt(what(session, target))(e.to_string()))?;
+    OverlayRows::from_blocks(blocks).map_err(|key| {
+        overlay_corrupt(what(session, target))(format!(
+            "{OVERLAY_SNAPSHOT} holds two blocks with the key {} {:?}",
+            key.block_type,
+            key.id.as_str()
+        ))
+    })
+}
+
+/// Every row of a target from the rows table, each checked: its columns of the right
+/// type, its JSON a stored block whose key is the row's key.
+fn read_rows(
+    conn: &Connection,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<OverlayRows, OverlayError> {
+    use rusqlite::types::Value;
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT block_type, block_id, row_json FROM chat_live_timeline_overlay_rows
+             WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+        )
+        .map_err(ov)?;
+    let found = stmt
+        .query_map(params![session.as_str(), target.as_str()], |r| {
+            Ok((
+                r.get::<_, Value>(0)?,
+                r.get::<_, Value>(1)?,
+                r.get::<_, Value>(2)?,
+            ))
+        })
+        .map_err(ov)?;
+    let mut blocks = Vec::new();
+    for row in found {
+        let (block_type, id, json) = row.map_err(ov)?;
+        let refused = || overlay_refused(what(session, target));
+        let block_type = columns::text(ROW_TYPE, (&block_type).into()).map_err(refused())?;
+        let id = columns::text(ROW_ID, (&id).into()).map_err(refused())?;
+        let json = columns::text(ROW_JSON, (&json).into()).map_err(refused())?;
+        let block: StoredBlock = serde_json::from_str(&json).map_err(|e| {
+            overlay_corrupt(what(session, target))(format!(
+                "{ROW_JSON} of the row {block_type} {id:?}: {e}"
+            ))
+        })?;
+        if block.block.block_type.as_str() != block_type || block.block.id.as_str() != id {
+            return Err(overlay_corrupt(what(session, target))(format!(
+                "{ROW_JSON} holds the key {} {:?} in the row {block_type} {id:?}",
+                block.block.block_type,
+                block.block.id.as_str()
+            )));
+        }
+        blocks.push(block);
     }
-    Ok(Some(StoredOverlay {
-        format_version: FORMAT_VERSION,
-        settlement_epoch: epoch,
-        revision,
-        blocks,
+    // The unique key and the check above keep one row per key (OV-01).
+    OverlayRows::from_blocks(blocks).map_err(|key| {
+        overlay_corrupt(what(session, target))(format!("{ROWS} holds the key {key} twice"))
+    })
+}
+
+/// The target's overlay inside `conn`'s transaction: from `cache` when it holds the
+/// header's revision and epoch, else from the file (and then cached).
+fn read_overlay(
+    conn: &Connection,
+    cache: &mut OverlayCache,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<Option<Current>, OverlayError> {
+    let Some(header) = read_header(conn, session, target)? else {
+        cache.forget(session, target);
+        return Ok(None);
+    };
+    let (rows, legacy) = match &header.legacy {
+        Some(json) => (legacy_rows(json, session, target)?, true),
+        None => match cache.rows(session, target, header.revision, header.epoch) {
+            Some(rows) => (rows, false),
+            None => {
+                let rows = read_rows(conn, session, target)?;
+                let snapshot = Snapshot::new(header.revision, header.epoch, rows.clone());
+                cache.put(session, target, snapshot);
+                (rows, false)
+            }
+        },
+    };
+    Ok(Some(Current {
+        revision: header.revision,
+        epoch: header.epoch,
+        rows,
+        legacy,
     }))
 }
 
@@ -510,7 +727,7 @@ fn stored_revision(
     revision
         .map(|r| {
             columns::exact(OVERLAY_REVISION, (&r).into())
-                .map_err(overlay_refused(format!("overlay {session}/{target}")))
+                .map_err(overlay_refused(what(session, target)))
         })
         .transpose()
 }
@@ -531,18 +748,15 @@ fn read_counter(conn: &Connection) -> Result<u64, OverlayError> {
     columns::exact(COUNTER, (&counter).into()).map_err(overlay_refused(what))
 }
 
-/// Takes the next revision from the counter and stores the overlay, inside `tx`.
-/// `previous` is the target's stored revision: a counter below it would hand out a
-/// revision again (OV-02), so it is refused as corrupt.
-fn store_overlay(
+/// Takes the next revision from the counter, inside `tx`. `previous` is the target's
+/// stored revision: a counter below it would hand out a revision again (OV-02), so it
+/// is refused as corrupt.
+fn take_revision(
     tx: &Transaction<'_>,
     session: &SessionId,
     target: &TargetId,
     previous: Option<u64>,
-    epoch: u64,
-    blocks: Vec<StoredBlock>,
-) -> Result<StoredOverlay, OverlayError> {
-    let json = to_json(&blocks).map_err(overlay_corrupt("overlay blocks"))?;
+) -> Result<u64, OverlayError> {
     let counter = read_counter(tx)?;
     if let Some(previous) = previous.filter(|&p| p > counter) {
         return Err(overlay_corrupt("overlay revision counter")(format!(
@@ -558,30 +772,119 @@ fn store_overlay(
         .map_err(ov)?
         .execute(params![revision as i64])
         .map_err(ov)?;
+    Ok(revision)
+}
+
+/// Stores the target's header: its revision and epoch, and no version-4 snapshot.
+fn write_header(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    target: &TargetId,
+    revision: u64,
+    epoch: u64,
+) -> Result<(), OverlayError> {
     tx.prepare_cached(
         "INSERT INTO chat_live_timeline_overlays
              (app_session_id, timeline_target_id, revision, settlement_epoch, snapshot_json)
-         VALUES (?1, ?2, ?3, ?4, ?5)
+         VALUES (?1, ?2, ?3, ?4, NULL)
          ON CONFLICT (app_session_id, timeline_target_id) DO UPDATE SET
              revision = excluded.revision,
              settlement_epoch = excluded.settlement_epoch,
-             snapshot_json = excluded.snapshot_json",
+             snapshot_json = NULL",
     )
     .map_err(ov)?
     .execute(params![
         session.as_str(),
         target.as_str(),
         revision as i64,
-        epoch as i64,
+        epoch as i64
+    ])
+    .map_err(ov)?;
+    Ok(())
+}
+
+/// Inserts or replaces one row.
+fn put_row(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    target: &TargetId,
+    row: &StoredBlock,
+) -> Result<(), OverlayError> {
+    let json = to_json(row).map_err(overlay_corrupt("overlay row"))?;
+    tx.prepare_cached(
+        "INSERT INTO chat_live_timeline_overlay_rows
+             (app_session_id, timeline_target_id, block_type, block_id, row_json)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (app_session_id, timeline_target_id, block_type, block_id)
+         DO UPDATE SET row_json = excluded.row_json",
+    )
+    .map_err(ov)?
+    .execute(params![
+        session.as_str(),
+        target.as_str(),
+        row.block.block_type.as_str(),
+        row.block.id.as_str(),
         json
     ])
     .map_err(ov)?;
-    Ok(StoredOverlay {
-        format_version: FORMAT_VERSION,
-        settlement_epoch: epoch,
-        revision,
-        blocks,
-    })
+    Ok(())
+}
+
+/// Writes what one change changed: its removals and its upserts, nothing else.
+fn write_changes(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    target: &TargetId,
+    changes: &overlay_core::store::Changes,
+) -> Result<(), OverlayError> {
+    for key in &changes.removals {
+        tx.prepare_cached(
+            "DELETE FROM chat_live_timeline_overlay_rows
+             WHERE app_session_id = ?1 AND timeline_target_id = ?2
+               AND block_type = ?3 AND block_id = ?4",
+        )
+        .map_err(ov)?
+        .execute(params![
+            session.as_str(),
+            target.as_str(),
+            key.block_type.as_str(),
+            key.id.as_str()
+        ])
+        .map_err(ov)?;
+    }
+    for row in &changes.upserts {
+        put_row(tx, session, target, row)?;
+    }
+    Ok(())
+}
+
+/// Replaces every row of the target with `rows` (a whole-overlay write, a new target,
+/// or a version-4 snapshot's first write as rows).
+fn replace_rows(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    target: &TargetId,
+    rows: &OverlayRows,
+) -> Result<(), OverlayError> {
+    delete_rows(tx, session, target)?;
+    for row in rows.iter() {
+        put_row(tx, session, target, row)?;
+    }
+    Ok(())
+}
+
+fn delete_rows(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<usize, OverlayError> {
+    tx.prepare_cached(
+        "DELETE FROM chat_live_timeline_overlay_rows
+         WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+    )
+    .map_err(ov)?
+    .execute(params![session.as_str(), target.as_str()])
+    .map_err(ov)
 }
 
 impl OverlayStore for SqliteStore {
@@ -590,7 +893,14 @@ impl OverlayStore for SqliteStore {
         session: &SessionId,
         target: &TargetId,
     ) -> Result<Option<StoredOverlay>, OverlayError> {
-        load_overlay(&self.conn, session, target)
+        // One read transaction, so the header and the rows are one version.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(ov)?;
+        let current = read_overlay(&tx, &mut self.overlays, session, target)?;
+        tx.commit().map_err(ov)?;
+        Ok(current.map(Current::into_stored))
     }
 
     fn compare_and_set(
@@ -601,51 +911,82 @@ impl OverlayStore for SqliteStore {
         epoch: u64,
         blocks: Vec<StoredBlock>,
     ) -> Result<StoredOverlay, OverlayError> {
-        let tx = self.write().map_err(ov)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(ov)?;
         if stored_revision(&tx, session, target)? != expected {
-            let now = load_overlay(&tx, session, target)?;
+            let now = read_overlay(&tx, &mut self.overlays, session, target)?;
             return Err(OverlayError::Stale {
-                current: now.map(Box::new),
+                current: now.map(|c| Box::new(c.into_stored())),
             });
         }
-        let stored = store_overlay(&tx, session, target, expected, epoch, blocks)?;
+        let rows =
+            OverlayRows::from_blocks(blocks).map_err(|key| OverlayError::DuplicateKey { key })?;
+        let revision = take_revision(&tx, session, target, expected)?;
+        replace_rows(&tx, session, target, &rows)?;
+        write_header(&tx, session, target, revision, epoch)?;
         tx.commit().map_err(ov)?;
-        Ok(stored)
+        let stored = Snapshot::new(revision, epoch, rows);
+        let whole = stored.to_stored();
+        self.overlays.put(session, target, stored);
+        Ok(whole)
     }
 
     fn update(
         &mut self,
         session: &SessionId,
         target: &TargetId,
-        next: &mut NextOverlay<'_>,
+        change: &Change,
     ) -> Result<Update, OverlayError> {
-        // One immediate transaction: read, compute, write. Another connection waits
+        // One immediate transaction: read, apply, write. Another connection waits
         // (busy_timeout) instead of racing, so no writer starves.
-        let tx = self.write().map_err(ov)?;
-        let before = load_overlay(&tx, session, target)?;
-        let Some((epoch, blocks)) = next(before.as_ref()) else {
-            return Ok(Update {
-                before,
-                written: None,
-            });
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(ov)?;
+        let current = read_overlay(&tx, &mut self.overlays, session, target)?;
+        let rows = current
+            .as_ref()
+            .map_or_else(OverlayRows::new, |c| c.rows.clone());
+        let Some(next) = apply(&rows, change) else {
+            let unchanged = current.map(|c| Snapshot::new(c.revision, c.epoch, c.rows));
+            return Ok(Update::Unchanged(unchanged));
         };
-        let previous = before.as_ref().map(|b| b.revision);
-        let stored = store_overlay(&tx, session, target, previous, epoch, blocks)?;
+        let base_revision = current.as_ref().map(|c| c.revision);
+        let epoch = next_epoch(current.as_ref().map(|c| c.epoch), &next.changes);
+        let revision = take_revision(&tx, session, target, base_revision)?;
+        match &current {
+            Some(c) if !c.legacy => write_changes(&tx, session, target, &next.changes)?,
+            _ => replace_rows(&tx, session, target, &next.rows)?,
+        }
+        write_header(&tx, session, target, revision, epoch)?;
         tx.commit().map_err(ov)?;
-        Ok(Update {
-            before,
-            written: Some(stored),
+        let stored = Snapshot::new(revision, epoch, next.rows);
+        self.overlays.put(session, target, stored.clone());
+        Ok(Update::Written {
+            base_revision,
+            stored,
+            changes: next.changes,
         })
     }
 
     fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, OverlayError> {
-        let n = self
-            .write_one(
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(ov)?;
+        let n = tx
+            .prepare_cached(
                 "DELETE FROM chat_live_timeline_overlays
                  WHERE app_session_id = ?1 AND timeline_target_id = ?2",
-                params![session.as_str(), target.as_str()],
             )
+            .map_err(ov)?
+            .execute(params![session.as_str(), target.as_str()])
             .map_err(ov)?;
+        delete_rows(&tx, session, target)?;
+        tx.commit().map_err(ov)?;
+        self.overlays.forget(session, target);
         Ok(n > 0)
     }
 

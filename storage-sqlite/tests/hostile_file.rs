@@ -428,27 +428,26 @@ fn a_counter_behind_the_targets_revision_is_corrupt() {
     assert_eq!(store.current_revision().unwrap(), 1);
 }
 
-// OV-01, ST-01: a snapshot that holds one key twice is Corrupt; the other target loads.
+// OV-01, ST-01, ST-02: a version-4 snapshot that holds one key twice cannot split into
+// rows: the upgrade keeps it as it was, loading it is Corrupt as in version 4, a write
+// to it is refused, and the other target loads.
 #[test]
-fn a_snapshot_with_a_key_twice_is_corrupt() {
-    let (_dir, path) = two_overlays();
+fn a_version_4_snapshot_with_a_key_twice_stays_and_is_corrupt() {
+    let (_dir, path) = file();
+    drop(SqliteStore::open_at(&path, Settings::default(), 4).unwrap());
+    let mut changed = serde_json::to_value(block("a")).unwrap();
+    changed["block"]["timestamp"] = 99.into();
+    let twice =
+        serde_json::to_string(&vec![serde_json::to_value(block("a")).unwrap(), changed]).unwrap();
+    let once = serde_json::to_string(&vec![block("a")]).unwrap();
     let conn = raw(&path);
-    let json: String = conn
-        .query_row(
-            "SELECT snapshot_json FROM chat_live_timeline_overlays WHERE timeline_target_id = 't1'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let mut blocks: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
-    let mut changed = blocks[0].clone();
-    changed["timestamp"] = 99.into();
-    blocks.push(changed);
     conn.execute(
-        "UPDATE chat_live_timeline_overlays SET snapshot_json = ?1 WHERE timeline_target_id = 't1'",
-        [serde_json::to_string(&blocks).unwrap()],
+        "INSERT INTO chat_live_timeline_overlays VALUES ('s1', 't1', 1, 1, ?1), ('s1', 't2', 2, 1, ?2)",
+        [&twice, &once],
     )
     .unwrap();
+    conn.execute_batch("UPDATE chat_live_timeline_overlay_revisions SET revision = 2")
+        .unwrap();
     drop(conn);
     let mut store = open(&path);
     let (what, reason) = overlay_corrupt(store.load(&s("s1"), &t("t1")));
@@ -458,14 +457,131 @@ fn a_snapshot_with_a_key_twice_is_corrupt() {
         "chat_live_timeline_overlays.snapshot_json holds two blocks with the key agentReply \"a\""
             .replace("agentReply", BlockType::AgentReply.as_str())
     );
+    let (what, _) = overlay_corrupt(overlay_core::overlay::write(
+        &mut store,
+        &s("s1"),
+        &t("t1"),
+        &overlay_core::overlay::Change::Publish(vec![block("b")]),
+    ));
+    assert_eq!(what, "overlay s1/t1");
+    assert_eq!(store.current_revision().unwrap(), 2, "nothing was written");
+    let kept: String = raw(&path)
+        .query_row(
+            "SELECT snapshot_json FROM chat_live_timeline_overlays WHERE timeline_target_id = 't1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, twice, "the snapshot stays as it was");
+    let other = store.load(&s("s1"), &t("t2")).unwrap().unwrap();
+    assert_eq!((other.revision, other.blocks), (2, vec![block("a")]));
+}
+
+// ST-02: version-4 snapshots that are not a JSON array of blocks do not stop the
+// upgrade; each stays as it was and reads as Corrupt, naming its target.
+#[test]
+fn a_version_4_snapshot_that_is_not_an_array_of_blocks_stays_and_is_corrupt() {
+    let (_dir, path) = file();
+    drop(SqliteStore::open_at(&path, Settings::default(), 4).unwrap());
+    let bad = [
+        ("t1", "not json"),
+        ("t2", "[1, 2]"),
+        ("t3", "{\"block\": {}}"),
+        ("t4", "[{\"block\": {\"type\": 7, \"id\": \"a\"}}]"),
+    ];
+    let conn = raw(&path);
+    for (n, (target, json)) in bad.iter().enumerate() {
+        conn.execute(
+            "INSERT INTO chat_live_timeline_overlays VALUES ('s1', ?1, ?2, 0, ?3)",
+            rusqlite::params![target, n as i64 + 1, json],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let mut store = open(&path);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    for (target, json) in bad {
+        let (what, _) = overlay_corrupt(store.load(&s("s1"), &t(target)));
+        assert_eq!(what, format!("overlay s1/{target}"));
+        let kept: String = raw(&path)
+            .query_row(
+                "SELECT snapshot_json FROM chat_live_timeline_overlays WHERE timeline_target_id = ?1",
+                [target],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kept, json);
+    }
+}
+
+/// Changes the row of `t1` with raw SQL, reopens, and returns the load's Corrupt error.
+fn t1_row_corrupt(sql: &str) -> (String, String) {
+    let (_dir, path) = two_overlays();
+    raw(&path).execute_batch(sql).unwrap();
+    let mut store = open(&path);
+    let result = overlay_corrupt(store.load(&s("s1"), &t("t1")));
+    // A write to that target is refused the same way and writes nothing; the other
+    // target still loads.
+    let before = store.current_revision().unwrap();
     assert_eq!(
-        store
-            .load(&s("s1"), &t("t2"))
-            .unwrap()
-            .unwrap()
-            .blocks
-            .len(),
-        1
+        overlay_corrupt(overlay_core::overlay::write(
+            &mut store,
+            &s("s1"),
+            &t("t1"),
+            &overlay_core::overlay::Change::Publish(vec![block("b")]),
+        )),
+        result
+    );
+    assert_eq!(store.current_revision().unwrap(), before);
+    assert_eq!(
+        store.load(&s("s1"), &t("t2")).unwrap().unwrap().blocks,
+        [block("a")]
+    );
+    result
+}
+
+// OV-01, ST-01: a stored row whose JSON does not decode, whose JSON names another key
+// than its key columns, or whose columns have the wrong type is Corrupt, naming the
+// row; it is never dropped or taken for another row.
+#[test]
+fn overlay_rows_that_do_not_read_back_are_corrupt() {
+    let reply = BlockType::AgentReply.as_str();
+    let (what, reason) = t1_row_corrupt(
+        "UPDATE chat_live_timeline_overlay_rows SET row_json = '{\"broken\": true}'
+         WHERE timeline_target_id = 't1'",
+    );
+    assert_eq!(what, "overlay s1/t1");
+    assert!(
+        reason.starts_with(&format!(
+            "chat_live_timeline_overlay_rows.row_json of the row {reply} \"a\": "
+        )),
+        "{reason}"
+    );
+    let (_, reason) = t1_row_corrupt(
+        "UPDATE chat_live_timeline_overlay_rows SET block_id = 'z'
+         WHERE timeline_target_id = 't1'",
+    );
+    assert_eq!(
+        reason,
+        format!(
+            "chat_live_timeline_overlay_rows.row_json holds the key {reply} \"a\" in the row {reply} \"z\""
+        )
+    );
+    let (_, reason) = t1_row_corrupt(
+        "UPDATE chat_live_timeline_overlay_rows SET block_id = x'61'
+         WHERE timeline_target_id = 't1'",
+    );
+    assert_eq!(
+        reason,
+        "chat_live_timeline_overlay_rows.block_id holds BLOB X'61', expected TEXT"
+    );
+    let (_, reason) = t1_row_corrupt(
+        "UPDATE chat_live_timeline_overlays SET snapshot_json = x'07'
+         WHERE timeline_target_id = 't1'",
+    );
+    assert_eq!(
+        reason,
+        "chat_live_timeline_overlays.snapshot_json holds BLOB X'07', expected TEXT"
     );
 }
 

@@ -1,19 +1,26 @@
 //! The in-memory reference implementation of the overlay storage traits.
 //!
 //! It keeps every rule of the traits: compare-and-set on the expected revision, one
-//! global counter that never goes back (also after a delete) and stops at 2^53 - 1.
+//! global counter that never goes back (also after a delete) and stops at 2^53 - 1, one
+//! row per key. Each target is a [`Snapshot`] over [`super::OverlayRows`]: a write
+//! builds the next version in O(k log n) for k changed rows and replaces the stored one,
+//! so a snapshot a caller still holds is never copied or changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use timeline_core::key::{RunId, SessionId, TargetId};
 use timeline_core::policy::MAX_EXACT_INTEGER;
 
-use super::{CleanupJournal, OverlayStore, StoreError, StoredBlock, StoredOverlay, FORMAT_VERSION};
+use super::{
+    next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot, StoreError, StoredBlock,
+    StoredOverlay, Update,
+};
+use crate::overlay::{apply, Change};
 
 /// In-memory overlay store and cleanup journal.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryOverlayStore {
-    overlays: BTreeMap<(SessionId, TargetId), StoredOverlay>,
+    overlays: BTreeMap<(SessionId, TargetId), Snapshot>,
     revision: u64,
     journal: BTreeSet<(SessionId, RunId)>,
 }
@@ -39,6 +46,16 @@ impl MemoryOverlayStore {
     }
 }
 
+impl MemoryOverlayStore {
+    /// The next revision from the counter, or [`StoreError::RevisionExhausted`].
+    fn next_revision(&self) -> Result<u64, StoreError> {
+        if self.revision >= MAX_EXACT_INTEGER {
+            return Err(StoreError::RevisionExhausted);
+        }
+        Ok(self.revision + 1)
+    }
+}
+
 impl OverlayStore for MemoryOverlayStore {
     fn load(
         &mut self,
@@ -48,7 +65,7 @@ impl OverlayStore for MemoryOverlayStore {
         Ok(self
             .overlays
             .get(&(session.clone(), target.clone()))
-            .cloned())
+            .map(Snapshot::to_stored))
     }
 
     fn compare_and_set(
@@ -63,21 +80,40 @@ impl OverlayStore for MemoryOverlayStore {
         let current = self.overlays.get(&k);
         if current.map(|o| o.revision) != expected {
             return Err(StoreError::Stale {
-                current: current.cloned().map(Box::new),
+                current: current.map(|c| Box::new(c.to_stored())),
             });
         }
-        if self.revision >= MAX_EXACT_INTEGER {
-            return Err(StoreError::RevisionExhausted);
-        }
-        self.revision += 1;
-        let stored = StoredOverlay {
-            format_version: FORMAT_VERSION,
-            settlement_epoch: epoch,
-            revision: self.revision,
-            blocks,
+        let rows =
+            OverlayRows::from_blocks(blocks).map_err(|key| StoreError::DuplicateKey { key })?;
+        self.revision = self.next_revision()?;
+        let stored = Snapshot::new(self.revision, epoch, rows);
+        let whole = stored.to_stored();
+        self.overlays.insert(k, stored);
+        Ok(whole)
+    }
+
+    fn update(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        change: &Change,
+    ) -> Result<Update, StoreError> {
+        let k = (session.clone(), target.clone());
+        let current = self.overlays.get(&k);
+        let rows = current.map_or_else(OverlayRows::new, |c| c.rows().clone());
+        let Some(next) = apply(&rows, change) else {
+            return Ok(Update::Unchanged(current.cloned()));
         };
+        let base_revision = current.map(|c| c.revision);
+        let epoch = next_epoch(current.map(|c| c.settlement_epoch), &next.changes);
+        self.revision = self.next_revision()?;
+        let stored = Snapshot::new(self.revision, epoch, next.rows);
         self.overlays.insert(k, stored.clone());
-        Ok(stored)
+        Ok(Update::Written {
+            base_revision,
+            stored,
+            changes: next.changes,
+        })
     }
 
     fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, StoreError> {

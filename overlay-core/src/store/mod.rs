@@ -1,12 +1,14 @@
 //! Storage traits of the host overlay (OV-01, OV-02, OV-06), with the in-memory reference
-//! implementation in [`memory`].
+//! implementation in [`memory`] and the indexed overlay every store keeps in [`rows`].
 //!
 //! One trait per aggregate:
-//! - [`OverlayStore`]: one overlay snapshot per (app session, timeline target), and the
-//!   single global revision counter. A write is a compare-and-set on the revision the
-//!   writer read, and takes its new revision from the counter **in the same
-//!   transaction**; a stale writer gets [`StoreError::Stale`] with the current snapshot
-//!   and retries against it ([`crate::overlay::write`] does that loop).
+//! - [`OverlayStore`]: one overlay per (app session, timeline target), and the single
+//!   global revision counter. A write is a compare-and-set on the revision the writer
+//!   read, and takes its new revision from the counter **in the same transaction**; a
+//!   stale writer gets [`StoreError::Stale`] with the current snapshot and retries
+//!   against it. [`OverlayStore::update`] is that loop for one [`Change`]; a store that
+//!   keeps [`OverlayRows`] overrides it so a write costs O(k log n) for k changed rows in
+//!   an n-row overlay and persists only the rows that changed.
 //! - [`CleanupJournal`]: the rows of `chat_pending_terminal_overlay_cleanups` (session,
 //!   run) that keep a Codex post-run cleanup alive across failures and restarts.
 //!
@@ -14,16 +16,23 @@
 //! against every backend:
 //! - the counter never hands out a revision twice, even after a target is deleted;
 //! - the counter refuses to pass 9,007,199,254,740,991 ([`StoreError::RevisionExhausted`]);
-//! - an empty snapshot is stored like any other, so the target keeps its epoch and
+//! - an empty overlay is stored like any other, so the target keeps its epoch and
 //!   revision;
+//! - one row per key: rows that hold a key twice are refused
+//!   ([`StoreError::DuplicateKey`]) and never stored;
 //! - a row that cannot be decoded is reported as [`StoreError::Corrupt`], never dropped.
 
 pub mod memory;
+pub mod rows;
+mod tree;
 
 use serde::{Deserialize, Serialize};
 use timeline_core::block::Block;
-use timeline_core::key::{RunId, SessionId, TargetId};
+use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::wire::LiveOverlay;
+
+use crate::overlay::{apply, Change};
+pub use rows::{Changes, OverlayRows, Runs, Snapshot};
 
 /// The stored format version (OV-01).
 pub const FORMAT_VERSION: u32 = 2;
@@ -66,7 +75,8 @@ pub struct StoredBlock {
     pub run_id: Option<RunId>,
 }
 
-/// One target's overlay as stored (format version 2).
+/// One target's overlay as stored (format version 2): the whole form, as a load returns
+/// it and a stale compare-and-set reports it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredOverlay {
@@ -117,20 +127,30 @@ pub enum StoreError {
     /// The backend could not be read or written (retry later).
     #[error("overlay store unavailable: {0}")]
     Unavailable(String),
+    /// The rows handed to the store hold this key twice (OV-01: one row per key).
+    /// Nothing was written; the caller's rows are wrong.
+    #[error("overlay rows hold the key {key} twice")]
+    DuplicateKey {
+        /// The key.
+        key: BlockKey,
+    },
 }
 
-/// Overlay snapshots and the global revision counter.
+/// Overlays and the global revision counter.
 pub trait OverlayStore {
-    /// The saved overlay of a target, if any.
+    /// The saved overlay of a target, if any, whole (O(n)).
     fn load(
         &mut self,
         session: &SessionId,
         target: &TargetId,
     ) -> Result<Option<StoredOverlay>, StoreError>;
 
-    /// Stores `blocks` with `epoch` if the target's revision is still `expected` (`None`:
-    /// no row yet), taking the next revision from the global counter in the same
-    /// transaction. Returns what was stored.
+    /// Stores `blocks` (in any order; stored in canonical order) with `epoch` if the
+    /// target's revision is still `expected` (`None`: no row yet), taking the next
+    /// revision from the global counter in the same transaction. Returns what was
+    /// stored. A stale `expected` is [`StoreError::Stale`]; rows that hold a key twice
+    /// are [`StoreError::DuplicateKey`]. This replaces the whole overlay: a writer of
+    /// one change uses [`OverlayStore::update`].
     fn compare_and_set(
         &mut self,
         session: &SessionId,
@@ -140,32 +160,46 @@ pub trait OverlayStore {
         blocks: Vec<StoredBlock>,
     ) -> Result<StoredOverlay, StoreError>;
 
-    /// Reads the target, lets `next` compute what to store (`None`: nothing), and stores
-    /// it, as one atomic step. Returns what was stored before and what was written.
+    /// Reads the target, applies `change` ([`crate::overlay::apply`]) and stores the
+    /// result with the next revision, as one atomic step; nothing is written when the
+    /// change changes nothing.
     ///
-    /// The default is the compare-and-set loop: a stale attempt re-applies `next` to
-    /// the current snapshot, up to [`MAX_WRITE_ATTEMPTS`] times. A backend with
-    /// transactions overrides it with one transaction, so no writer ever starves.
+    /// The default is the compare-and-set loop over [`OverlayStore::load`] and
+    /// [`OverlayStore::compare_and_set`] (O(n) per write): a stale attempt re-applies the
+    /// change to the current overlay, up to [`MAX_WRITE_ATTEMPTS`] times. The memory and
+    /// SQLite stores override it with one step over the [`OverlayRows`] they keep, in
+    /// O(k log n) for k changed rows, writing only those rows.
     fn update(
         &mut self,
         session: &SessionId,
         target: &TargetId,
-        next: &mut NextOverlay<'_>,
+        change: &Change,
     ) -> Result<Update, StoreError> {
         let mut current = self.load(session, target)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
-            let Some((epoch, blocks)) = next(current.as_ref()) else {
-                return Ok(Update {
-                    before: current,
-                    written: None,
-                });
+            let rows = match &current {
+                Some(c) => OverlayRows::from_blocks(c.blocks.clone()).map_err(|key| {
+                    StoreError::Corrupt {
+                        what: format!("overlay {session}/{target}"),
+                        reason: format!("the stored overlay holds two blocks with the key {key}"),
+                    }
+                })?,
+                None => OverlayRows::new(),
             };
-            let expected = current.as_ref().map(|c| c.revision);
-            match self.compare_and_set(session, target, expected, epoch, blocks) {
+            let Some(next) = apply(&rows, change) else {
+                let unchanged =
+                    current.map(|c| Snapshot::new(c.revision, c.settlement_epoch, rows));
+                return Ok(Update::Unchanged(unchanged));
+            };
+            let base_revision = current.as_ref().map(|c| c.revision);
+            let epoch = next_epoch(current.as_ref().map(|c| c.settlement_epoch), &next.changes);
+            match self.compare_and_set(session, target, base_revision, epoch, next.rows.to_blocks())
+            {
                 Ok(stored) => {
-                    return Ok(Update {
-                        before: current,
-                        written: Some(stored),
+                    return Ok(Update::Written {
+                        base_revision,
+                        stored: Snapshot::new(stored.revision, stored.settlement_epoch, next.rows),
+                        changes: next.changes,
                     })
                 }
                 Err(StoreError::Stale { current: now }) => current = now.map(|b| *b),
@@ -187,10 +221,16 @@ pub trait OverlayStore {
     fn current_revision(&mut self) -> Result<u64, StoreError>;
 }
 
-/// What [`OverlayStore::update`] asks of its caller: from the current snapshot, the
-/// epoch and rows to store, or `None` when nothing changes.
-pub type NextOverlay<'a> =
-    dyn FnMut(Option<&StoredOverlay>) -> Option<(u64, Vec<StoredBlock>)> + 'a;
+/// The epoch a write stores: the stored one (0 for a new target), plus one when the
+/// change settled an ordinary row (OV-04).
+pub fn next_epoch(stored: Option<u64>, changes: &Changes) -> u64 {
+    let epoch = stored.unwrap_or(0);
+    if changes.raises_epoch {
+        epoch.saturating_add(1)
+    } else {
+        epoch
+    }
+}
 
 /// How many times the default [`OverlayStore::update`] re-applies a change after losing
 /// a compare-and-set.
@@ -198,11 +238,18 @@ pub const MAX_WRITE_ATTEMPTS: usize = 16;
 
 /// What [`OverlayStore::update`] did.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Update {
-    /// The snapshot before the update.
-    pub before: Option<StoredOverlay>,
-    /// The snapshot written, if the change changed anything.
-    pub written: Option<StoredOverlay>,
+pub enum Update {
+    /// The change changed the overlay and this was stored.
+    Written {
+        /// The revision the change was applied to (`None`: the target had no row).
+        base_revision: Option<u64>,
+        /// What is stored now.
+        stored: Snapshot,
+        /// What changed from the base.
+        changes: Changes,
+    },
+    /// The change changed nothing; nothing was written. This is what is stored.
+    Unchanged(Option<Snapshot>),
 }
 
 /// The terminal-cleanup journal (OV-06).
