@@ -1,5 +1,5 @@
 //! Live delivery (OV-07 to OV-09): one emit entry point feeding three sinks, routed by
-//! payload kind as the seed's table says.
+//! payload kind as the seed's table says, with live patches as a negotiated extension.
 //!
 //! | payload | window stream (`chat:stream`) | progress (`chat:progress`) | relay (`chat:timeline-updated`) |
 //! |---|---|---|---|
@@ -27,6 +27,26 @@
 //! The per-write cost depends on the windows subscribed to the written target, not on
 //! the number of idle targets.
 //!
+//! # Live patches (`docs/live-patches.md`)
+//!
+//! A recipient that negotiated [`LiveProtocol::Patches`] (a window through
+//! [`LiveHub::subscribe_with`], a session's relay through [`LiveHub::set_relay_protocol`])
+//! may get a [`LivePatch`] instead of a whole snapshot: `blocks-patch` with `livePatch`
+//! on the relay, [`Delivery::WindowPatch`] on the window stream. Every other recipient
+//! gets exactly the seed's snapshots. The hub sends a patch only from a snapshot it knows
+//! the recipient holds: one it sent there (whole or by patch) in the same epoch, with
+//! nothing lost since as far as it can tell. It forgets that base when a delivery was
+//! refused or reported lost ([`LiveHub::report_lost`]), when interest or the protocol
+//! changed, and after a snapshot that raised the epoch (the recipient reloads, so its
+//! base is unknown). A patch that would carry as many rows as the snapshot goes whole.
+//!
+//! On the relay a patch goes only while a run of the session is active, because relay
+//! repair is what heals a phone that lost one (it refuses the next patches and keeps its
+//! rows): for a patching relay the tick resends every target whose newest relay event
+//! since the last tick was not a whole snapshot, quiet or not, and a run's end sends a
+//! whole snapshot of every target patched since its last one. Repair always sends whole
+//! snapshots. A session whose relay speaks snapshots sees exactly the seed's behaviour.
+//!
 //! # Drive loop
 //!
 //! ```
@@ -46,15 +66,19 @@
 //! let at = hub.poll_timeout().unwrap();
 //! hub.handle_timeout(at);
 //! assert!(matches!(hub.poll_delivery(), Some(Delivery::Window { subscription_id, .. }) if subscription_id == sub.subscription_id));
+//! // A delivery the embedding could not carry out (or whose recipient refused a patch)
+//! // is reported, so the next one for that recipient is a whole snapshot:
+//! // hub.report_lost(&delivery);
 //! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use serde::Serialize;
 use timeline_core::key::{OperationId, RunId, SessionId, TargetId};
 use timeline_core::policy::MAX_EXACT_INTEGER;
 use timeline_core::time::Millis;
-use timeline_core::wire::LiveOverlay;
+use timeline_core::wire::{LiveOverlay, LivePatch};
 
 use crate::store::{OverlayStore, StoreError};
 
@@ -66,10 +90,23 @@ pub const MAX_WAITING_TARGETS: usize = 128;
 pub const RELAY_REPAIR_INTERVAL: Millis = Millis(5_000);
 /// The `agent-threads` throttle window.
 pub const AGENT_THREADS_WINDOW: Millis = Millis(1_000);
+/// The relay event name of a live patch (the seed's snapshots are `blocks`).
+pub const BLOCKS_PATCH_EVENT: &str = "blocks-patch";
 
 /// A desktop window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WindowId(pub u64);
+
+/// How a recipient takes `blocks` updates, as negotiated with it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LiveProtocol {
+    /// Whole snapshots only: the seed's protocol, and the default.
+    #[default]
+    Snapshots,
+    /// Whole snapshots, and patches from a snapshot the recipient is known to hold.
+    Patches,
+}
 
 /// The kind of a run event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -170,6 +207,22 @@ pub enum Delivery {
         /// What it gets.
         payload: Payload,
     },
+    /// `chat:stream` to one desktop window that negotiated [`LiveProtocol::Patches`]: the
+    /// changes from the snapshot it holds to the newest one of its target.
+    WindowPatch {
+        /// The window.
+        window: WindowId,
+        /// Its subscription.
+        subscription_id: u64,
+        /// The shared stream counter.
+        stream_revision: u64,
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// The patch.
+        patch: LivePatch,
+    },
     /// `chat:progress`.
     Progress(RunEvent),
     /// `chat:timeline-updated` to the relay.
@@ -189,6 +242,21 @@ pub enum RelayError {
     /// A number past 2^53 - 1 or not an integer.
     #[error("liveOverlay numbers must be exact integers")]
     NotExact,
+    /// `livePatch` is not an object of exactly the five fields.
+    #[error(
+        "livePatch must have exactly settlementEpoch, baseRevision, revision, upserts and removals"
+    )]
+    PatchFields,
+    /// A `livePatch` number past 2^53 - 1 or not an integer.
+    #[error("livePatch numbers must be exact integers")]
+    PatchNotExact,
+    /// `baseRevision` is 0, or `revision` is not above it.
+    #[error("livePatch needs 0 < baseRevision < revision")]
+    PatchRevisions,
+}
+
+fn exact(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64().filter(|n| *n <= MAX_EXACT_INTEGER)
 }
 
 /// Checks the `liveOverlay` of a relay `blocks` payload.
@@ -200,7 +268,6 @@ pub fn validate_relay_overlay(overlay: &serde_json::Value) -> Result<(), RelayEr
     {
         return Err(RelayError::Fields);
     }
-    let exact = |v: &serde_json::Value| v.as_u64().filter(|n| *n <= MAX_EXACT_INTEGER);
     exact(&obj["settlementEpoch"]).ok_or(RelayError::NotExact)?;
     let revision = exact(&obj["revision"]).ok_or(RelayError::NotExact)?;
     if revision == 0 {
@@ -209,10 +276,36 @@ pub fn validate_relay_overlay(overlay: &serde_json::Value) -> Result<(), RelayEr
     Ok(())
 }
 
+/// Checks the `livePatch` of a relay `blocks-patch` payload: exactly `settlementEpoch`,
+/// `baseRevision`, `revision`, `upserts` and `removals`, the two lists arrays, the three
+/// numbers exact integers with `0 < baseRevision < revision` (a base is a relay snapshot,
+/// whose revision is above 0).
+pub fn validate_relay_patch(patch: &serde_json::Value) -> Result<(), RelayError> {
+    let obj = patch.as_object().ok_or(RelayError::PatchFields)?;
+    let fields: HashSet<&str> = obj.keys().map(String::as_str).collect();
+    let expected = HashSet::from([
+        "settlementEpoch",
+        "baseRevision",
+        "revision",
+        "upserts",
+        "removals",
+    ]);
+    if fields != expected || !obj["upserts"].is_array() || !obj["removals"].is_array() {
+        return Err(RelayError::PatchFields);
+    }
+    exact(&obj["settlementEpoch"]).ok_or(RelayError::PatchNotExact)?;
+    let base = exact(&obj["baseRevision"]).ok_or(RelayError::PatchNotExact)?;
+    let revision = exact(&obj["revision"]).ok_or(RelayError::PatchNotExact)?;
+    if base == 0 || revision <= base {
+        return Err(RelayError::PatchRevisions);
+    }
+    Ok(())
+}
+
 /// What happened to a payload at the relay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RelayOutcome {
-    /// Sent.
+    /// Sent (a whole snapshot or, to a relay that negotiated it, a patch).
     Sent,
     /// No phone holds interest in the session.
     NoInterest,
@@ -231,12 +324,54 @@ pub struct Subscription {
     pub overlay: Option<LiveOverlay>,
 }
 
+/// `(settlementEpoch, revision)`: newer compares greater.
+type Version = (u64, u64);
+
+fn version(o: &LiveOverlay) -> Version {
+    (o.settlement_epoch, o.revision)
+}
+
+/// What a recipient that held `held` holds after it got the snapshot `got`, as far as
+/// the hub can tell: an older snapshot is ignored, a newer one in the same epoch is
+/// taken, one in a higher epoch makes it reload a latest window (unknown result).
+fn held_after_snapshot(held: Option<Version>, got: Version) -> Option<Version> {
+    match held {
+        Some(h) if got <= h => Some(h),
+        Some(h) if got.0 > h.0 => None,
+        _ => Some(got),
+    }
+}
+
+/// The patch from `base` to `next`, when one helps: the epochs match, `next` is later,
+/// and it carries fewer rows than the snapshot.
+fn useful_patch(base: &LiveOverlay, next: &LiveOverlay) -> Option<LivePatch> {
+    let patch = LivePatch::between(base, next)?;
+    (patch.upserts.len() + patch.removals.len() < next.blocks.len()).then_some(patch)
+}
+
+#[derive(Debug)]
+struct WindowSub {
+    subscription_id: u64,
+    session: SessionId,
+    target: TargetId,
+    protocol: LiveProtocol,
+    /// The overlay version the window holds, as far as the hub can tell.
+    holds: Option<Version>,
+}
+
 #[derive(Debug, Default)]
 struct TargetState {
-    /// The last saved snapshot emitted.
-    last: Option<LiveOverlay>,
-    /// A write happened since the last repair tick.
-    written: bool,
+    /// The last saved snapshot emitted (repair resends it).
+    last: Option<Arc<LiveOverlay>>,
+    /// A write happened since the last repair tick and the newest relay event it made
+    /// was a whole snapshot (the seed's "new write" for a relay that speaks snapshots).
+    whole_since_tick: bool,
+    /// The snapshot the relay's phones hold, as far as the hub can tell.
+    relay_holds: Option<Arc<LiveOverlay>>,
+    /// The relay got a patch since its last whole snapshot of this target.
+    patched_since_whole: bool,
+    /// The newest snapshot the target's windows were sent (or subscribed with).
+    windows_hold: Option<Arc<LiveOverlay>>,
 }
 
 #[derive(Debug, Default)]
@@ -245,22 +380,25 @@ struct Throttle {
     pending: Option<Payload>,
 }
 
+type TargetKey = (SessionId, TargetId);
+
 /// The live delivery machine. See the module docs.
 #[derive(Debug, Default)]
 pub struct LiveHub {
     next_subscription: u64,
     stream_revision: u64,
-    /// window -> (subscription id, session, target)
-    windows: BTreeMap<WindowId, (u64, SessionId, TargetId)>,
+    windows: BTreeMap<WindowId, WindowSub>,
     /// target -> windows subscribed to it
-    by_target: HashMap<(SessionId, TargetId), Vec<WindowId>>,
+    by_target: HashMap<TargetKey, Vec<WindowId>>,
     /// Waiting snapshots: target -> (snapshot, due), and arrival order.
-    waiting: HashMap<(SessionId, TargetId), (LiveOverlay, Millis)>,
-    waiting_order: VecDeque<(SessionId, TargetId)>,
+    waiting: HashMap<TargetKey, (Arc<LiveOverlay>, Millis)>,
+    waiting_order: VecDeque<TargetKey>,
     phone_interest: HashSet<SessionId>,
+    /// Sessions whose relay negotiated patches.
+    relay_patches: HashSet<SessionId>,
     /// Sessions with an active run -> next repair tick.
     active_runs: HashMap<SessionId, Option<Millis>>,
-    targets: HashMap<(SessionId, TargetId), TargetState>,
+    targets: HashMap<TargetKey, TargetState>,
     throttles: HashMap<SessionId, Throttle>,
     out: VecDeque<Delivery>,
 }
@@ -272,7 +410,7 @@ impl LiveHub {
     }
 
     /// Subscribes `window` to one target (replacing its previous subscription) and
-    /// returns the saved overlay to start from.
+    /// returns the saved overlay to start from. The window gets whole snapshots only.
     pub fn subscribe<S: OverlayStore + ?Sized>(
         &mut self,
         store: &mut S,
@@ -280,40 +418,131 @@ impl LiveHub {
         session: &SessionId,
         target: &TargetId,
     ) -> Result<Subscription, StoreError> {
-        let saved = store.load(session, target)?.map(|o| o.client_form());
+        self.subscribe_with(store, window, session, target, LiveProtocol::Snapshots)
+    }
+
+    /// [`LiveHub::subscribe`] for a window that speaks `protocol`. A window that speaks
+    /// [`LiveProtocol::Patches`] holds the returned overlay, so later deliveries may be
+    /// patches from it.
+    pub fn subscribe_with<S: OverlayStore + ?Sized>(
+        &mut self,
+        store: &mut S,
+        window: WindowId,
+        session: &SessionId,
+        target: &TargetId,
+        protocol: LiveProtocol,
+    ) -> Result<Subscription, StoreError> {
+        let saved = store
+            .load(session, target)?
+            .map(|o| Arc::new(o.client_form()));
         self.unsubscribe(window);
         self.next_subscription += 1;
         let id = self.next_subscription;
-        self.windows
-            .insert(window, (id, session.clone(), target.clone()));
-        self.by_target
-            .entry((session.clone(), target.clone()))
-            .or_default()
-            .push(window);
+        self.windows.insert(
+            window,
+            WindowSub {
+                subscription_id: id,
+                session: session.clone(),
+                target: target.clone(),
+                protocol,
+                holds: saved.as_deref().map(version),
+            },
+        );
+        let k = (session.clone(), target.clone());
+        self.by_target.entry(k.clone()).or_default().push(window);
+        if let Some(saved) = &saved {
+            let state = self.targets.entry(k).or_default();
+            let newer = state
+                .windows_hold
+                .as_deref()
+                .is_none_or(|h| version(h) < version(saved));
+            if newer {
+                state.windows_hold = Some(Arc::clone(saved));
+            }
+        }
         Ok(Subscription {
             subscription_id: id,
-            overlay: saved,
+            overlay: saved.map(Arc::unwrap_or_clone),
         })
     }
 
     /// Ends a window's subscription (the window still gets run events).
     pub fn unsubscribe(&mut self, window: WindowId) {
-        if let Some((_, s, t)) = self.windows.remove(&window) {
-            if let Some(v) = self.by_target.get_mut(&(s.clone(), t.clone())) {
+        if let Some(sub) = self.windows.remove(&window) {
+            let k = (sub.session, sub.target);
+            if let Some(v) = self.by_target.get_mut(&k) {
                 v.retain(|w| *w != window);
                 if v.is_empty() {
-                    self.by_target.remove(&(s, t));
+                    self.by_target.remove(&k);
                 }
             }
         }
     }
 
-    /// A phone holds (or dropped) interest in a session.
+    /// A phone holds (or dropped) interest in a session. Dropping it forgets what the
+    /// relay holds, so the next `blocks` payload after interest returns is whole.
     pub fn set_phone_interest(&mut self, session: &SessionId, interested: bool) {
         if interested {
             self.phone_interest.insert(session.clone());
         } else {
             self.phone_interest.remove(session);
+            self.forget_relay(session, None);
+        }
+    }
+
+    /// How the relay of `session` takes `blocks` updates. Set
+    /// [`LiveProtocol::Patches`] only while every phone it serves for the session applies
+    /// patches. A change forgets what the relay holds, so the next update is whole.
+    pub fn set_relay_protocol(&mut self, session: &SessionId, protocol: LiveProtocol) {
+        match protocol {
+            LiveProtocol::Patches => self.relay_patches.insert(session.clone()),
+            LiveProtocol::Snapshots => self.relay_patches.remove(session),
+        };
+        self.forget_relay(session, None);
+    }
+
+    /// A delivery was not carried out, or its recipient refused it (for example a
+    /// timeline answered a patch with `Ignored(BaseMismatch)`): the hub forgets what
+    /// that recipient holds, so its next `blocks` update is a whole snapshot. A lost relay
+    /// snapshot or patch is also resent whole at the next repair tick of an active run.
+    pub fn report_lost(&mut self, delivery: &Delivery) {
+        match delivery {
+            Delivery::Window {
+                window,
+                payload: Payload::Blocks { .. },
+                ..
+            }
+            | Delivery::WindowPatch { window, .. } => {
+                if let Some(sub) = self.windows.get_mut(window) {
+                    sub.holds = None;
+                }
+            }
+            Delivery::Relay(event) => {
+                let kind = event.json.get("event").and_then(serde_json::Value::as_str);
+                if matches!(kind, Some("blocks") | Some(BLOCKS_PATCH_EVENT)) {
+                    let target = event
+                        .json
+                        .get("timelineTargetId")
+                        .and_then(serde_json::Value::as_str)
+                        .and_then(|t| TargetId::new(t).ok());
+                    self.forget_relay(&event.session, target.as_ref());
+                    for ((s, t), state) in self.targets.iter_mut() {
+                        if *s == event.session && target.as_ref().is_none_or(|x| x == t) {
+                            state.whole_since_tick = false;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Forgets what the relay holds for one target of `session`, or for all of them.
+    fn forget_relay(&mut self, session: &SessionId, target: Option<&TargetId>) {
+        for ((s, t), state) in self.targets.iter_mut() {
+            if s == session && target.is_none_or(|x| x == t) {
+                state.relay_holds = None;
+            }
         }
     }
 
@@ -331,24 +560,13 @@ impl LiveHub {
     }
 
     fn route(&mut self, payload: Payload, now: Millis) -> RelayOutcome {
-        match &payload {
+        match payload {
             Payload::Blocks {
                 session,
                 target,
                 overlay,
-            } => {
-                let k = (session.clone(), target.clone());
-                let state = self.targets.entry(k.clone()).or_default();
-                state.last = Some(overlay.clone());
-                state.written = true;
-                if let Some(tick) = self.active_runs.get_mut(session) {
-                    tick.get_or_insert(now.saturating_add(RELAY_REPAIR_INTERVAL));
-                }
-                if self.by_target.contains_key(&k) {
-                    self.enqueue_snapshot(k, overlay.clone(), now);
-                }
-            }
-            Payload::Run(event) => {
+            } => self.route_blocks((session, target), Arc::new(overlay), now),
+            Payload::Run(ref event) => {
                 self.flush_waiting();
                 match event.event {
                     RunEventKind::Started => {
@@ -356,6 +574,7 @@ impl LiveHub {
                     }
                     _ => {
                         self.active_runs.remove(&event.app_session_id);
+                        self.close_patched(&event.app_session_id);
                     }
                 }
                 self.out.push_back(Delivery::Progress(RunEvent {
@@ -363,15 +582,105 @@ impl LiveHub {
                     ..event.clone()
                 }));
                 self.deliver_to_every_window(&payload);
+                self.relay(&payload)
             }
             Payload::Runtime { .. } | Payload::AgentThreads { .. } => {
-                self.deliver_to_every_window(&payload)
+                self.deliver_to_every_window(&payload);
+                self.relay(&payload)
             }
         }
-        self.relay(&payload)
     }
 
-    fn enqueue_snapshot(&mut self, k: (SessionId, TargetId), overlay: LiveOverlay, now: Millis) {
+    fn route_blocks(&mut self, k: TargetKey, snap: Arc<LiveOverlay>, now: Millis) -> RelayOutcome {
+        if let Some(tick) = self.active_runs.get_mut(&k.0) {
+            tick.get_or_insert(now.saturating_add(RELAY_REPAIR_INTERVAL));
+        }
+        if self.by_target.contains_key(&k) {
+            self.enqueue_snapshot(k.clone(), Arc::clone(&snap), now);
+        }
+        let (outcome, patched) = self.relay_blocks(&k, &snap);
+        let state = self.targets.entry(k).or_default();
+        state.last = Some(snap);
+        state.whole_since_tick = !patched;
+        outcome
+    }
+
+    /// Sends one written snapshot to the relay: as a patch when the relay negotiated
+    /// patches, a run of the session is active (so repair heals a loss) and the hub
+    /// knows what the relay holds; whole otherwise. Returns whether it was a patch.
+    fn relay_blocks(&mut self, k: &TargetKey, snap: &Arc<LiveOverlay>) -> (RelayOutcome, bool) {
+        if !self.phone_interest.contains(&k.0) {
+            self.forget_relay(&k.0, Some(&k.1));
+            return (RelayOutcome::NoInterest, false);
+        }
+        let patch = if self.relay_patches.contains(&k.0) && self.active_runs.contains_key(&k.0) {
+            self.targets
+                .get(k)
+                .and_then(|s| s.relay_holds.as_deref())
+                .and_then(|held| useful_patch(held, snap))
+        } else {
+            None
+        };
+        let Some(patch) = patch else {
+            return (self.relay_whole(k, snap), false);
+        };
+        let json = match relay_patch_json(&k.0, &k.1, &patch) {
+            Ok(json) => json,
+            Err(e) => {
+                self.forget_relay(&k.0, Some(&k.1));
+                return (RelayOutcome::Rejected(e), false);
+            }
+        };
+        self.out.push_back(Delivery::Relay(RelayEvent {
+            session: k.0.clone(),
+            json,
+        }));
+        let state = self.targets.entry(k.clone()).or_default();
+        state.relay_holds = Some(Arc::clone(snap));
+        state.patched_since_whole = true;
+        (RelayOutcome::Sent, true)
+    }
+
+    /// Sends a whole snapshot to the relay and records what the relay then holds.
+    fn relay_whole(&mut self, k: &TargetKey, snap: &Arc<LiveOverlay>) -> RelayOutcome {
+        let outcome = self.relay(&Payload::Blocks {
+            session: k.0.clone(),
+            target: k.1.clone(),
+            overlay: LiveOverlay::clone(snap),
+        });
+        if outcome != RelayOutcome::Sent {
+            self.forget_relay(&k.0, Some(&k.1));
+            return outcome;
+        }
+        let state = self.targets.entry(k.clone()).or_default();
+        let held = state.relay_holds.as_deref().map(version);
+        match held_after_snapshot(held, version(snap)) {
+            Some(v) if v == version(snap) => {
+                state.relay_holds = Some(Arc::clone(snap));
+                state.patched_since_whole = false;
+            }
+            Some(_) => {}
+            None => state.relay_holds = None,
+        }
+        outcome
+    }
+
+    /// A run of `session` ended: every target whose relay got patches since its last
+    /// whole snapshot gets one now, so a phone that lost a patch near the end heals.
+    fn close_patched(&mut self, session: &SessionId) {
+        let mut close: Vec<(TargetId, Arc<LiveOverlay>)> = self
+            .targets
+            .iter()
+            .filter(|((s, _), st)| s == session && st.patched_since_whole)
+            .filter_map(|((_, t), st)| Some((t.clone(), Arc::clone(st.last.as_ref()?))))
+            .collect();
+        close.sort_by(|a, b| a.0.cmp(&b.0));
+        for (target, snap) in close {
+            self.relay_whole(&(session.clone(), target), &snap);
+        }
+    }
+
+    fn enqueue_snapshot(&mut self, k: TargetKey, overlay: Arc<LiveOverlay>, now: Millis) {
         if let Some(w) = self.waiting.get_mut(&k) {
             w.0 = overlay; // a newer snapshot replaces the waiting one; the timer stays
             return;
@@ -394,23 +703,64 @@ impl LiveHub {
         }
     }
 
-    fn deliver_snapshot(&mut self, k: &(SessionId, TargetId), overlay: LiveOverlay) {
+    /// Delivers a target's newest snapshot to its windows: a patch to a window that
+    /// negotiated patches and holds the snapshot the target's windows were last sent,
+    /// the whole snapshot to every other window.
+    fn deliver_snapshot(&mut self, k: &TargetKey, snap: Arc<LiveOverlay>) {
         let windows = self.by_target.get(k).cloned().unwrap_or_default();
+        let base = self.targets.get(k).and_then(|s| s.windows_hold.clone());
+        let mut patch: Option<Option<LivePatch>> = None;
         for w in windows {
-            let Some((sub, _, _)) = self.windows.get(&w) else {
+            let Some(sub) = self.windows.get_mut(&w) else {
                 continue;
             };
             self.stream_revision += 1;
-            self.out.push_back(Delivery::Window {
-                window: w,
-                subscription_id: *sub,
-                stream_revision: self.stream_revision,
-                payload: Payload::Blocks {
-                    session: k.0.clone(),
-                    target: k.1.clone(),
-                    overlay: overlay.clone(),
-                },
-            });
+            let from_base = sub.protocol == LiveProtocol::Patches
+                && base
+                    .as_deref()
+                    .is_some_and(|b| sub.holds == Some(version(b)));
+            let p = if from_base {
+                patch
+                    .get_or_insert_with(|| base.as_deref().and_then(|b| useful_patch(b, &snap)))
+                    .clone()
+            } else {
+                None
+            };
+            let delivery = match p {
+                Some(patch) => {
+                    sub.holds = Some(version(&snap));
+                    Delivery::WindowPatch {
+                        window: w,
+                        subscription_id: sub.subscription_id,
+                        stream_revision: self.stream_revision,
+                        session: k.0.clone(),
+                        target: k.1.clone(),
+                        patch,
+                    }
+                }
+                None => {
+                    sub.holds = held_after_snapshot(sub.holds, version(&snap));
+                    Delivery::Window {
+                        window: w,
+                        subscription_id: sub.subscription_id,
+                        stream_revision: self.stream_revision,
+                        payload: Payload::Blocks {
+                            session: k.0.clone(),
+                            target: k.1.clone(),
+                            overlay: LiveOverlay::clone(&snap),
+                        },
+                    }
+                }
+            };
+            self.out.push_back(delivery);
+        }
+        let state = self.targets.entry(k.clone()).or_default();
+        let newer = state
+            .windows_hold
+            .as_deref()
+            .is_none_or(|h| version(h) < version(&snap));
+        if newer {
+            state.windows_hold = Some(snap);
         }
     }
 
@@ -418,7 +768,7 @@ impl LiveHub {
         let windows: Vec<(WindowId, u64)> = self
             .windows
             .iter()
-            .map(|(w, (sub, _, _))| (*w, *sub))
+            .map(|(w, sub)| (*w, sub.subscription_id))
             .collect();
         for (w, sub) in windows {
             self.stream_revision += 1;
@@ -514,7 +864,8 @@ impl LiveHub {
     }
 
     /// Relay repair (OV-08): resend the saved overlay of every target of the session that
-    /// had no write since the last tick, to the relay only.
+    /// had no write since the last tick, to the relay only, as a whole snapshot. A target
+    /// whose newest relay event since the last tick was a patch counts as quiet.
     fn repair(&mut self, session: &SessionId, now: Millis) {
         if let Some(tick) = self.active_runs.get_mut(session) {
             *tick = Some(now.saturating_add(RELAY_REPAIR_INTERVAL));
@@ -524,20 +875,16 @@ impl LiveHub {
             if s != session {
                 continue;
             }
-            if !state.written {
+            if !state.whole_since_tick {
                 if let Some(o) = &state.last {
-                    resend.push((t.clone(), o.clone()));
+                    resend.push((t.clone(), Arc::clone(o)));
                 }
             }
-            state.written = false;
+            state.whole_since_tick = false;
         }
         resend.sort_by(|a, b| a.0.cmp(&b.0));
         for (target, overlay) in resend {
-            self.relay(&Payload::Blocks {
-                session: session.clone(),
-                target,
-                overlay,
-            });
+            self.relay_whole(&(session.clone(), target), &overlay);
         }
     }
 }
@@ -579,4 +926,20 @@ fn relay_json(payload: &Payload) -> Result<serde_json::Value, RelayError> {
         }),
     };
     Ok(json)
+}
+
+/// The relay JSON of a live patch (`blocks-patch`), validated.
+fn relay_patch_json(
+    session: &SessionId,
+    target: &TargetId,
+    patch: &LivePatch,
+) -> Result<serde_json::Value, RelayError> {
+    let patch = serde_json::to_value(patch).map_err(|_| RelayError::PatchFields)?;
+    validate_relay_patch(&patch)?;
+    Ok(serde_json::json!({
+        "event": BLOCKS_PATCH_EVENT,
+        "appSessionId": session,
+        "timelineTargetId": target,
+        "livePatch": patch,
+    }))
 }

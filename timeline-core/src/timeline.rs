@@ -6,7 +6,8 @@
 //! - canonical history (origin [`Origin::History`]), from latest windows, older pages and
 //!   anchored loads;
 //! - the live overlay (origin [`Origin::Live`]), from the same windows and from live
-//!   updates;
+//!   updates: whole snapshots ([`Timeline::handle_live_update`]) or patches from the held
+//!   revision ([`Timeline::handle_live_patch`]), which reach the same rows;
 //! - pending sends (origin [`Origin::Pending`]), the local echo of messages this client
 //!   sent, drawn under the key their history row will have.
 //!
@@ -75,7 +76,7 @@ use crate::policy::{
     MAX_PAGE_SIZE, OLDER_PAGE_SIZE, OUTBOX_ACK_TIMEOUT, PAGINATED_LOAD_TIMEOUT,
 };
 use crate::time::Millis;
-use crate::wire::{LiveOverlay, OlderPage, ResponseError, TimelineWindow};
+use crate::wire::{LiveOverlay, LivePatch, OlderPage, ResponseError, TimelineWindow};
 
 /// Where the client runs. The two differ only in how an older page that no longer fits
 /// is handled (TL-08).
@@ -237,6 +238,9 @@ pub enum IgnoreReason {
     PastPage,
     /// An answer to an older request than the window already shown.
     Superseded,
+    /// A live patch from a revision other than the held one (an update was lost on the
+    /// way): rows are kept, and the next whole snapshot heals.
+    BaseMismatch,
 }
 
 /// Why a page or update was dropped.
@@ -738,6 +742,54 @@ impl Timeline {
         Outcome::Applied
     }
 
+    /// Applies a live patch for `target` (TL-06 for patches, `docs/live-patches.md`).
+    ///
+    /// Within the held epoch, a patch whose `baseRevision` is the held revision is applied
+    /// in one step and leaves the same rows as the snapshot of its `revision`; a patch to
+    /// a revision not above the held one is ignored ([`IgnoreReason::StaleRevision`]); a
+    /// patch from another base is ignored ([`IgnoreReason::BaseMismatch`]) and the next
+    /// snapshot heals. A patch in a higher epoch asks for the latest window, like a
+    /// snapshot would; a lower epoch is stale. A removal of a row the held revision does
+    /// not have means the held revision differs from the host's: nothing is applied and
+    /// the latest window is requested ([`LoadReason::RevisionConflict`]). Rows are kept
+    /// whenever the patch is not applied.
+    pub fn handle_live_patch(
+        &mut self,
+        target: &TargetId,
+        patch: LivePatch,
+        now: Millis,
+    ) -> Outcome {
+        if self.target.as_ref() != Some(target) {
+            return Outcome::Ignored(IgnoreReason::StaleTarget);
+        }
+        if let Err(e) = patch.validate() {
+            return Outcome::Failed(LoadFailure::Malformed(e));
+        }
+        if self.paging.newer_cursor.is_some() {
+            return Outcome::Ignored(IgnoreReason::PastPage);
+        }
+        let Some(held) = &self.overlay else {
+            return Outcome::Ignored(IgnoreReason::NotLoaded);
+        };
+        if patch.settlement_epoch > held.epoch {
+            return self.require_reload(LoadReason::EpochAdvanced, now);
+        }
+        if patch.settlement_epoch < held.epoch {
+            return Outcome::Ignored(IgnoreReason::StaleEpoch);
+        }
+        if patch.revision <= held.revision {
+            return Outcome::Ignored(IgnoreReason::StaleRevision);
+        }
+        if patch.base_revision != held.revision {
+            return Outcome::Ignored(IgnoreReason::BaseMismatch);
+        }
+        if patch.removals.iter().any(|k| !held.blocks.contains_key(k)) {
+            return self.require_reload(LoadReason::RevisionConflict, now);
+        }
+        self.apply_patch(patch);
+        Outcome::Applied
+    }
+
     /// Applies an older-page answer (TL-08).
     pub fn handle_older_page(
         &mut self,
@@ -1143,6 +1195,41 @@ impl Timeline {
         }
         if let Some(o) = &self.overlay {
             touched.extend(o.blocks.keys().cloned());
+        }
+        for k in touched {
+            self.refresh(&k);
+        }
+    }
+
+    /// Applies a checked patch to the held overlay: only the touched keys are
+    /// re-indexed, so a patch costs O(k log n) for k changed rows.
+    fn apply_patch(&mut self, patch: LivePatch) {
+        let Some(held) = self.overlay.as_mut() else {
+            return;
+        };
+        held.revision = patch.revision;
+        let mut touched: Vec<BlockKey> = Vec::new();
+        let mut gone: Vec<OperationId> = Vec::new();
+        let mut came: Vec<OperationId> = Vec::new();
+        for k in patch.removals {
+            if let Some(old) = held.blocks.remove(&k) {
+                gone.extend(old.operation_id);
+            }
+            touched.push(k);
+        }
+        for b in patch.upserts {
+            let k = b.key();
+            came.extend(b.operation_id.clone());
+            if let Some(old) = held.blocks.insert(k.clone(), b) {
+                gone.extend(old.operation_id);
+            }
+            touched.push(k);
+        }
+        for op in &came {
+            self.carry(op, &mut touched);
+        }
+        for op in &gone {
+            self.uncarry(op, &mut touched);
         }
         for k in touched {
             self.refresh(&k);

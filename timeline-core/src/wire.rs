@@ -4,7 +4,9 @@
 //! [`ResponseError`]. Validation checks what the reducer relies on: no key twice, every
 //! number inside JavaScript's exact-integer range (revisions, epochs, every block's
 //! `timestamp` and every part of its `sourceOrder`), `orderedBlockKeys` equal to the
-//! older rows followed by the seam.
+//! older rows followed by the seam. A [`LivePatch`] (the changes between two snapshots
+//! of one epoch) is held to the same number checks, and its revision must be above its
+//! base.
 //!
 //! [`WireInt`] is the type-level form of that range: an integer in `0..=2^53 - 1`, built
 //! only through a checked constructor or a decoder that refuses anything else (a
@@ -21,7 +23,7 @@
 //! assert!(serde_json::from_str::<WireInt>("1.5").is_err());
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -64,6 +66,9 @@ pub enum ResponseError {
     /// Rows of a `newer` answer that overlap the held window or leave a gap before it.
     #[error("malformed timeline response: newer rows do not follow the held page")]
     NewerRowsDoNotFollow,
+    /// A `livePatch` whose `revision` is not above its `baseRevision`.
+    #[error("malformed live patch: revision must be above baseRevision")]
+    PatchNotForward,
 }
 
 /// A number past the exact integer range (2^53 - 1).
@@ -215,6 +220,168 @@ impl LiveOverlay {
         exact(self.settlement_epoch, "settlementEpoch")?;
         exact(self.revision, "revision")?;
         check_blocks(&self.blocks)
+    }
+}
+
+/// `livePatch`: the changes that take one target's overlay from the snapshot of
+/// `baseRevision` to the snapshot of `revision`, within one settlement epoch (an additive
+/// extension of the seed's whole snapshots; `docs/live-patches.md`).
+///
+/// A client that holds exactly `baseRevision` in `settlementEpoch` applies it in one step:
+/// every key of `removals` leaves, every block of `upserts` is added or replaces the row
+/// with its key. The result has the same rows as the snapshot of `revision`. A patch never
+/// crosses an epoch: a settlement always travels as a whole snapshot.
+///
+/// ```
+/// use timeline_core::block::Block;
+/// use timeline_core::key::{BlockKey, BlockType};
+/// use timeline_core::time::Millis;
+/// use timeline_core::wire::{LiveOverlay, LivePatch};
+///
+/// let row = |id: &str, text: &str| {
+///     Block::new(BlockKey::parse(BlockType::AgentReply, id).unwrap(), Millis(1))
+///         .with_data(serde_json::json!({ "text": text }))
+/// };
+/// let base = LiveOverlay { settlement_epoch: 1, revision: 7, blocks: vec![row("a", "Hel"), row("b", "x")] };
+/// let next = LiveOverlay { settlement_epoch: 1, revision: 9, blocks: vec![row("a", "Hello")] };
+/// let patch = LivePatch::between(&base, &next).unwrap();
+/// assert_eq!((patch.base_revision, patch.revision), (7, 9));
+/// assert_eq!(patch.upserts, vec![row("a", "Hello")]);
+/// assert_eq!(patch.removals, vec![BlockKey::parse(BlockType::AgentReply, "b").unwrap()]);
+/// assert_eq!(patch.apply_to(&base), Ok(next));
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LivePatch {
+    /// The epoch of both the base and the result.
+    pub settlement_epoch: u64,
+    /// The revision a client must hold for the patch to apply.
+    pub base_revision: u64,
+    /// The revision the client holds after applying it.
+    pub revision: u64,
+    /// Rows added or replaced (same key replaces).
+    pub upserts: Vec<Block>,
+    /// Keys of rows that leave.
+    pub removals: Vec<BlockKey>,
+}
+
+/// Why [`LivePatch::apply_to`] refused a base snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatchMismatch {
+    /// The base is in another settlement epoch.
+    #[error("the live patch is for another settlement epoch")]
+    Epoch,
+    /// The base holds another revision than `baseRevision`.
+    #[error("the live patch is for another base revision")]
+    Base,
+    /// A removal names a row the base does not hold: the base differs from the host's.
+    #[error("the live patch removes {0}, which the base does not hold")]
+    MissingRow(BlockKey),
+}
+
+/// A block's key, borrowed (no allocation while diffing).
+fn borrowed_key(b: &Block) -> (crate::key::BlockType, &str) {
+    (b.block_type, b.id.as_str())
+}
+
+impl LivePatch {
+    /// The patch from `base` to `next`, or `None` when no patch can express the step:
+    /// the epochs differ or `next` is not a later revision. Upserts follow `next`'s
+    /// order, removals `base`'s order. Time linear in the two snapshots, no row copied
+    /// but the changed ones.
+    pub fn between(base: &LiveOverlay, next: &LiveOverlay) -> Option<LivePatch> {
+        if base.settlement_epoch != next.settlement_epoch || next.revision <= base.revision {
+            return None;
+        }
+        let held: HashMap<_, &Block> = base.blocks.iter().map(|b| (borrowed_key(b), b)).collect();
+        let mut kept = 0usize;
+        let mut upserts = Vec::new();
+        for b in &next.blocks {
+            match held.get(&borrowed_key(b)) {
+                Some(old) => {
+                    kept += 1;
+                    if *old != b {
+                        upserts.push(b.clone());
+                    }
+                }
+                None => upserts.push(b.clone()),
+            }
+        }
+        let removals = if kept == held.len() {
+            Vec::new()
+        } else {
+            let now: HashSet<_> = next.blocks.iter().map(borrowed_key).collect();
+            base.blocks
+                .iter()
+                .filter(|b| !now.contains(&borrowed_key(b)))
+                .map(Block::key)
+                .collect()
+        };
+        Some(LivePatch {
+            settlement_epoch: next.settlement_epoch,
+            base_revision: base.revision,
+            revision: next.revision,
+            upserts,
+            removals,
+        })
+    }
+
+    /// Checks the numbers (its own and its upserts'), that `revision` is above
+    /// `baseRevision`, and that no key appears twice (within or across the two lists).
+    pub fn validate(&self) -> Result<(), ResponseError> {
+        exact(self.settlement_epoch, "settlementEpoch")?;
+        exact(self.base_revision, "baseRevision")?;
+        exact(self.revision, "revision")?;
+        if self.revision <= self.base_revision {
+            return Err(ResponseError::PatchNotForward);
+        }
+        check_blocks(&self.upserts)?;
+        let upserted: HashSet<_> = self.upserts.iter().map(borrowed_key).collect();
+        let mut removed = HashSet::with_capacity(self.removals.len());
+        for k in &self.removals {
+            let borrowed = (k.block_type, k.id.as_str());
+            if upserted.contains(&borrowed) || !removed.insert(borrowed) {
+                return Err(ResponseError::DuplicateKey(k.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes and validates JSON.
+    pub fn from_json(json: &str) -> Result<LivePatch, ResponseError> {
+        let p: LivePatch =
+            serde_json::from_str(json).map_err(|e| ResponseError::Decode(e.to_string()))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// The snapshot this patch makes of `base`, rows in canonical order (TL-04), or why
+    /// `base` is not the patch's base. All or nothing.
+    pub fn apply_to(&self, base: &LiveOverlay) -> Result<LiveOverlay, PatchMismatch> {
+        if base.settlement_epoch != self.settlement_epoch {
+            return Err(PatchMismatch::Epoch);
+        }
+        if base.revision != self.base_revision {
+            return Err(PatchMismatch::Base);
+        }
+        let mut rows: HashMap<_, &Block> =
+            base.blocks.iter().map(|b| (borrowed_key(b), b)).collect();
+        for k in &self.removals {
+            if rows.remove(&(k.block_type, k.id.as_str())).is_none() {
+                return Err(PatchMismatch::MissingRow(k.clone()));
+            }
+        }
+        for b in &self.upserts {
+            rows.insert(borrowed_key(b), b);
+        }
+        let mut blocks: Vec<Block> = rows.into_values().cloned().collect();
+        blocks.sort_by_cached_key(Block::order_key);
+        Ok(LiveOverlay {
+            settlement_epoch: self.settlement_epoch,
+            revision: self.revision,
+            blocks,
+        })
     }
 }
 

@@ -11,20 +11,28 @@
 //!   window that does not join the held rows moved past it, so it is older history);
 //! - a live update with a newer epoch never removes a visible row;
 //! - within an epoch a lower revision never changes the view;
-//! - applying the same live update twice changes nothing;
+//! - applying the same live update twice changes nothing (snapshot or patch);
+//! - a patch from another base, epoch or an old revision changes nothing;
 //! - a latest window answered at once shows exactly the host's view.
+//!
+//! And for live patches: for any sequence of writes, a client fed patch by patch shows
+//! exactly what a client fed whole snapshots shows, on every client mode; a client that
+//! lost patches refuses the next ones without changing a row and is healed by the next
+//! snapshot.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use fixtures::sim_host::SimHost;
 use proptest::prelude::*;
+use timeline_core::block::Block;
 use timeline_core::key::{BlockKey, BlockType, OperationId};
 use timeline_core::time::Millis;
+use timeline_core::timeline::IgnoreReason;
 use timeline_core::timeline::{
     ClientMode, Effect, Origin, Outcome, PendingSend, RequestTag, Timeline,
 };
-use timeline_core::wire::{LiveOverlay, OlderPage, TimelineWindow};
+use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -38,6 +46,8 @@ enum Step {
     DeliverOlder(prop::sample::Index),
     DeliverRelay(prop::sample::Index, bool),
     DropRelay(prop::sample::Index),
+    /// A live patch (from the host's previous snapshot) reaches the client, maybe twice.
+    DeliverPatch(prop::sample::Index, bool),
     AddPending(u8),
     RemovePending(u8),
     ConfirmPending(u8),
@@ -56,6 +66,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => any::<prop::sample::Index>().prop_map(Step::DeliverOlder),
         6 => (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, d)| Step::DeliverRelay(i, d)),
         1 => any::<prop::sample::Index>().prop_map(Step::DropRelay),
+        4 => (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, d)| Step::DeliverPatch(i, d)),
         1 => (0u8..4).prop_map(Step::AddPending),
         1 => (0u8..4).prop_map(Step::RemovePending),
         1 => (0u8..4).prop_map(Step::ConfirmPending),
@@ -75,6 +86,10 @@ struct World {
     latest: Vec<(RequestTag, TimelineWindow)>,
     older: Vec<(RequestTag, OlderPage)>,
     relay: Vec<LiveOverlay>,
+    /// Patches on their way, each from the snapshot the host emitted before it.
+    patches: Vec<LivePatch>,
+    /// The host's last emitted snapshot (the base of the next patch).
+    last_emitted: Option<LiveOverlay>,
     /// Keys the client has shown as history at least once.
     shown_as_history: HashSet<BlockKey>,
     pending: BTreeSet<OperationId>,
@@ -98,6 +113,8 @@ impl World {
             latest: Vec::new(),
             older: Vec::new(),
             relay: Vec::new(),
+            patches: Vec::new(),
+            last_emitted: None,
             shown_as_history: HashSet::new(),
             pending: BTreeSet::new(),
         };
@@ -112,7 +129,9 @@ impl World {
             match e {
                 Effect::LoadLatestWindow { tag, page_size, .. } => {
                     let (window, emitted) = self.host.latest_window_sized(page_size);
-                    self.relay.extend(emitted);
+                    if let Some(snap) = emitted {
+                        self.emit(snap);
+                    }
                     self.latest.push((tag, window));
                 }
                 Effect::LoadOlderPage { tag, cursor, .. } => {
@@ -126,6 +145,20 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// The host emits a snapshot: it travels whole on the relay, and as a patch from the
+    /// previous snapshot when one can express it (same epoch).
+    fn emit(&mut self, snap: LiveOverlay) {
+        if let Some(p) = self
+            .last_emitted
+            .as_ref()
+            .and_then(|prev| LivePatch::between(prev, &snap))
+        {
+            self.patches.push(p);
+        }
+        self.last_emitted = Some(snap.clone());
+        self.relay.push(snap);
     }
 
     fn check(&mut self, before: &View) -> Result<(), TestCaseError> {
@@ -205,14 +238,14 @@ impl World {
                 let key = BlockKey::parse(BlockType::AgentReply, &format!("live-{n}")).unwrap();
                 if !self.host.history().iter().any(|b| b.key() == key) {
                     let snap = self.host.stream_live(key, None);
-                    self.relay.push(snap);
+                    self.emit(snap);
                 }
             }
             Step::StreamUser(n) => {
                 let key = BlockKey::user_message(&op(n));
                 if !self.host.history().iter().any(|b| b.key() == key) {
                     let snap = self.host.stream_user_message(&op(n));
-                    self.relay.push(snap);
+                    self.emit(snap);
                 }
             }
             Step::SaveLive(i) => {
@@ -294,6 +327,31 @@ impl World {
                     }
                 }
             }
+            Step::DeliverPatch(i, twice) => {
+                if !self.patches.is_empty() {
+                    let p = self.patches.remove(i.index(self.patches.len()));
+                    let held = self.client.overlay_version();
+                    let target = self.host.target().clone();
+                    let outcome = self.client.handle_live_patch(&target, p.clone(), self.now);
+                    let after = view(&self.client);
+                    if let Some((epoch, rev)) = held {
+                        let applies = p.settlement_epoch == epoch && p.base_revision == rev;
+                        if !applies {
+                            // TL-06: a patch from another base, epoch or an old revision
+                            // changes no row.
+                            prop_assert_eq!(&after, &before, "{:?}", outcome);
+                        }
+                    }
+                    if twice {
+                        let again = self.client.handle_live_patch(&target, p, self.now);
+                        prop_assert!(
+                            matches!(again, Outcome::Ignored(_) | Outcome::ReloadRequired(_)),
+                            "{again:?}"
+                        );
+                        prop_assert_eq!(&view(&self.client), &after);
+                    }
+                }
+            }
             Step::DropRelay(i) => {
                 if !self.relay.is_empty() {
                     self.relay.remove(i.index(self.relay.len()));
@@ -333,6 +391,7 @@ fn run_world(mode: ClientMode, steps: Vec<Step>) -> Result<(), TestCaseError> {
     // Converge: drop everything in flight, load a fresh window, deliver it at once.
     w.latest.clear();
     w.relay.clear();
+    w.patches.clear();
     w.client.reload(w.now);
     w.drain_effects()?;
     let (tag, window) = w.latest.pop().unwrap();
@@ -406,5 +465,226 @@ proptest! {
             views.push(view(&t));
         }
         prop_assert_eq!(&views[0], &views[1]);
+    }
+}
+
+// ----- live patches: patch by patch equals snapshot --------------------------------------
+
+/// One host write for the patch property.
+#[derive(Clone, Debug)]
+enum Write {
+    /// Publish rows (same key replaces).
+    Upsert(Vec<Block>),
+    /// Remove live rows (picked among those live).
+    Remove(Vec<prop::sample::Index>),
+    /// A latest window settles the oldest live row: epoch + 1, every client loads it.
+    Settle,
+    /// Every client adds the echo of a send.
+    Pending(u8),
+}
+
+fn write() -> impl Strategy<Value = Write> {
+    prop_oneof![
+        6 => prop::collection::vec(fixtures::strategies::block(), 1..4).prop_map(Write::Upsert),
+        3 => prop::collection::vec(any::<prop::sample::Index>(), 1..3).prop_map(Write::Remove),
+        1 => Just(Write::Settle),
+        1 => (0u8..4).prop_map(Write::Pending),
+    ]
+}
+
+/// A write, whether the lossy client loses its patch, and whether a whole snapshot
+/// reaches the lossy client after it (relay repair).
+fn patch_step() -> impl Strategy<Value = (Write, bool, bool)> {
+    (
+        write(),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.15),
+    )
+}
+
+/// The host side of the patch property: live rows by key, an epoch and a revision.
+struct PatchHost {
+    history: Vec<Block>,
+    live: BTreeMap<BlockKey, Block>,
+    epoch: u64,
+    revision: u64,
+}
+
+impl PatchHost {
+    fn snapshot(&self) -> LiveOverlay {
+        LiveOverlay {
+            settlement_epoch: self.epoch,
+            revision: self.revision,
+            blocks: self.live.values().cloned().collect(),
+        }
+    }
+
+    fn window(&self) -> TimelineWindow {
+        TimelineWindow {
+            blocks: self.history.clone(),
+            oldest_cursor: None,
+            boundary_token: timeline_core::cursor::BoundaryToken::claude("t"),
+            window_revision: self.epoch,
+            live_overlay: Some(self.snapshot()),
+            anchor_row: None,
+            anchor_notice: None,
+            newer_cursor: None,
+        }
+    }
+}
+
+fn full(t: &Timeline) -> Vec<(Origin, Block)> {
+    t.rows().map(|r| (r.origin, r.block.clone())).collect()
+}
+
+fn load(t: &mut Timeline, host: &PatchHost, now: Millis) -> Result<(), TestCaseError> {
+    t.reload(now);
+    let tag = std::iter::from_fn(|| t.poll_effect())
+        .filter_map(|e| match e {
+            Effect::LoadLatestWindow { tag, .. } => Some(tag),
+            _ => None,
+        })
+        .last()
+        .unwrap();
+    prop_assert_eq!(
+        t.handle_latest_window(&tag, Ok(host.window()), now),
+        Outcome::Applied
+    );
+    Ok(())
+}
+
+fn run_patches(
+    mode: ClientMode,
+    history: &[Block],
+    steps: &[(Write, bool, bool)],
+) -> Result<(), TestCaseError> {
+    let mut history_keys = HashSet::new();
+    let mut host = PatchHost {
+        history: history
+            .iter()
+            .filter(|b| history_keys.insert(b.key()))
+            .cloned()
+            .collect(),
+        live: BTreeMap::new(),
+        epoch: 1,
+        revision: 1,
+    };
+    let target = timeline_core::key::TargetId::new("t").unwrap();
+    // by_snapshot gets every snapshot, by_patch every patch, lossy loses some patches.
+    let mut clients: Vec<Timeline> = (0..3).map(|_| Timeline::new(mode)).collect();
+    for c in &mut clients {
+        c.open_target(target.clone(), Millis(0));
+        load(c, &host, Millis(1))?;
+    }
+    let mut lossy_synced = true;
+    for (i, (w, lost, heal)) in steps.iter().enumerate() {
+        let now = Millis(10 + i as u64);
+        let prev = host.snapshot();
+        match w {
+            Write::Upsert(rows) => {
+                for b in rows {
+                    host.live.insert(b.key(), b.clone());
+                }
+            }
+            Write::Remove(picks) => {
+                for pick in picks {
+                    let keys: Vec<BlockKey> = host.live.keys().cloned().collect();
+                    if !keys.is_empty() {
+                        host.live.remove(&keys[pick.index(keys.len())]);
+                    }
+                }
+            }
+            Write::Settle => {
+                if let Some((_, b)) = host.live.pop_first() {
+                    host.history.retain(|h| h.key() != b.key());
+                    host.history.push(b);
+                }
+                host.epoch += 1;
+                host.revision += 1;
+                for c in &mut clients {
+                    load(c, &host, now)?;
+                }
+                lossy_synced = true;
+            }
+            Write::Pending(n) => {
+                for c in &mut clients {
+                    c.add_pending(PendingSend {
+                        operation_id: op(*n),
+                        created_at: Millis(3),
+                        data: serde_json::json!({"text": "same"}),
+                    });
+                }
+            }
+        }
+        if matches!(w, Write::Upsert(_) | Write::Remove(_)) {
+            host.revision += 1;
+            let next = host.snapshot();
+            let patch = LivePatch::between(&prev, &next).unwrap();
+            prop_assert_eq!(
+                patch.apply_to(&prev).map(|o| o.blocks.len()),
+                Ok(next.blocks.len())
+            );
+            prop_assert_eq!(
+                clients[0].handle_live_update(&target, next.clone(), now),
+                Outcome::Applied
+            );
+            prop_assert_eq!(
+                clients[1].handle_live_patch(&target, patch.clone(), now),
+                Outcome::Applied
+            );
+            if *lost {
+                lossy_synced = false;
+            } else {
+                let before = full(&clients[2]);
+                let outcome = clients[2].handle_live_patch(&target, patch, now);
+                if lossy_synced {
+                    prop_assert_eq!(outcome, Outcome::Applied);
+                } else {
+                    // Refused with the typed outcome; not a row changes.
+                    prop_assert_eq!(outcome, Outcome::Ignored(IgnoreReason::BaseMismatch));
+                    prop_assert_eq!(full(&clients[2]), before);
+                }
+            }
+            if *heal {
+                let healed = clients[2].handle_live_update(&target, next, now);
+                let expect = if lossy_synced {
+                    Outcome::Unchanged
+                } else {
+                    Outcome::Applied
+                };
+                prop_assert_eq!(healed, expect);
+                lossy_synced = true;
+            }
+        }
+        // Patch by patch equals snapshot, row for row, and the incremental index equals
+        // a full rebuild.
+        let expected = full(&clients[0]);
+        prop_assert_eq!(&full(&clients[1]), &expected, "step {}: {:?}", i, w);
+        prop_assert_eq!(clients[1].overlay_version(), clients[0].overlay_version());
+        prop_assert_eq!(&clients[1].full_rebuild(), &expected);
+        if lossy_synced {
+            prop_assert_eq!(&full(&clients[2]), &expected, "healed at step {}", i);
+        }
+        prop_assert_eq!(&clients[2].full_rebuild(), &full(&clients[2]));
+        for c in &mut clients {
+            prop_assert!(c.poll_effect().is_none(), "no reload asked");
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+    // TL-06 (live patches), TL-02, TL-03: patch by patch equals snapshot, on every
+    // client mode; a client that lost a patch refuses the next and heals at a snapshot.
+    #[test]
+    fn patch_by_patch_equals_snapshot_on_every_client_mode(
+        history in prop::collection::vec(fixtures::strategies::block(), 0..6),
+        steps in prop::collection::vec(patch_step(), 1..60),
+    ) {
+        for mode in [ClientMode::Phone, ClientMode::Desktop] {
+            run_patches(mode, &history, &steps)?;
+        }
     }
 }

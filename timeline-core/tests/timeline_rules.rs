@@ -13,7 +13,7 @@ use timeline_core::timeline::{
     ClientMode, DropReason, Effect, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin,
     Outcome, PendingSend, Timeline,
 };
-use timeline_core::wire::{OlderPage, ResponseError, TimelineWindow};
+use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, ResponseError, TimelineWindow};
 
 fn pending(id: &str, at: u64) -> PendingSend {
     PendingSend {
@@ -531,4 +531,324 @@ fn unknown_fields_are_ignored_and_malformed_known_fields_fail() {
         TimelineWindow::from_json(dup),
         Err(ResponseError::DuplicateKey(_))
     ));
+}
+
+// ----- live patches (TL-06 for patches; docs/live-patches.md) ---------------------------
+
+fn patch(
+    epoch: u64,
+    base: u64,
+    revision: u64,
+    upserts: Vec<Block>,
+    removals: &[&str],
+) -> LivePatch {
+    LivePatch {
+        settlement_epoch: epoch,
+        base_revision: base,
+        revision,
+        upserts,
+        removals: removals.iter().map(|id| reply(id)).collect(),
+    }
+}
+
+/// The visible rows with their whole blocks.
+fn full(t: &Timeline) -> Vec<(Origin, Block)> {
+    t.rows().map(|r| (r.origin, r.block.clone())).collect()
+}
+
+// TL-06: a patch from the held revision applies in one step and leaves exactly the rows
+// the snapshot of its revision gives.
+#[test]
+fn a_patch_from_the_held_revision_reaches_the_rows_of_the_snapshot() {
+    let base = overlay(
+        3,
+        10,
+        vec![live("a", 1, 1), live("b", 2, 2), live("c", 3, 3)],
+    );
+    let mut b2 = live("b", 2, 2);
+    b2.data = serde_json::json!({"text": "longer"});
+    let next = overlay(3, 12, vec![live("a", 1, 1), b2, live("d", 4, 4)]);
+    let p = LivePatch::between(&base, &next).unwrap();
+    assert_eq!(p.upserts.len(), 2, "b changed, d is new; a is not sent");
+    assert_eq!(p.removals, vec![reply("c")]);
+    let s = target("s");
+    for mode in [ClientMode::Phone, ClientMode::Desktop] {
+        let mut by_patch = opened(mode, window(vec![hist("h", 0)], base.clone()));
+        let mut by_snapshot = opened(mode, window(vec![hist("h", 0)], base.clone()));
+        assert_eq!(
+            by_patch.handle_live_patch(&s, p.clone(), Millis(2)),
+            Outcome::Applied
+        );
+        assert_eq!(
+            by_snapshot.handle_live_update(&s, next.clone(), Millis(2)),
+            Outcome::Applied
+        );
+        assert_eq!(full(&by_patch), full(&by_snapshot), "{mode:?}");
+        assert_eq!(by_patch.overlay_version(), Some((3, 12)));
+        // The same patch again is stale: nothing changes.
+        assert_eq!(
+            by_patch.handle_live_patch(&s, p.clone(), Millis(3)),
+            Outcome::Ignored(IgnoreReason::StaleRevision)
+        );
+        assert_eq!(full(&by_patch), full(&by_snapshot));
+        assert!(effects(&mut by_patch).is_empty());
+    }
+}
+
+// TL-06: a patch from another base (an update was lost) is refused, rows are kept, and
+// the next snapshot heals.
+#[test]
+fn a_patch_from_another_base_is_ignored_and_the_next_snapshot_heals() {
+    let s = target("s");
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![], overlay(3, 10, vec![live("a", 1, 1)])),
+    );
+    let before = full(&t);
+    assert_eq!(
+        t.handle_live_patch(
+            &s,
+            patch(3, 11, 12, vec![live("b", 2, 2)], &["a"]),
+            Millis(2)
+        ),
+        Outcome::Ignored(IgnoreReason::BaseMismatch)
+    );
+    assert_eq!(full(&t), before, "rows kept");
+    assert!(
+        effects(&mut t).is_empty(),
+        "no reload: the next snapshot heals"
+    );
+    assert_eq!(
+        t.handle_live_update(&s, overlay(3, 12, vec![live("b", 2, 2)]), Millis(3)),
+        Outcome::Applied
+    );
+    assert_eq!(ids(&t), [(Origin::Live, "b".into())]);
+    // From the healed revision, patches apply again.
+    assert_eq!(
+        t.handle_live_patch(&s, patch(3, 12, 13, vec![live("c", 3, 3)], &[]), Millis(4)),
+        Outcome::Applied
+    );
+    assert_eq!(
+        ids(&t),
+        [(Origin::Live, "b".into()), (Origin::Live, "c".into())]
+    );
+}
+
+// TL-06: epochs and revisions decide before anything is applied; rows are kept.
+#[test]
+fn a_patch_in_another_epoch_or_to_an_old_revision_changes_no_row() {
+    let s = target("s");
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![], overlay(3, 10, vec![live("a", 1, 1)])),
+    );
+    let before = full(&t);
+    assert_eq!(
+        t.handle_live_patch(&s, patch(2, 10, 11, vec![], &["a"]), Millis(2)),
+        Outcome::Ignored(IgnoreReason::StaleEpoch)
+    );
+    assert_eq!(
+        t.handle_live_patch(&s, patch(3, 9, 10, vec![], &["a"]), Millis(2)),
+        Outcome::Ignored(IgnoreReason::StaleRevision)
+    );
+    assert!(effects(&mut t).is_empty());
+    // A higher epoch is taken only from a latest window: reload, rows kept.
+    assert_eq!(
+        t.handle_live_patch(&s, patch(4, 10, 11, vec![], &["a"]), Millis(2)),
+        Outcome::ReloadRequired(LoadReason::EpochAdvanced)
+    );
+    assert_eq!(full(&t), before);
+    assert!(matches!(
+        effects(&mut t).as_slice(),
+        [Effect::LoadLatestWindow {
+            reason: LoadReason::EpochAdvanced,
+            ..
+        }]
+    ));
+}
+
+// TL-06: a removal of a row the held revision lacks means the client's revision differs
+// from the host's (same revision, other rows): nothing is applied, reload.
+#[test]
+fn a_patch_that_removes_a_row_the_client_lacks_applies_nothing_and_reloads() {
+    let s = target("s");
+    let mut t = opened(
+        ClientMode::Desktop,
+        window(vec![], overlay(3, 10, vec![live("a", 1, 1)])),
+    );
+    let before = full(&t);
+    assert_eq!(
+        t.handle_live_patch(
+            &s,
+            patch(3, 10, 11, vec![live("b", 2, 2)], &["zz"]),
+            Millis(2)
+        ),
+        Outcome::ReloadRequired(LoadReason::RevisionConflict)
+    );
+    assert_eq!(full(&t), before, "atomic: b was not added either");
+    assert_eq!(t.overlay_version(), Some((3, 10)));
+}
+
+// TL-06, TL-13: where a snapshot is ignored, so is a patch.
+#[test]
+fn a_patch_for_another_target_before_a_window_or_over_a_past_page_is_ignored() {
+    let mut t = Timeline::new(ClientMode::Phone);
+    t.open_target(target("s"), Millis(0));
+    assert_eq!(
+        t.handle_live_patch(&target("s"), patch(1, 1, 2, vec![], &[]), Millis(1)),
+        Outcome::Ignored(IgnoreReason::NotLoaded)
+    );
+    assert_eq!(
+        t.handle_live_patch(&target("other"), patch(1, 1, 2, vec![], &[]), Millis(1)),
+        Outcome::Ignored(IgnoreReason::StaleTarget)
+    );
+    effects(&mut t); // the latest window of the open stays unanswered
+    let mut past = window(vec![hist("h", 1)], overlay(1, 1, vec![]));
+    past.live_overlay = None;
+    past.newer_cursor = Some("newer".into());
+    t.load_anchored(Anchor::row(&reply("h")), Millis(1))
+        .unwrap();
+    let anchored = effects(&mut t)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::LoadAnchored { tag, .. } => Some(tag),
+            _ => None,
+        })
+        .unwrap();
+    past.anchor_row = Some(reply("h"));
+    assert_eq!(t.handle_anchored(&anchored, Ok(past)), Outcome::Applied);
+    assert_eq!(
+        t.handle_live_patch(
+            &target("s"),
+            patch(1, 1, 2, vec![live("x", 2, 2)], &[]),
+            Millis(2)
+        ),
+        Outcome::Ignored(IgnoreReason::PastPage)
+    );
+}
+
+// TL-06, TL-13: a malformed patch is a typed failure; rows are kept.
+#[test]
+fn a_malformed_patch_fails_with_a_typed_error() {
+    let s = target("s");
+    let mut t = opened(
+        ClientMode::Phone,
+        window(vec![], overlay(3, 10, vec![live("a", 1, 1)])),
+    );
+    let before = full(&t);
+    let cases = [
+        (
+            patch(3, 10, 10, vec![], &[]),
+            ResponseError::PatchNotForward,
+        ),
+        (
+            patch(3, 10, 11, vec![live("a", 1, 1), live("a", 2, 2)], &[]),
+            ResponseError::DuplicateKey(reply("a")),
+        ),
+        (
+            patch(3, 10, 11, vec![live("a", 1, 1)], &["a"]),
+            ResponseError::DuplicateKey(reply("a")),
+        ),
+        (
+            patch(3, 10, 11, vec![], &["a", "a"]),
+            ResponseError::DuplicateKey(reply("a")),
+        ),
+        (
+            patch(3, 9_007_199_254_740_992, 9_007_199_254_740_993, vec![], &[]),
+            ResponseError::NumberOutOfRange("baseRevision"),
+        ),
+        (
+            patch(9_007_199_254_740_992, 10, 11, vec![], &[]),
+            ResponseError::NumberOutOfRange("settlementEpoch"),
+        ),
+        (
+            patch(3, 10, 11, vec![live("b", 9_007_199_254_740_992, 2)], &[]),
+            ResponseError::NumberOutOfRange("timestamp"),
+        ),
+    ];
+    for (p, err) in cases {
+        assert_eq!(
+            t.handle_live_patch(&s, p, Millis(2)),
+            Outcome::Failed(LoadFailure::Malformed(err))
+        );
+    }
+    assert_eq!(full(&t), before);
+    // From JSON: unknown fields are ignored, a missing list is a decode error.
+    let json = r#"{"settlementEpoch":3,"baseRevision":10,"revision":11,"future":true,
+        "upserts":[{"type":"agent-reply","id":"b","timestamp":2}],"removals":[{"type":"agent-reply","id":"a"}]}"#;
+    let p = LivePatch::from_json(json).unwrap();
+    assert_eq!(t.handle_live_patch(&s, p, Millis(3)), Outcome::Applied);
+    assert_eq!(ids(&t), [(Origin::Live, "b".into())]);
+    assert!(matches!(
+        LivePatch::from_json(
+            r#"{"settlementEpoch":3,"baseRevision":10,"revision":11,"upserts":[]}"#
+        ),
+        Err(ResponseError::Decode(_))
+    ));
+    assert_eq!(
+        LivePatch::from_json(
+            r#"{"settlementEpoch":3,"baseRevision":10,"revision":9007199254740992,"upserts":[],"removals":[]}"#
+        ),
+        Err(ResponseError::NumberOutOfRange("revision"))
+    );
+}
+
+// TL-03 with patches: a patched row that carries an operation hides its echo; removing
+// it shows the echo again.
+#[test]
+fn a_patch_carrying_an_operation_hides_its_echo_until_the_row_leaves() {
+    let s = target("s");
+    let mut t = opened(ClientMode::Phone, window(vec![], overlay(3, 10, vec![])));
+    t.add_pending(pending("op-41", 10));
+    let carrier =
+        Block::new(key(BlockType::User, "codex-item-3"), Millis(11)).with_operation(op("op-41"));
+    let p = LivePatch {
+        settlement_epoch: 3,
+        base_revision: 10,
+        revision: 11,
+        upserts: vec![carrier],
+        removals: vec![],
+    };
+    assert_eq!(t.handle_live_patch(&s, p, Millis(2)), Outcome::Applied);
+    assert_eq!(ids(&t), [(Origin::Live, "codex-item-3".into())]);
+    let p = LivePatch {
+        settlement_epoch: 3,
+        base_revision: 11,
+        revision: 12,
+        upserts: vec![],
+        removals: vec![key(BlockType::User, "codex-item-3")],
+    };
+    assert_eq!(t.handle_live_patch(&s, p, Millis(3)), Outcome::Applied);
+    assert_eq!(ids(&t), [(Origin::Pending, "user-message::op-41".into())]);
+    assert_eq!(full(&t).len(), t.full_rebuild().len());
+}
+
+// The host-side diff: applying `between(a, b)` to `a` gives `b` in canonical order, and
+// a patch never crosses an epoch or goes backwards.
+#[test]
+fn between_and_apply_to_are_inverse_and_refuse_other_bases() {
+    let a = overlay(1, 5, vec![live("a", 1, 1), live("b", 2, 2)]);
+    let b = overlay(1, 6, vec![live("c", 0, 3), live("a", 1, 1)]);
+    let p = LivePatch::between(&a, &b).unwrap();
+    let mut sorted = b.clone();
+    sorted.blocks.sort_by_cached_key(Block::order_key);
+    assert_eq!(p.apply_to(&a), Ok(sorted));
+    assert_eq!(LivePatch::between(&b, &a), None, "not later");
+    assert_eq!(
+        LivePatch::between(&a, &overlay(2, 9, vec![])),
+        None,
+        "another epoch"
+    );
+    use timeline_core::wire::PatchMismatch;
+    assert_eq!(p.apply_to(&b), Err(PatchMismatch::Base));
+    assert_eq!(
+        p.apply_to(&overlay(2, 5, vec![])),
+        Err(PatchMismatch::Epoch)
+    );
+    assert_eq!(
+        p.apply_to(&overlay(1, 5, vec![live("a", 1, 1)])),
+        Err(PatchMismatch::MissingRow(reply("b")))
+    );
+    let empty: LiveOverlay = overlay(1, 7, vec![]);
+    assert_eq!(LivePatch::between(&b, &empty).unwrap().removals.len(), 2);
 }
