@@ -16,15 +16,40 @@
 //! canonical order (timestamp, `sourceOrder`, key) by an incremental index, so a live
 //! revision costs time in the size of the overlay, not of the timeline.
 //!
+//! # The life of a pending echo (TL-03)
+//!
+//! A message the user sends shows at once and never vanishes on its way:
+//!
+//! 1. [`Timeline::add_pending`] when the user sends it; [`Timeline::await_receipt`] when
+//!    the outbox command goes out; [`Timeline::confirm_pending`] when the host's receipt
+//!    says it saved the entry.
+//! 2. [`Timeline::mark_delivered`] when the sent proof arrives (the agent recorded the
+//!    message; the outbox entry leaves the queue). The echo stays until a history or live
+//!    row carries the operation, and then retires by itself: the message is always on
+//!    screen, as its echo or as its row, whatever order the proof and the rows arrive in.
+//! 3. [`Timeline::remove_pending`] only when the user removed or canceled the message:
+//!    its echo goes at once. A delivered message is not the user's to take back, so
+//!    removing one is refused ([`IgnoreReason::Delivered`]).
+//!
+//! Once the echo retired, the row stays: the host takes a user row out of the overlay
+//! only when history holds it (OV-04), and the client takes that removal only from the
+//! latest window that brings the history copy in the same step (TL-06, TL-07). Only a
+//! window that moved past the row (it is then older history, where paging reaches it)
+//! or a page in the past hides it.
+//!
 //! The reducer is sans-IO. It asks for loads by returning [`Effect`]s, takes `now` as an
 //! argument, and reports deadlines through [`Timeline::poll_timeout`]. Every response is
 //! tagged with the [`RequestTag`] of the effect that asked for it; a response for a target
-//! that is no longer current, or one nobody waits for any more, is ignored.
+//! that is no longer current, or one nobody waits for any more, is ignored. An answer
+//! handed to the handler of another kind of request ([`IgnoreReason::Misrouted`]) is
+//! refused and the request keeps waiting with its own deadline.
 //!
 //! Waits (TL-13): a latest-window or anchored load (`run.chatLoad`) 115 s, an older page
 //! 60 s, the receipt of a send 20 s ([`Timeline::await_receipt`]); a failed or timed-out
 //! latest window is retried at most 3 times, after 0.75 s, 1.5 s and 3 s. A deadline
-//! passes when `now` reaches it.
+//! passes when `now` reaches it. When the last retry fails too, a first load ends
+//! [`LoadState::Failed`] and a reload of a shown window ends [`LoadState::ReloadFailed`]:
+//! the rows stay readable and [`Timeline::recover`] tries again.
 //!
 //! # Drive loop
 //!
@@ -218,6 +243,17 @@ pub enum LoadState {
     /// Loading failed after every retry. The rows that were readable stay; the
     /// embedding offers recovery ([`Timeline::recover`]).
     Failed(LoadFailure),
+    /// A window is shown, but reloading it failed after every retry: the rows stay
+    /// readable (they may be behind the host). The embedding says so and offers recovery:
+    /// [`Timeline::recover`] asks again (with its own retries) and the state returns to
+    /// [`LoadState::Ready`]. A window that lands by any other way (a reload in flight,
+    /// an anchored load) also returns it to [`LoadState::Ready`].
+    ReloadFailed {
+        /// Why the last try failed.
+        reason: LoadFailure,
+        /// The retries tried after the first request before giving up.
+        retries: u32,
+    },
 }
 
 /// Why an input changed nothing.
@@ -241,6 +277,13 @@ pub enum IgnoreReason {
     /// A live patch from a revision other than the held one (an update was lost on the
     /// way): rows are kept, and the next whole snapshot heals.
     BaseMismatch,
+    /// The answer was handed to the handler of another kind of request (for example a
+    /// latest-window tag given to [`Timeline::handle_older_page`]). The request keeps
+    /// waiting with its own deadline; hand the answer to the right handler.
+    Misrouted,
+    /// The message was delivered ([`Timeline::mark_delivered`]): its echo stays until a
+    /// row carries it, and the user can no longer remove it.
+    Delivered,
 }
 
 /// Why a page or update was dropped.
@@ -296,6 +339,9 @@ enum Receipt {
     Overdue,
     /// The host saved it (receipt received).
     Confirmed,
+    /// The sent proof arrived: the agent recorded it. The echo retires as soon as a row
+    /// carries the operation.
+    Delivered,
 }
 
 #[derive(Clone, Debug)]
@@ -467,11 +513,21 @@ impl Timeline {
         self.paging.anchor_notice.as_deref()
     }
 
-    /// True when the pending send `op` was confirmed by a receipt.
+    /// True when the pending send `op` was confirmed by a receipt (or delivered, which
+    /// implies it). `None` when no echo of `op` is held.
     pub fn is_pending_confirmed(&self, op: &OperationId) -> Option<bool> {
         self.pending
             .get(op)
-            .map(|p| p.receipt == Receipt::Confirmed)
+            .map(|p| matches!(p.receipt, Receipt::Confirmed | Receipt::Delivered))
+    }
+
+    /// True when the pending send `op` was delivered ([`Timeline::mark_delivered`]) and
+    /// its echo waits for a row carrying the operation. `None` when no echo of `op` is
+    /// held (never added, removed, or retired because a row carries it).
+    pub fn is_pending_delivered(&self, op: &OperationId) -> Option<bool> {
+        self.pending
+            .get(op)
+            .map(|p| p.receipt == Receipt::Delivered)
     }
 
     /// True when no receipt for the pending send `op` came within
@@ -528,7 +584,9 @@ impl Timeline {
 
     /// Offers recovery after a failure or a gap: while a page in the past shows, reloads
     /// that page with a row anchor at the reading row (the reading position stays);
-    /// otherwise reloads the latest window.
+    /// otherwise reloads the latest window. [`LoadState::Failed`] becomes
+    /// [`LoadState::Loading`] and [`LoadState::ReloadFailed`] becomes [`LoadState::Ready`]
+    /// (the rows stay), and the new load has its own retries.
     pub fn recover(&mut self, now: Millis) {
         if self.target.is_none() {
             return;
@@ -545,6 +603,9 @@ impl Timeline {
                 }
                 self.request_latest(LoadReason::Requested, 0, now)
             }
+        }
+        if matches!(self.load, LoadState::ReloadFailed { .. }) {
+            self.load = LoadState::Ready;
         }
     }
 
@@ -631,7 +692,9 @@ impl Timeline {
     /// text the user wrote is never lost. Calling it again restarts the wait.
     pub fn await_receipt(&mut self, op: &OperationId, now: Millis) -> Outcome {
         match self.pending.get_mut(op) {
-            Some(p) if p.receipt == Receipt::Confirmed => Outcome::Unchanged,
+            Some(p) if matches!(p.receipt, Receipt::Confirmed | Receipt::Delivered) => {
+                Outcome::Unchanged
+            }
             Some(p) => {
                 p.receipt = Receipt::Awaited {
                     deadline: now.saturating_add(OUTBOX_ACK_TIMEOUT),
@@ -646,7 +709,7 @@ impl Timeline {
     /// was overdue). The echo stays until a row carries the operation.
     pub fn confirm_pending(&mut self, op: &OperationId) -> Outcome {
         match self.pending.get_mut(op) {
-            Some(p) if p.receipt != Receipt::Confirmed => {
+            Some(p) if !matches!(p.receipt, Receipt::Confirmed | Receipt::Delivered) => {
                 p.receipt = Receipt::Confirmed;
                 Outcome::Applied
             }
@@ -655,11 +718,43 @@ impl Timeline {
         }
     }
 
-    /// Removes a pending send (the outbox no longer holds it).
-    pub fn remove_pending(&mut self, op: &OperationId) -> Outcome {
-        if self.pending.remove(op).is_none() {
+    /// The sent proof of pending send `op` arrived (the agent recorded the message; the
+    /// outbox entry leaves the queue). The echo stays until a history or live row carries
+    /// the operation and then retires by itself, so the message never leaves the screen
+    /// between "sent" and "saved". When a row carries it already, the echo retires now.
+    ///
+    /// Call this, not [`Timeline::remove_pending`], when the outbox lets go of a message
+    /// because it was sent. Returns [`IgnoreReason::NotInFlight`] when no echo of `op` is
+    /// held and [`Outcome::Unchanged`] when it is already marked.
+    pub fn mark_delivered(&mut self, op: &OperationId) -> Outcome {
+        let Some(p) = self.pending.get_mut(op) else {
+            return Outcome::Ignored(IgnoreReason::NotInFlight);
+        };
+        if p.receipt == Receipt::Delivered {
             return Outcome::Unchanged;
         }
+        p.receipt = Receipt::Delivered;
+        if self.carried.contains_key(op) {
+            self.pending.remove(op);
+            self.refresh(&BlockKey::user_message(op));
+        }
+        Outcome::Applied
+    }
+
+    /// Drops the echo of a pending send at once, because the user removed or canceled
+    /// the message (the outbox no longer holds it and never will send it). A delivered
+    /// message ([`Timeline::mark_delivered`]) is refused with
+    /// [`IgnoreReason::Delivered`]: its echo stays until its row shows. Returns
+    /// [`Outcome::Unchanged`] when no echo of `op` is held.
+    pub fn remove_pending(&mut self, op: &OperationId) -> Outcome {
+        match self.pending.get(op) {
+            None => return Outcome::Unchanged,
+            Some(p) if p.receipt == Receipt::Delivered => {
+                return Outcome::Ignored(IgnoreReason::Delivered)
+            }
+            Some(_) => {}
+        }
+        self.pending.remove(op);
         self.refresh(&BlockKey::user_message(op));
         Outcome::Applied
     }
@@ -675,12 +770,11 @@ impl Timeline {
         answer: Result<TimelineWindow, LoadFailure>,
         now: Millis,
     ) -> Outcome {
-        let retry = match self.take_request(tag) {
-            Ok(RequestKind::Latest { retry }) => retry,
-            Ok(other) => {
-                self.put_back(tag, other);
-                return Outcome::Ignored(IgnoreReason::NotInFlight);
-            }
+        let retry = match self.take_request(tag, |k| match k {
+            RequestKind::Latest { retry } => Some(*retry),
+            _ => None,
+        }) {
+            Ok(retry) => retry,
             Err(reason) => return Outcome::Ignored(reason),
         };
         let window = match answer.and_then(|w| {
@@ -797,12 +891,11 @@ impl Timeline {
         answer: Result<OlderPage, LoadFailure>,
         now: Millis,
     ) -> Outcome {
-        let cursor = match self.take_request(tag) {
-            Ok(RequestKind::Older { cursor }) => cursor,
-            Ok(other) => {
-                self.put_back(tag, other);
-                return Outcome::Ignored(IgnoreReason::NotInFlight);
-            }
+        let cursor = match self.take_request(tag, |k| match k {
+            RequestKind::Older { cursor } => Some(cursor.clone()),
+            _ => None,
+        }) {
+            Ok(cursor) => cursor,
             Err(reason) => return Outcome::Ignored(reason),
         };
         let page =
@@ -848,12 +941,11 @@ impl Timeline {
         tag: &RequestTag,
         answer: Result<TimelineWindow, LoadFailure>,
     ) -> Outcome {
-        let anchor = match self.take_request(tag) {
-            Ok(RequestKind::Anchored { anchor }) => anchor,
-            Ok(other) => {
-                self.put_back(tag, other);
-                return Outcome::Ignored(IgnoreReason::NotInFlight);
-            }
+        let anchor = match self.take_request(tag, |k| match k {
+            RequestKind::Anchored { anchor } => Some(anchor.clone()),
+            _ => None,
+        }) {
+            Ok(anchor) => anchor,
             Err(reason) => return Outcome::Ignored(reason),
         };
         let window = match answer.and_then(|w| {
@@ -983,25 +1075,24 @@ impl Timeline {
         Outcome::ReloadRequired(reason)
     }
 
-    fn take_request(&mut self, tag: &RequestTag) -> Result<RequestKind, IgnoreReason> {
+    /// Takes the request `tag` answers when `pick` accepts its kind. A request of
+    /// another kind is left exactly as it was (its deadline included) and the answer is
+    /// refused as [`IgnoreReason::Misrouted`].
+    fn take_request<T>(
+        &mut self,
+        tag: &RequestTag,
+        pick: impl FnOnce(&RequestKind) -> Option<T>,
+    ) -> Result<T, IgnoreReason> {
         if self.target.as_ref() != Some(&tag.target) || tag.generation != self.generation {
             return Err(IgnoreReason::StaleTarget);
         }
-        self.in_flight
-            .remove(&tag.request)
-            .map(|f| f.kind)
-            .ok_or(IgnoreReason::NotInFlight)
-    }
-
-    fn put_back(&mut self, tag: &RequestTag, kind: RequestKind) {
-        // A response handed to the wrong handler leaves the request waiting.
-        self.in_flight.insert(
-            tag.request,
-            InFlight {
-                kind,
-                deadline: Millis(u64::MAX),
-            },
-        );
+        let f = self
+            .in_flight
+            .get(&tag.request)
+            .ok_or(IgnoreReason::NotInFlight)?;
+        let taken = pick(&f.kind).ok_or(IgnoreReason::Misrouted)?;
+        self.in_flight.remove(&tag.request);
+        Ok(taken)
     }
 
     fn latest_failed(&mut self, failure: LoadFailure, retry: u32, now: Millis) -> Outcome {
@@ -1015,9 +1106,14 @@ impl Timeline {
             }
             Some(_) => {}
             None => {
-                if !matches!(self.load, LoadState::Ready) {
-                    self.load = LoadState::Failed(failure.clone());
-                }
+                // Every retry failed. A shown window keeps its rows and says so.
+                self.load = match self.load {
+                    LoadState::Ready | LoadState::ReloadFailed { .. } => LoadState::ReloadFailed {
+                        reason: failure.clone(),
+                        retries: retry,
+                    },
+                    _ => LoadState::Failed(failure.clone()),
+                };
             }
         }
         Outcome::Failed(failure)
@@ -1254,7 +1350,20 @@ impl Timeline {
 
     fn carry(&mut self, op: &OperationId, touched: &mut Vec<BlockKey>) {
         *self.carried.entry(op.clone()).or_insert(0) += 1;
+        self.retire_if_delivered(op);
         touched.push(BlockKey::user_message(op));
+    }
+
+    /// A delivered echo retires once a row carries its operation (the row shows the
+    /// message from now on). The caller refreshes the echo's key.
+    fn retire_if_delivered(&mut self, op: &OperationId) {
+        if self
+            .pending
+            .get(op)
+            .is_some_and(|p| p.receipt == Receipt::Delivered)
+        {
+            self.pending.remove(op);
+        }
     }
 
     fn uncarry(&mut self, op: &OperationId, touched: &mut Vec<BlockKey>) {
@@ -1335,6 +1444,9 @@ impl Timeline {
         for op in ops {
             *self.carried.entry(op).or_insert(0) += 1;
         }
+        let carried = &self.carried;
+        self.pending
+            .retain(|op, p| !(p.receipt == Receipt::Delivered && carried.contains_key(op)));
         keys.extend(self.pending.values().map(|p| p.block.key()));
         for k in keys {
             self.refresh(&k);

@@ -248,6 +248,31 @@ fn seed_case_6_unavailable_or_malformed_history_keeps_what_was_readable() {
         t.handle_latest_window(&tag, Ok(w), Millis(7)),
         Outcome::Applied
     );
+    // A reload whose every retry fails keeps the rows and says so (recovery offered),
+    // instead of showing Ready as if the rows were current.
+    let shown: Vec<_> = t.rows().map(|r| r.block.key()).collect();
+    t.reload(Millis(8));
+    let mut now = Millis(8);
+    loop {
+        let tag = latest_tag(&effects(&mut t));
+        t.handle_latest_window(&tag, Err(LoadFailure::Unavailable), now);
+        let Some(due) = t.poll_timeout() else { break };
+        now = due;
+        t.handle_timeout(now);
+    }
+    assert!(matches!(
+        t.load_state(),
+        LoadState::ReloadFailed {
+            reason: LoadFailure::Unavailable,
+            ..
+        }
+    ));
+    assert_eq!(t.rows().map(|r| r.block.key()).collect::<Vec<_>>(), shown);
+    t.recover(now);
+    let tag = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    assert_eq!(t.handle_latest_window(&tag, Ok(w), now), Outcome::Applied);
+    assert_eq!(t.load_state(), &LoadState::Ready);
 }
 
 fn anchored(t: &mut Timeline, host: &mut SimHost, anchor: Anchor) -> Outcome {

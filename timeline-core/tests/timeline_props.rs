@@ -7,6 +7,12 @@
 //!   equals a full rebuild from the held inputs;
 //! - a history copy always wins over a live copy;
 //! - a pending echo shows exactly while no row carries its operation ID;
+//! - a message the user sent and did not remove is on screen in every state from its
+//!   submit on, as its echo or as a row carrying its operation; once its sent proof
+//!   arrived ([`Timeline::mark_delivered`]) it stays on screen forever after, whatever
+//!   order the proof, live snapshots and patches, history windows and reloads come in
+//!   (unless a window moved past its saved row, which is then older history that paging
+//!   reaches);
 //! - a live row never disappears until the client has shown its history copy (or a
 //!   window that does not join the held rows moved past it, so it is older history);
 //! - a live update with a newer epoch never removes a visible row;
@@ -51,6 +57,8 @@ enum Step {
     AddPending(u8),
     RemovePending(u8),
     ConfirmPending(u8),
+    /// The sent proof of a message arrives (the outbox lets go of it).
+    MarkDelivered(u8),
     Advance(u64),
 }
 
@@ -58,7 +66,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         2 => (1usize..4).prop_map(Step::AppendHistory),
         4 => (0u8..10).prop_map(Step::StreamLive),
-        2 => (0u8..4).prop_map(Step::StreamUser),
+        2 => (0u8..OPS).prop_map(Step::StreamUser),
         3 => any::<prop::sample::Index>().prop_map(Step::SaveLive),
         2 => Just(Step::LoadLatest),
         3 => any::<prop::sample::Index>().prop_map(Step::DeliverLatest),
@@ -67,12 +75,16 @@ fn step() -> impl Strategy<Value = Step> {
         6 => (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, d)| Step::DeliverRelay(i, d)),
         1 => any::<prop::sample::Index>().prop_map(Step::DropRelay),
         4 => (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, d)| Step::DeliverPatch(i, d)),
-        1 => (0u8..4).prop_map(Step::AddPending),
-        1 => (0u8..4).prop_map(Step::RemovePending),
-        1 => (0u8..4).prop_map(Step::ConfirmPending),
+        2 => (0u8..OPS).prop_map(Step::AddPending),
+        1 => (0u8..OPS).prop_map(Step::RemovePending),
+        1 => (0u8..OPS).prop_map(Step::ConfirmPending),
+        2 => (0u8..OPS).prop_map(Step::MarkDelivered),
         1 => (1u64..200_000).prop_map(Step::Advance),
     ]
 }
+
+/// How many distinct operations a run may send.
+const OPS: u8 = 6;
 
 fn op(n: u8) -> OperationId {
     OperationId::new(format!("op-{n}")).unwrap()
@@ -92,7 +104,13 @@ struct World {
     last_emitted: Option<LiveOverlay>,
     /// Keys the client has shown as history at least once.
     shown_as_history: HashSet<BlockKey>,
+    /// Sent, neither removed by the user nor delivered: the echo must show exactly
+    /// while no row carries the operation.
     pending: BTreeSet<OperationId>,
+    /// Sent and delivered (sent proof received): on screen forever after.
+    delivered: BTreeSet<OperationId>,
+    /// Every operation ever sent (a message is sent once).
+    submitted: BTreeSet<OperationId>,
 }
 
 type View = Vec<(Origin, BlockKey)>;
@@ -117,6 +135,8 @@ impl World {
             last_emitted: None,
             shown_as_history: HashSet::new(),
             pending: BTreeSet::new(),
+            delivered: BTreeSet::new(),
+            submitted: BTreeSet::new(),
         };
         w.drain_effects().unwrap();
         w
@@ -197,7 +217,7 @@ impl World {
                     !carried.contains(o),
                     "echo of {o} shown beside a row carrying it"
                 );
-                prop_assert!(self.pending.contains(o));
+                prop_assert!(self.pending.contains(o) || self.delivered.contains(o));
             }
         }
         for o in &self.pending {
@@ -209,6 +229,7 @@ impl World {
                 "{o} vanished"
             );
         }
+        self.check_delivered()?;
         // A live row never disappears before its history copy showed, unless a new
         // window that does not join the held rows moved past it: then it is saved
         // history above the window, where paging reaches it.
@@ -225,6 +246,40 @@ impl World {
                     _ => false,
                 };
                 prop_assert!(above_window, "live row {k} disappeared");
+            }
+        }
+        Ok(())
+    }
+
+    /// TL-03: every delivered message is on screen, as its echo or as a row carrying its
+    /// operation, unless its saved row is above the oldest history row shown (a window
+    /// moved past it; paging reaches it) or a page in the past shows.
+    fn check_delivered(&self) -> Result<(), TestCaseError> {
+        let oldest_history = self
+            .client
+            .rows()
+            .find(|r| r.origin == Origin::History)
+            .map(|r| r.block.order_key());
+        for o in &self.delivered {
+            let shown = self
+                .client
+                .rows()
+                .any(|r| r.block.operation_id.as_ref() == Some(o));
+            let above_window = self.host.history().iter().any(|b| {
+                b.operation_id.as_ref() == Some(o)
+                    && oldest_history
+                        .as_ref()
+                        .is_some_and(|oldest| b.order_key() < *oldest)
+            });
+            prop_assert!(
+                shown || above_window || self.client.newer_cursor().is_some(),
+                "delivered {o} vanished"
+            );
+            if shown && self.client.is_pending_delivered(o).is_none() {
+                // Retired: a row (not an echo) shows it.
+                prop_assert!(self.client.rows().any(
+                    |r| r.origin != Origin::Pending && r.block.operation_id.as_ref() == Some(o)
+                ));
             }
         }
         Ok(())
@@ -358,19 +413,43 @@ impl World {
                 }
             }
             Step::AddPending(n) => {
-                self.client.add_pending(PendingSend {
-                    operation_id: op(n),
-                    created_at: self.now,
-                    data: serde_json::json!({"text": "same text"}),
-                });
-                self.pending.insert(op(n));
+                if self.submitted.insert(op(n)) {
+                    self.client.add_pending(PendingSend {
+                        operation_id: op(n),
+                        created_at: self.now,
+                        data: serde_json::json!({"text": "same text"}),
+                    });
+                    self.pending.insert(op(n));
+                }
             }
             Step::RemovePending(n) => {
-                self.client.remove_pending(&op(n));
-                self.pending.remove(&op(n));
+                let held = self.client.is_pending_delivered(&op(n));
+                let outcome = self.client.remove_pending(&op(n));
+                match held {
+                    // A delivered message is not the user's to take back.
+                    Some(true) => {
+                        prop_assert_eq!(outcome, Outcome::Ignored(IgnoreReason::Delivered))
+                    }
+                    Some(false) => {
+                        prop_assert_eq!(outcome, Outcome::Applied);
+                        self.pending.remove(&op(n));
+                    }
+                    None => prop_assert_eq!(outcome, Outcome::Unchanged),
+                }
             }
             Step::ConfirmPending(n) => {
                 self.client.confirm_pending(&op(n));
+            }
+            Step::MarkDelivered(n) => {
+                // The sent proof comes only for a message the user sent and did not
+                // remove; it may come before, between or after the rows carrying it.
+                let outcome = self.client.mark_delivered(&op(n));
+                if self.pending.remove(&op(n)) {
+                    prop_assert_eq!(outcome, Outcome::Applied);
+                    self.delivered.insert(op(n));
+                } else if !self.delivered.contains(&op(n)) {
+                    prop_assert_eq!(outcome, Outcome::Ignored(IgnoreReason::NotInFlight));
+                }
             }
             Step::Advance(ms) => {
                 self.now = self.now.saturating_add(Millis(ms));
@@ -410,6 +489,7 @@ fn run_world(mode: ClientMode, steps: Vec<Step>) -> Result<(), TestCaseError> {
     for (k, o) in &expect {
         prop_assert_eq!(w.client.row(k).map(|r| r.origin), Some(*o), "{}", k);
     }
+    w.check_delivered()?;
     Ok(())
 }
 

@@ -4,14 +4,19 @@
 mod common;
 
 use common::*;
+use fixtures::sim_host::SimHost;
 use timeline_core::anchor::{Anchor, AnchorError};
 use timeline_core::block::{Block, CommandOutput, CommandRowData};
-use timeline_core::key::BlockType;
-use timeline_core::policy::{ANCHORED_PAGE_SIZE, OLDER_PAGE_SIZE};
+use timeline_core::key::{BlockKey, BlockType};
+use timeline_core::order::SourceOrder;
+use timeline_core::policy::{
+    ANCHORED_PAGE_SIZE, INITIAL_LOAD_MAX_RETRIES, INITIAL_LOAD_TIMEOUT, OLDER_PAGE_SIZE,
+    PAGINATED_LOAD_TIMEOUT,
+};
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
     ClientMode, DropReason, Effect, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin,
-    Outcome, PendingSend, Timeline,
+    Outcome, PendingSend, RequestTag, Timeline,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, ResponseError, TimelineWindow};
 
@@ -851,4 +856,412 @@ fn between_and_apply_to_are_inverse_and_refuse_other_bases() {
     );
     let empty: LiveOverlay = overlay(1, 7, vec![]);
     assert_eq!(LivePatch::between(&b, &empty).unwrap().removals.len(), 2);
+}
+
+// ----- pending echoes: delivered versus removed ------------------------------------------
+
+/// A user row carrying `id` (the key its history row has), live or saved.
+fn user_row(id: &str, at: u64, live: bool) -> Block {
+    let order = if live {
+        SourceOrder::live(at)
+    } else {
+        SourceOrder::history(at, 0)
+    };
+    Block::new(BlockKey::user_message(&op(id)), Millis(at))
+        .with_operation(op(id))
+        .with_source_order(order)
+}
+
+fn echo_key(id: &str) -> BlockKey {
+    BlockKey::user_message(&op(id))
+}
+
+/// The incremental rows equal the full rebuild.
+fn assert_rebuilt(t: &Timeline) {
+    let rows: Vec<(Origin, Block)> = t.rows().map(|r| (r.origin, r.block.clone())).collect();
+    assert_eq!(rows, t.full_rebuild());
+}
+
+/// Reloads and applies `w` as the answer.
+fn reload_with(t: &mut Timeline, w: TimelineWindow, now: Millis) -> Outcome {
+    t.reload(now);
+    let tag = latest_tag(&effects(t));
+    t.handle_latest_window(&tag, Ok(w), now)
+}
+
+// TL-03: the sent proof usually comes before any row carrying the message. The echo of a
+// delivered message stays until a row carries the operation and then retires by itself;
+// the message is on screen in every state. Only a removal by the user drops an echo at
+// once, and a delivered message cannot be removed.
+#[test]
+fn a_delivered_echo_stays_until_a_row_carries_it_then_retires_by_itself() {
+    let target = target("s");
+    let mut t = opened(ClientMode::Phone, window(vec![], overlay(1, 1, vec![])));
+    t.add_pending(pending("op-1", 10));
+    t.add_pending(pending("op-2", 10));
+    assert_eq!(t.mark_delivered(&op("op-1")), Outcome::Applied);
+    assert_eq!(t.mark_delivered(&op("op-1")), Outcome::Unchanged);
+    assert_eq!(
+        t.mark_delivered(&op("op-9")),
+        Outcome::Ignored(IgnoreReason::NotInFlight)
+    );
+    assert_eq!(t.is_pending_delivered(&op("op-1")), Some(true));
+    assert_eq!(
+        t.is_pending_confirmed(&op("op-1")),
+        Some(true),
+        "delivered implies saved"
+    );
+    assert_eq!(t.is_pending_delivered(&op("op-2")), Some(false));
+    // Sent, no row yet: the echo stays, also through a reload that does not carry it yet.
+    assert_eq!(t.row(&echo_key("op-1")).unwrap().origin, Origin::Pending);
+    assert_eq!(
+        t.remove_pending(&op("op-1")),
+        Outcome::Ignored(IgnoreReason::Delivered)
+    );
+    assert_eq!(t.row(&echo_key("op-1")).unwrap().origin, Origin::Pending);
+    assert_eq!(
+        reload_with(&mut t, window(vec![], overlay(1, 2, vec![])), Millis(2)),
+        Outcome::Applied
+    );
+    assert_eq!(t.row(&echo_key("op-1")).unwrap().origin, Origin::Pending);
+    assert_rebuilt(&t);
+    // The live row arrives: it shows the message and the echo retires.
+    let live_row = user_row("op-1", 12, true);
+    assert_eq!(
+        t.handle_live_update(&target, overlay(1, 3, vec![live_row.clone()]), Millis(3)),
+        Outcome::Applied
+    );
+    assert_eq!(t.row(&echo_key("op-1")).unwrap().origin, Origin::Live);
+    assert_eq!(t.is_pending_delivered(&op("op-1")), None, "retired");
+    assert_eq!(t.remove_pending(&op("op-1")), Outcome::Unchanged);
+    assert_rebuilt(&t);
+    // The settling window brings its history copy in the same step.
+    assert_eq!(
+        reload_with(
+            &mut t,
+            window(vec![user_row("op-1", 12, false)], overlay(2, 4, vec![])),
+            Millis(4)
+        ),
+        Outcome::Applied
+    );
+    assert_eq!(t.row(&echo_key("op-1")).unwrap().origin, Origin::History);
+    assert_rebuilt(&t);
+    // A message the user removes (never delivered) goes at once.
+    assert_eq!(t.remove_pending(&op("op-2")), Outcome::Applied);
+    assert!(t.row(&echo_key("op-2")).is_none());
+    assert_eq!(t.is_pending_delivered(&op("op-2")), None);
+    assert_rebuilt(&t);
+}
+
+// TL-03: whichever input brings the row carrying a delivered operation (a whole
+// snapshot, a patch, a window, or a row that was there before the proof), the echo
+// retires in that step and the row shows the message.
+#[test]
+fn a_delivered_echo_retires_in_the_step_a_row_carries_it_whatever_brings_the_row() {
+    let target = target("s");
+    let mut t = opened(ClientMode::Desktop, window(vec![], overlay(1, 1, vec![])));
+    for id in ["op-3", "op-4", "op-5"] {
+        t.add_pending(pending(id, 10));
+    }
+    // A row under another key carries op-3 before its proof: the echo hides but stays
+    // held (the outbox still holds the message); the proof retires it at once.
+    let carrier =
+        Block::new(key(BlockType::User, "codex-item-3"), Millis(11)).with_operation(op("op-3"));
+    t.handle_live_update(&target, overlay(1, 2, vec![carrier.clone()]), Millis(2));
+    assert!(t.row(&echo_key("op-3")).is_none());
+    assert_eq!(t.is_pending_delivered(&op("op-3")), Some(false));
+    assert_eq!(t.mark_delivered(&op("op-3")), Outcome::Applied);
+    assert_eq!(t.is_pending_delivered(&op("op-3")), None);
+    assert_eq!(
+        t.row(&key(BlockType::User, "codex-item-3")).unwrap().origin,
+        Origin::Live
+    );
+    assert_rebuilt(&t);
+    // A patch brings op-4's row.
+    t.mark_delivered(&op("op-4"));
+    t.mark_delivered(&op("op-5"));
+    let prev = overlay(1, 2, vec![carrier.clone()]);
+    let next = overlay(1, 3, vec![carrier.clone(), user_row("op-4", 13, true)]);
+    let patch = LivePatch::between(&prev, &next).unwrap();
+    assert_eq!(
+        t.handle_live_patch(&target, patch, Millis(3)),
+        Outcome::Applied
+    );
+    assert_eq!(t.is_pending_delivered(&op("op-4")), None);
+    assert_eq!(t.row(&echo_key("op-4")).unwrap().origin, Origin::Live);
+    assert_eq!(t.row(&echo_key("op-5")).unwrap().origin, Origin::Pending);
+    assert_rebuilt(&t);
+    // A window brings op-5's history row.
+    let w = window(
+        vec![user_row("op-5", 14, false)],
+        overlay(1, 3, vec![carrier, user_row("op-4", 13, true)]),
+    );
+    assert_eq!(reload_with(&mut t, w, Millis(4)), Outcome::Applied);
+    assert_eq!(t.is_pending_delivered(&op("op-5")), None);
+    assert_eq!(t.row(&echo_key("op-5")).unwrap().origin, Origin::History);
+    assert_eq!(t.len(), 3);
+    assert_rebuilt(&t);
+}
+
+// ----- misrouted answers -----------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Latest,
+    Older,
+    Anchored,
+}
+
+/// A desktop timeline showing a window with an older page to load, one request of `kind`
+/// in flight (sent at `sent`), its tag and the host that answers.
+fn one_request(kind: Kind, sent: Millis) -> (Timeline, RequestTag, SimHost) {
+    let mut host = SimHost::new("s");
+    host.append_history(30);
+    let mut t = Timeline::new(ClientMode::Desktop);
+    t.open_target(host.target().clone(), Millis(0));
+    let tag = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    assert_eq!(
+        t.handle_latest_window(&tag, Ok(w), Millis(1)),
+        Outcome::Applied
+    );
+    match kind {
+        Kind::Latest => t.reload(sent),
+        Kind::Older => assert!(t.load_older(sent)),
+        Kind::Anchored => {
+            let row = host.history()[0].key();
+            t.load_anchored(Anchor::row(&row), sent).unwrap();
+        }
+    }
+    let tag = match effects(&mut t).as_slice() {
+        [Effect::LoadLatestWindow { tag, .. }
+        | Effect::LoadOlderPage { tag, .. }
+        | Effect::LoadAnchored { tag, .. }] => tag.clone(),
+        other => panic!("{other:?}"),
+    };
+    (t, tag, host)
+}
+
+/// Hands `tag` to the handler of `kind` with an answer of that handler's type.
+fn answer(
+    t: &mut Timeline,
+    host: &mut SimHost,
+    kind: Kind,
+    tag: &RequestTag,
+    now: Millis,
+) -> Outcome {
+    match kind {
+        Kind::Latest => {
+            let (w, _) = host.latest_window();
+            t.handle_latest_window(tag, Ok(w), now)
+        }
+        Kind::Older => {
+            let page = host.older_page(t.oldest_cursor().unwrap_or("none"));
+            t.handle_older_page(tag, Ok(page), now)
+        }
+        Kind::Anchored => {
+            let row = host.history()[0].key();
+            let w = host.anchored(&Anchor::row(&row)).unwrap();
+            t.handle_anchored(tag, Ok(w))
+        }
+    }
+}
+
+// TL-13: an answer handed to the handler of another kind of request is refused and the
+// request keeps waiting with its own deadline: the right answer still lands, and without
+// one the load times out (a latest window is retried). Every pair of handlers.
+#[test]
+fn a_misrouted_answer_is_refused_and_the_request_keeps_its_deadline() {
+    let kinds = [Kind::Latest, Kind::Older, Kind::Anchored];
+    let sent = Millis(1_000);
+    for issued in kinds {
+        let deadline = Millis(
+            sent.0
+                + match issued {
+                    Kind::Older => PAGINATED_LOAD_TIMEOUT.0,
+                    _ => INITIAL_LOAD_TIMEOUT.0,
+                },
+        );
+        for wrong in kinds.into_iter().filter(|k| *k != issued) {
+            let case = format!("{issued:?} answered as {wrong:?}");
+            // The right answer still lands after the misrouted one.
+            let (mut t, tag, mut host) = one_request(issued, sent);
+            assert_eq!(t.poll_timeout(), Some(deadline), "{case}");
+            assert_eq!(
+                answer(&mut t, &mut host, wrong, &tag, Millis(2_000)),
+                Outcome::Ignored(IgnoreReason::Misrouted),
+                "{case}"
+            );
+            assert_eq!(t.poll_timeout(), Some(deadline), "{case}: deadline kept");
+            assert!(effects(&mut t).is_empty(), "{case}");
+            assert_eq!(
+                answer(&mut t, &mut host, issued, &tag, Millis(3_000)),
+                Outcome::Applied,
+                "{case}: the right handler"
+            );
+            // Without the right answer, the load times out at its own deadline.
+            let (mut t, tag, mut host) = one_request(issued, sent);
+            answer(&mut t, &mut host, wrong, &tag, Millis(2_000));
+            t.handle_timeout(Millis(deadline.0 - 1));
+            assert_eq!(t.poll_timeout(), Some(deadline), "{case}");
+            t.handle_timeout(deadline);
+            match issued {
+                Kind::Latest => {
+                    assert_eq!(t.poll_timeout(), Some(Millis(deadline.0 + 750)), "{case}");
+                    t.handle_timeout(Millis(deadline.0 + 750));
+                    assert!(
+                        matches!(
+                            effects(&mut t).as_slice(),
+                            [Effect::LoadLatestWindow {
+                                reason: LoadReason::Retry(1),
+                                ..
+                            }]
+                        ),
+                        "{case}: retried"
+                    );
+                }
+                Kind::Older | Kind::Anchored => {
+                    assert_eq!(t.poll_timeout(), None, "{case}: timed out");
+                }
+            }
+            assert_eq!(
+                answer(&mut t, &mut host, issued, &tag, Millis(deadline.0 + 1)),
+                Outcome::Ignored(IgnoreReason::NotInFlight),
+                "{case}: a late answer"
+            );
+        }
+    }
+}
+
+// ----- a reload that gives up ------------------------------------------------------------
+
+/// Times out every try of a reload of a shown window, from `now`, until `tries` requests
+/// (the first and its retries) have timed out. Returns the time of the last timeout.
+fn time_out_reload_tries(t: &mut Timeline, mut now: Millis, tries: u32) -> Millis {
+    t.reload(now);
+    let mut request = latest_tag(&effects(t));
+    for n in 1..=tries {
+        let deadline = now.saturating_add(INITIAL_LOAD_TIMEOUT);
+        assert_eq!(t.poll_timeout(), Some(deadline));
+        t.handle_timeout(deadline);
+        now = deadline;
+        if n == tries {
+            break;
+        }
+        // A retry is due; send it.
+        let due = t.poll_timeout().unwrap();
+        t.handle_timeout(due);
+        now = due;
+        let tag = latest_tag(&effects(t));
+        assert_ne!(tag, request);
+        request = tag;
+        assert_eq!(t.load_state(), &LoadState::Ready, "retry {n} under way");
+    }
+    now
+}
+
+// TL-13, seed case 6 ("preserve readable history and expose recovery"): a reload of a
+// shown window whose first try and 3 retries all time out keeps the rows and says it
+// failed, with the way to recover. At the retry limit (the 3rd retry under way) the state
+// is still Ready; one past it, ReloadFailed, and no 4th retry.
+#[test]
+fn a_reload_that_gives_up_says_so_and_offers_recovery() {
+    assert_eq!(INITIAL_LOAD_MAX_RETRIES, 3);
+    let mut host = SimHost::new("s");
+    host.append_history(20);
+    let mut t = Timeline::new(ClientMode::Phone);
+    t.open_target(host.target().clone(), Millis(0));
+    let tag = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    t.handle_latest_window(&tag, Ok(w), Millis(1));
+    let before: Vec<BlockKey> = t.rows().map(|r| r.block.key()).collect();
+    // At the limit: the first try and 2 retries timed out, the 3rd retry is under way.
+    let now = time_out_reload_tries(&mut t, Millis(10), 3);
+    let due = t.poll_timeout().unwrap();
+    t.handle_timeout(due);
+    let last = latest_tag(&effects(&mut t));
+    assert_eq!(t.load_state(), &LoadState::Ready);
+    assert_eq!(
+        t.poll_timeout(),
+        Some(due.saturating_add(INITIAL_LOAD_TIMEOUT))
+    );
+    assert!(due > now);
+    // One past it: the 3rd retry times out too.
+    t.handle_timeout(due.saturating_add(INITIAL_LOAD_TIMEOUT));
+    assert_eq!(
+        t.load_state(),
+        &LoadState::ReloadFailed {
+            reason: LoadFailure::TimedOut,
+            retries: 3
+        }
+    );
+    assert_eq!(t.poll_timeout(), None, "no 4th retry");
+    assert!(effects(&mut t).is_empty());
+    let after: Vec<BlockKey> = t.rows().map(|r| r.block.key()).collect();
+    assert_eq!(before, after, "the rows stay readable");
+    assert_eq!(
+        t.handle_latest_window(&last, Err(LoadFailure::Unavailable), Millis(500_000)),
+        Outcome::Ignored(IgnoreReason::NotInFlight)
+    );
+    // Recovery: a new load with its own retries; the state is Ready while it runs.
+    t.recover(Millis(500_000));
+    assert_eq!(t.load_state(), &LoadState::Ready);
+    let tag = match effects(&mut t).as_slice() {
+        [Effect::LoadLatestWindow {
+            tag,
+            reason: LoadReason::Requested,
+            ..
+        }] => tag.clone(),
+        other => panic!("{other:?}"),
+    };
+    let (w, _) = host.latest_window();
+    assert_eq!(
+        t.handle_latest_window(&tag, Ok(w), Millis(500_001)),
+        Outcome::Applied
+    );
+    assert_eq!(t.load_state(), &LoadState::Ready);
+}
+
+// TL-13: the same with answers that fail: the reason is the last failure, and a window
+// that lands by another request clears the failure.
+#[test]
+fn a_reload_whose_every_retry_fails_keeps_the_rows_and_names_the_last_failure() {
+    let mut host = SimHost::new("s");
+    host.append_history(5);
+    let mut t = Timeline::new(ClientMode::Desktop);
+    t.open_target(host.target().clone(), Millis(0));
+    let tag = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    t.handle_latest_window(&tag, Ok(w), Millis(1));
+    let rows = t.len();
+    t.reload(Millis(10));
+    let mut now = Millis(10);
+    for retry in 0..=INITIAL_LOAD_MAX_RETRIES {
+        let tag = latest_tag(&effects(&mut t));
+        let failure = if retry == INITIAL_LOAD_MAX_RETRIES {
+            LoadFailure::SnapshotTooLarge
+        } else {
+            LoadFailure::Unavailable
+        };
+        assert_eq!(t.load_state(), &LoadState::Ready, "retry {retry}");
+        t.handle_latest_window(&tag, Err(failure), now);
+        if let Some(due) = t.poll_timeout() {
+            now = due;
+            t.handle_timeout(now);
+        }
+    }
+    assert_eq!(
+        t.load_state(),
+        &LoadState::ReloadFailed {
+            reason: LoadFailure::SnapshotTooLarge,
+            retries: INITIAL_LOAD_MAX_RETRIES
+        }
+    );
+    assert_eq!(t.len(), rows);
+    // A pull to refresh that lands returns the state to Ready.
+    assert_eq!(
+        reload_with(&mut t, host.latest_window().0, now),
+        Outcome::Applied
+    );
+    assert_eq!(t.load_state(), &LoadState::Ready);
 }
