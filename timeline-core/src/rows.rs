@@ -281,7 +281,7 @@ impl ActivityRow {
         }
     }
 
-    /// A file read: "Read <name>", the folder as context, the contents with their
+    /// A file read: "Read `<name>`", the folder as context, the contents with their
     /// `sourcePath`.
     pub fn file_read(path: &str, status: RowStatus, contents: &str) -> ActivityRow {
         let mut detail = Detail::plaintext(contents);
@@ -297,7 +297,7 @@ impl ActivityRow {
         }
     }
 
-    /// A file change: "Edited <name>" (or "Created"), the folder as context, the diff.
+    /// A file change: "Edited `<name>`" (or "Created"), the folder as context, the diff.
     pub fn file_change(path: &str, created: bool, status: RowStatus, diff: &str) -> ActivityRow {
         ActivityRow {
             kind: ActivityKind::FileChange,
@@ -314,7 +314,7 @@ impl ActivityRow {
         }
     }
 
-    /// A tool call: "Used <tool>", an optional summary as context, the arguments (and
+    /// A tool call: "Used `<tool>`", an optional summary as context, the arguments (and
     /// result) as the detail.
     pub fn tool_call(
         tool: &str,
