@@ -9,7 +9,10 @@
 //! | `agent-threads` | every window | no | yes |
 //!
 //! - Window stream: a snapshot for a target starts a 50 ms timer; a newer snapshot for
-//!   that target replaces the waiting one; at most 128 targets wait, and one more target
+//!   that target replaces the waiting one, newer meaning a higher settlement epoch, or a
+//!   higher revision in the same epoch (an older snapshot that arrives later is dropped,
+//!   so the window gets the newest whatever the arrival order); at most 128 targets
+//!   wait, and one more target
 //!   sends them all at once; a run event sends the waiting snapshots first. Every event a
 //!   window gets carries its `subscriptionId` and a `streamRevision` shared by all
 //!   windows. Subscribing returns the saved overlay, so a window starts complete.
@@ -17,10 +20,27 @@
 //!   payload must carry a `liveOverlay` with exactly `settlementEpoch`, `revision` and
 //!   `blocks`, a revision above 0, and both numbers inside the exact-integer range.
 //! - Relay repair: every 5 s while a run of the session is active, each target that had
-//!   no new write since the last tick has its saved overlay sent again, to the relay only.
-//!   The timer is armed by the first snapshot emitted during the run.
+//!   no new write since the last tick has its newest saved overlay sent again, to the
+//!   relay only. The timer is armed by the first snapshot emitted during the run, and the
+//!   first tick counts from there: a target written before (between runs, or in an
+//!   earlier run) and quiet since is resent at the first tick.
 //! - `agent-threads`: the first signal of a session goes at once, then at most one more at
-//!   the end of a 1-second window.
+//!   the end of a 1-second window. A signal that goes out (at the window's end, or at once
+//!   when it arrives after the window ended) stands for any signal held back before it,
+//!   which is dropped: no signal ever follows a newer one.
+//!
+//! # A target deleted and written again
+//!
+//! Every comparison here (coalescing, what a recipient holds, what repair resends) orders
+//! one target's snapshots by `(settlementEpoch, revision)`, as clients do (TL-06). That is
+//! a total order over a target's whole life only because epochs never start over: a
+//! target written again after a delete starts one epoch above the one it was deleted at
+//! ([`crate::store::created_epoch`], kept by every store). Had it restarted at 0, the
+//! hub would take its snapshots for older ones, and a client still holding the old
+//! target's epoch would ignore them as stale until it opened the target anew; with the
+//! higher epoch the client keeps its rows and reloads a latest window, which carries the
+//! new overlay. Telling clients "this target is new" instead would need a field or an
+//! event that the seed's clients do not know, so the existing epoch fence is used.
 //!
 //! The producer saves an overlay before it emits it, so every `blocks` payload is a whole
 //! saved snapshot: a client that missed events recovers everything from the next one.
@@ -374,9 +394,13 @@ struct TargetState {
     windows_hold: Option<Arc<LiveOverlay>>,
 }
 
+/// The `agent-threads` throttle of one session (OV-09).
 #[derive(Debug, Default)]
 struct Throttle {
+    /// The end of the window that the last signal sent opened.
     window_end: Option<Millis>,
+    /// The newest signal held back for the end of that window. A signal that goes out
+    /// replaces it, so no signal ever follows a newer one.
     pending: Option<Payload>,
 }
 
@@ -554,6 +578,10 @@ impl LiveHub {
                 th.pending = Some(payload);
                 return RelayOutcome::Throttled;
             }
+            // The window is over (its timer may not have been handled yet): this signal
+            // goes out now and stands for the one held back, which is dropped rather
+            // than sent after it with an older timestamp.
+            th.pending = None;
             th.window_end = Some(now.saturating_add(AGENT_THREADS_WINDOW));
         }
         self.route(payload, now)
@@ -592,16 +620,32 @@ impl LiveHub {
     }
 
     fn route_blocks(&mut self, k: TargetKey, snap: Arc<LiveOverlay>, now: Millis) -> RelayOutcome {
-        if let Some(tick) = self.active_runs.get_mut(&k.0) {
-            tick.get_or_insert(now.saturating_add(RELAY_REPAIR_INTERVAL));
+        if let Some(tick @ None) = self.active_runs.get_mut(&k.0) {
+            // The first snapshot of the run arms the repair timer, and the first tick's
+            // "since the last tick" starts here: a write before it (between runs, or in
+            // an earlier run) does not make a target count as written (OV-08).
+            *tick = Some(now.saturating_add(RELAY_REPAIR_INTERVAL));
+            for ((s, _), state) in self.targets.iter_mut() {
+                if *s == k.0 {
+                    state.whole_since_tick = false;
+                }
+            }
         }
         if self.by_target.contains_key(&k) {
             self.enqueue_snapshot(k.clone(), Arc::clone(&snap), now);
         }
         let (outcome, patched) = self.relay_blocks(&k, &snap);
         let state = self.targets.entry(k).or_default();
-        state.last = Some(snap);
-        state.whole_since_tick = !patched;
+        // A snapshot older than the newest one emitted (a producer that sends out of
+        // order) neither replaces what repair resends nor counts as a new write.
+        let newest = state
+            .last
+            .as_deref()
+            .is_none_or(|last| version(last) <= version(&snap));
+        if newest {
+            state.last = Some(snap);
+            state.whole_since_tick = !patched;
+        }
         outcome
     }
 
@@ -682,7 +726,12 @@ impl LiveHub {
 
     fn enqueue_snapshot(&mut self, k: TargetKey, overlay: Arc<LiveOverlay>, now: Millis) {
         if let Some(w) = self.waiting.get_mut(&k) {
-            w.0 = overlay; // a newer snapshot replaces the waiting one; the timer stays
+            // A newer snapshot (a higher epoch, or a higher revision in the same epoch)
+            // replaces the waiting one; an older one that arrives later is dropped. The
+            // timer stays.
+            if version(&overlay) > version(&w.0) {
+                w.0 = overlay;
+            }
             return;
         }
         if self.waiting.len() >= MAX_WAITING_TARGETS {

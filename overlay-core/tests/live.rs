@@ -10,7 +10,8 @@ mod common;
 use common::*;
 use overlay_core::live::{
     validate_relay_overlay, validate_relay_patch, Delivery, LiveHub, LiveProtocol, Payload,
-    RelayError, RelayOutcome, RunEvent, RunEventKind, WindowId, BLOCKS_PATCH_EVENT,
+    RelayError, RelayOutcome, RunEvent, RunEventKind, WindowId, AGENT_THREADS_WINDOW,
+    BLOCKS_PATCH_EVENT, COALESCE_WINDOW,
 };
 use overlay_core::overlay::{write, Change};
 use overlay_core::store::memory::MemoryOverlayStore;
@@ -393,6 +394,147 @@ fn agent_threads_signals_are_throttled_to_one_per_second() {
         ),
         RelayOutcome::Sent
     );
+}
+
+// OV-08: the first tick of a run resends a target written before the run's timer
+// started (between runs, or in an earlier run): "since the last tick" begins when the
+// first snapshot of the run arms the timer, so an older write does not count.
+#[test]
+fn the_first_repair_tick_resends_a_target_written_before_the_timer_started() {
+    let (a, b) = (main_target(), TargetId::new("thread-2").unwrap());
+    let tick_revisions = |ds: Vec<Delivery>| -> Vec<(String, u64)> {
+        ds.into_iter()
+            .map(|d| match d {
+                Delivery::Relay(r) => (
+                    r.json["timelineTargetId"].as_str().unwrap().to_owned(),
+                    r.json["liveOverlay"]["revision"].as_u64().unwrap(),
+                ),
+                other => panic!("relay only, got {other:?}"),
+            })
+            .collect()
+    };
+    // Written between runs.
+    let (mut hub, _) = hub_with_window(&a);
+    hub.set_phone_interest(&session(), true);
+    hub.emit(blocks(&a, 1), Millis(0));
+    hub.emit(run_event(RunEventKind::Started, 1_000), Millis(1_000));
+    hub.emit(blocks(&b, 2), Millis(2_000));
+    hub.handle_timeout(Millis(2_050));
+    let _ = deliveries(&mut hub);
+    assert_eq!(hub.poll_timeout(), Some(Millis(7_000)));
+    hub.handle_timeout(Millis(7_000));
+    assert_eq!(
+        tick_revisions(deliveries(&mut hub)),
+        [("session-1".to_owned(), 1)],
+        "A was quiet for the whole first tick; B's write armed it"
+    );
+
+    // Written in an earlier run that ended before its first tick.
+    let (mut hub, _) = hub_with_window(&a);
+    hub.set_phone_interest(&session(), true);
+    hub.emit(run_event(RunEventKind::Started, 0), Millis(0));
+    hub.emit(blocks(&a, 1), Millis(100));
+    hub.emit(run_event(RunEventKind::Completed, 200), Millis(200));
+    hub.emit(run_event(RunEventKind::Started, 300), Millis(300));
+    hub.emit(blocks(&b, 2), Millis(400));
+    hub.handle_timeout(Millis(450));
+    let _ = deliveries(&mut hub);
+    hub.handle_timeout(Millis(5_400));
+    assert_eq!(
+        tick_revisions(deliveries(&mut hub)),
+        [("session-1".to_owned(), 1)]
+    );
+    // From then on the seed's rule: B, now quiet too, is resent at the second tick.
+    hub.handle_timeout(Millis(10_400));
+    assert_eq!(
+        tick_revisions(deliveries(&mut hub)),
+        [("session-1".to_owned(), 1), ("thread-2".to_owned(), 2)]
+    );
+}
+
+/// The window snapshots among `ds`, as (epoch, revision).
+fn window_versions(ds: &[Delivery]) -> Vec<(u64, u64)> {
+    ds.iter()
+        .filter_map(|d| match d {
+            Delivery::Window {
+                payload: Payload::Blocks { overlay, .. },
+                ..
+            } => Some((overlay.settlement_epoch, overlay.revision)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn blocks_at(target: &TargetId, epoch: u64, revision: u64) -> Payload {
+    Payload::Blocks {
+        session: session(),
+        target: target.clone(),
+        overlay: LiveOverlay {
+            settlement_epoch: epoch,
+            revision,
+            blocks: vec![],
+        },
+    }
+}
+
+// OV-07: "a newer snapshot replaces the waiting one" means newer by version, not by
+// arrival: revision 43 then 42 within the window delivers 43, and a higher settlement
+// epoch wins over a higher revision of a lower epoch. The relay gets every write at once.
+#[test]
+fn coalescing_keeps_the_newest_snapshot_not_the_last_to_arrive() {
+    let t = main_target();
+    let (mut hub, _) = hub_with_window(&t);
+    hub.set_phone_interest(&session(), true);
+    hub.emit(blocks(&t, 43), Millis(0));
+    hub.emit(blocks(&t, 42), Millis(20));
+    let relay = deliveries(&mut hub);
+    assert_eq!(relay.len(), 2, "the relay is not coalesced: {relay:?}");
+    hub.handle_timeout(Millis(50));
+    assert_eq!(window_versions(&deliveries(&mut hub)), [(0, 43)]);
+
+    hub.emit(blocks_at(&t, 4, 45), Millis(100));
+    hub.emit(blocks_at(&t, 3, 50), Millis(110));
+    hub.emit(blocks_at(&t, 4, 44), Millis(120));
+    let _ = deliveries(&mut hub);
+    hub.handle_timeout(Millis(150));
+    assert_eq!(window_versions(&deliveries(&mut hub)), [(4, 45)]);
+}
+
+// OV-09: a signal at or after the end of a window goes out at once and stands for the
+// signal held back in that window, which is dropped: no older signal follows a newer one.
+#[test]
+fn a_signal_that_goes_out_drops_the_older_held_signal() {
+    let mut hub = LiveHub::new();
+    hub.set_phone_interest(&session(), true);
+    let signal = |at| Payload::AgentThreads {
+        session: session(),
+        timestamp: Millis(at),
+    };
+    let sent_timestamps = |ds: Vec<Delivery>| -> Vec<u64> {
+        ds.into_iter()
+            .filter_map(|d| match d {
+                Delivery::Relay(r) => r.json["timestamp"].as_u64(),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(hub.emit(signal(0), Millis(0)), RelayOutcome::Sent);
+    assert_eq!(hub.emit(signal(900), Millis(900)), RelayOutcome::Throttled);
+    // The window's timer is not handled before the next signal arrives at its end.
+    assert_eq!(hub.emit(signal(1_000), Millis(1_000)), RelayOutcome::Sent);
+    assert_eq!(sent_timestamps(deliveries(&mut hub)), [0, 1_000]);
+    assert_eq!(hub.poll_timeout(), None, "nothing is held any more");
+    hub.handle_timeout(Millis(1_000));
+    hub.handle_timeout(Millis(2_000));
+    assert!(deliveries(&mut hub).is_empty());
+    // Later than the window's end too.
+    assert_eq!(
+        hub.emit(signal(1_500), Millis(1_500)),
+        RelayOutcome::Throttled
+    );
+    assert_eq!(hub.emit(signal(2_200), Millis(2_200)), RelayOutcome::Sent);
+    hub.handle_timeout(Millis(10_000));
+    assert_eq!(sent_timestamps(deliveries(&mut hub)), [2_200]);
 }
 
 // OV-07: the producer saves before it sends, so a client that missed events recovers
@@ -1229,5 +1371,208 @@ proptest! {
         let mut want = last.blocks.clone();
         want.sort_by_cached_key(Block::order_key);
         prop_assert_eq!(live, want);
+    }
+}
+
+// OV-04, OV-07, OV-08, TL-06: a target deleted and written again continues its
+// settlement epoch one above the old one, so a phone that still holds the old target
+// reloads (keeping its rows until the latest window answers) instead of ignoring the
+// new target's updates as stale; windows get the new snapshot and repair resends it,
+// never the old target's.
+#[test]
+fn a_target_written_again_after_a_delete_reaches_clients_that_held_the_old_one() {
+    use timeline_core::timeline::LoadReason;
+    let (s, t) = (session(), main_target());
+    let mut store = MemoryOverlayStore::new();
+    let mut hub = relay_hub(LiveProtocol::Snapshots);
+    let _ = hub.subscribe(&mut store, WindowId(1), &s, &t).unwrap();
+    publish(
+        &mut store,
+        &mut hub,
+        vec![
+            text_row("a", 1, "a"),
+            text_row("b", 2, "b"),
+            text_row("c", 3, "c"),
+        ],
+        10,
+    );
+    for id in ["a", "b"] {
+        write(&mut store, &s, &t, &Change::Settle([reply(id)].into())).unwrap();
+    }
+    let old = store.load(&s, &t).unwrap().unwrap().client_form();
+    assert_eq!(old.settlement_epoch, 2);
+    hub.emit(
+        Payload::Blocks {
+            session: s.clone(),
+            target: t.clone(),
+            overlay: old.clone(),
+        },
+        Millis(20),
+    );
+    hub.handle_timeout(Millis(60));
+    assert_eq!(window_versions(&deliveries(&mut hub)), [(2, old.revision)]);
+    let mut phone = phone_at(old.clone(), ClientMode::Phone);
+
+    assert!(store.delete(&s, &t).unwrap());
+    let new = publish(&mut store, &mut hub, vec![text_row("d", 4, "d")], 100);
+    assert_eq!(
+        new.settlement_epoch, 3,
+        "one above the deleted target's epoch"
+    );
+    let got = deliveries(&mut hub);
+    let relayed: Vec<&Delivery> = got
+        .iter()
+        .filter(|d| matches!(d, Delivery::Relay(_)))
+        .collect();
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(
+        feed(&mut phone, relayed[0], &mut store, 101),
+        Some(Outcome::ReloadRequired(LoadReason::EpochAdvanced)),
+        "a phone holding epoch 2 reloads; it would ignore a restarted epoch 0 as stale"
+    );
+    let live: Vec<Block> = phone
+        .rows()
+        .filter(|r| r.origin == Origin::Live)
+        .map(|r| r.block.clone())
+        .collect();
+    assert_eq!(live, new.blocks, "the reload shows the new target's rows");
+
+    hub.handle_timeout(Millis(150));
+    assert_eq!(window_versions(&deliveries(&mut hub)), [(3, new.revision)]);
+    // The timer was armed at 10; the write at 100 counts for the first tick, and the
+    // second resends the new target's snapshot.
+    hub.handle_timeout(Millis(5_010));
+    assert!(deliveries(&mut hub).is_empty());
+    hub.handle_timeout(Millis(10_010));
+    let repaired = relay_blocks(&deliveries(&mut hub));
+    assert_eq!(repaired.len(), 1);
+    assert_eq!(repaired[0].1["liveOverlay"]["settlementEpoch"], 3);
+    assert_eq!(repaired[0].1["liveOverlay"]["revision"], new.revision);
+}
+
+/// Versions of one target's snapshots in arrival order: epochs never fall and revisions
+/// rise, as the store hands them out, then shuffled.
+fn shuffled_versions() -> impl Strategy<Value = (Vec<(u64, u64)>, Vec<u64>)> {
+    (
+        0u64..3,
+        prop::collection::vec((any::<bool>(), 1u64..4), 1..10),
+    )
+        .prop_flat_map(|(epoch, steps)| {
+            let mut versions = Vec::new();
+            let (mut e, mut r) = (epoch, 0u64);
+            for (settles, gap) in steps {
+                e += u64::from(settles);
+                r += gap;
+                versions.push((e, r));
+            }
+            let n = versions.len();
+            (
+                Just(versions).prop_shuffle(),
+                prop::collection::vec(0u64..50, n),
+            )
+        })
+}
+
+#[derive(Clone, Debug)]
+enum SignalStep {
+    /// A signal after this many ms.
+    Emit(u64),
+    /// The driver handles the timer after this many ms (early, on time or late).
+    Timeout(u64),
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+    // OV-07: whatever order the snapshots of one target arrive in within a coalescing
+    // window, the window gets one event, with the newest of them (highest epoch, then
+    // highest revision); the relay gets every one at once, in arrival order.
+    #[test]
+    fn the_window_gets_the_newest_snapshot_whatever_the_arrival_order(
+        (versions, offsets) in shuffled_versions(),
+    ) {
+        let t = main_target();
+        let (mut hub, _) = hub_with_window(&t);
+        hub.set_phone_interest(&session(), true);
+        let mut offsets = offsets;
+        offsets.sort_unstable();
+        let start = 1_000;
+        for ((epoch, revision), at) in versions.iter().zip(&offsets) {
+            hub.emit(blocks_at(&t, *epoch, *revision), Millis(start + at));
+        }
+        let relayed: Vec<(u64, u64)> = relay_blocks(&deliveries(&mut hub))
+            .iter()
+            .map(|(_, j)| (
+                j["liveOverlay"]["settlementEpoch"].as_u64().unwrap(),
+                j["liveOverlay"]["revision"].as_u64().unwrap(),
+            ))
+            .collect();
+        prop_assert_eq!(&relayed, &versions);
+        let due = start + offsets[0] + COALESCE_WINDOW.0;
+        prop_assert_eq!(hub.poll_timeout(), Some(Millis(due)));
+        hub.handle_timeout(Millis(due));
+        let newest = versions.iter().copied().max().unwrap();
+        prop_assert_eq!(window_versions(&deliveries(&mut hub)), vec![newest]);
+    }
+
+    // OV-09: for any signals and any timer handling (early, on time, late): signals go
+    // out at least a window apart, the first at once; no signal goes out after a newer
+    // one; and the newest signal always goes out.
+    #[test]
+    fn agent_threads_signals_never_go_out_stale_and_the_newest_always_goes_out(
+        steps in prop::collection::vec(
+            prop_oneof![
+                3 => (1u64..1_500).prop_map(SignalStep::Emit),
+                2 => (0u64..1_500).prop_map(SignalStep::Timeout),
+            ],
+            1..40,
+        ),
+    ) {
+        let mut hub = LiveHub::new();
+        hub.set_phone_interest(&session(), true);
+        let mut now = 0u64;
+        let mut emitted = Vec::new();
+        // (when it went out, its timestamp)
+        let mut sent: Vec<(u64, u64)> = Vec::new();
+        let drain = |hub: &mut LiveHub, now: u64, sent: &mut Vec<(u64, u64)>| {
+            for d in deliveries(hub) {
+                if let Delivery::Relay(r) = d {
+                    sent.push((now, r.json["timestamp"].as_u64().unwrap()));
+                }
+            }
+        };
+        for step in steps {
+            match step {
+                SignalStep::Emit(gap) => {
+                    now += gap;
+                    emitted.push(now);
+                    let first = sent.is_empty() && emitted.len() == 1;
+                    let outcome = hub.emit(
+                        Payload::AgentThreads { session: session(), timestamp: Millis(now) },
+                        Millis(now),
+                    );
+                    if first {
+                        prop_assert_eq!(outcome, RelayOutcome::Sent);
+                    }
+                }
+                SignalStep::Timeout(gap) => {
+                    now += gap;
+                    hub.handle_timeout(Millis(now));
+                }
+            }
+            drain(&mut hub, now, &mut sent);
+        }
+        while let Some(at) = hub.poll_timeout() {
+            now = now.max(at.0);
+            hub.handle_timeout(Millis(now));
+            drain(&mut hub, now, &mut sent);
+        }
+        for pair in sent.windows(2) {
+            prop_assert!(pair[1].0 >= pair[0].0 + AGENT_THREADS_WINDOW.0, "{:?}", sent);
+            prop_assert!(pair[1].1 > pair[0].1, "a stale signal went out: {:?}", sent);
+        }
+        if let Some(last) = emitted.last() {
+            prop_assert_eq!(sent.last().map(|s| s.1), Some(*last), "{:?}", sent);
+        }
     }
 }

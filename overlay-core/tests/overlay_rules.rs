@@ -497,3 +497,71 @@ fn the_write_loop_reapplies_its_change_after_losing_a_race() {
     );
     assert!(matches!(err, Err(StoreError::Unavailable(_))));
 }
+
+/// Publishes `a`, `b`, `c`, settles `a` and `b` (epoch 2), deletes the target and writes
+/// it again; returns the epochs and revisions before and after.
+fn delete_and_write_again<S: OverlayStore>(store: &mut S) -> ((u64, u64), (u64, u64)) {
+    let (s, t) = (session(), main_target());
+    let rows = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, id)| live(id, i as u64, "run-1"))
+        .collect();
+    write(store, &s, &t, &Change::Publish(rows)).unwrap();
+    let mut old = None;
+    for id in ["a", "b"] {
+        let w = write(store, &s, &t, &Change::Settle([reply(id)].into())).unwrap();
+        old = w.stored().map(|o| (o.settlement_epoch, o.revision));
+    }
+    assert!(store.delete(&s, &t).unwrap());
+    assert_eq!(store.load(&s, &t).unwrap(), None);
+    let again = write(store, &s, &t, &Change::Publish(vec![live("d", 9, "run-2")])).unwrap();
+    let WriteResult::Written {
+        epoch_raised,
+        base_revision,
+        ..
+    } = &again
+    else {
+        panic!("{again:?}")
+    };
+    assert!(!epoch_raised, "nothing was settled by this write");
+    assert_eq!(*base_revision, None, "a new row");
+    let new = again
+        .stored()
+        .map(|o| (o.settlement_epoch, o.revision))
+        .unwrap();
+    (old.unwrap(), new)
+}
+
+// OV-02, OV-04, TL-06: a target written again after a delete does not start over at
+// epoch 0 (a client holding the old target's epoch would ignore it as stale): it starts
+// one above the epoch it was deleted at, through the memory store's own update and
+// through the trait's default compare-and-set loop.
+#[test]
+fn a_target_written_again_after_a_delete_starts_one_epoch_higher() {
+    let mut memory = MemoryOverlayStore::new();
+    let mut default_loop = Racing {
+        inner: MemoryOverlayStore::new(),
+        races: 0,
+    };
+    for ((old_epoch, old_revision), (epoch, revision)) in [
+        delete_and_write_again(&mut memory),
+        delete_and_write_again(&mut default_loop),
+    ] {
+        assert_eq!(old_epoch, 2);
+        assert_eq!(epoch, 3);
+        assert!(revision > old_revision);
+    }
+    // The epoch goes on from there; a target never deleted starts at 0.
+    let next = publish(&mut memory, vec![live("e", 10, "run-2")]);
+    assert_eq!(next.stored().unwrap().settlement_epoch, 3);
+    let other = TargetId::new("thread-9").unwrap();
+    let fresh = write(
+        &mut memory,
+        &session(),
+        &other,
+        &Change::Publish(vec![live("a", 1, "run-1")]),
+    )
+    .unwrap();
+    assert_eq!(fresh.stored().unwrap().settlement_epoch, 0);
+}

@@ -56,7 +56,9 @@
 //! revision and epoch (no revision is handed out twice, so then no connection wrote the
 //! target since), and reads the rows from the table otherwise. A version-4 snapshot that
 //! does not split into rows (not JSON, a key twice) stays as it was and reads as
-//! `Corrupt`, as before.
+//! `Corrupt`, as before. A delete keeps the target's settlement epoch in
+//! `chat_live_timeline_overlay_deleted_epochs` (schema 6) until the target's next first
+//! write, which stores a higher epoch ([`overlay_core::store::created_epoch`]).
 //!
 //! # Durability
 //!
@@ -92,8 +94,8 @@ use outbox_core::store::{
 };
 use overlay_core::overlay::{apply, Change};
 use overlay_core::store::{
-    next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot, StoreError as OverlayError,
-    StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
+    created_epoch, next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot,
+    StoreError as OverlayError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use timeline_core::key::TargetId;
@@ -106,7 +108,7 @@ use columns::{Column, Refused};
 pub use id_column::{read_id, IdColumn};
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: [(&str, &str); 5] = [
+pub const MIGRATIONS: [(&str, &str); 6] = [
     (
         "0001_initial",
         include_str!("../migrations/0001_initial.sql"),
@@ -126,6 +128,10 @@ pub const MIGRATIONS: [(&str, &str); 5] = [
     (
         "0005_overlay_rows",
         include_str!("../migrations/0005_overlay_rows.sql"),
+    ),
+    (
+        "0006_deleted_overlay_epochs",
+        include_str!("../migrations/0006_deleted_overlay_epochs.sql"),
     ),
 ];
 /// The schema version this build writes.
@@ -469,7 +475,9 @@ fn stored_id<T>(
 // write applies its change to the target's indexed rows and writes only the rows that
 // changed, so it costs O(k log n) for k changed rows. The rows come from the cache of
 // this connection when the header still holds the revision and epoch they were read
-// at, and from the table otherwise.
+// at, and from the table otherwise. Since schema version 6 a delete records the target's
+// epoch in chat_live_timeline_overlay_deleted_epochs, and the target's next first write
+// takes it (one higher) and removes the record, in its own transaction.
 
 const OVERLAYS: &str = "chat_live_timeline_overlays";
 const OVERLAY_TARGET: Column = Column::new(OVERLAYS, "timeline_target_id");
@@ -481,6 +489,10 @@ const ROW_TYPE: Column = Column::new(ROWS, "block_type");
 const ROW_ID: Column = Column::new(ROWS, "block_id");
 const ROW_JSON: Column = Column::new(ROWS, "row_json");
 const COUNTER: Column = Column::new("chat_live_timeline_overlay_revisions", "revision");
+const DELETED_EPOCH: Column = Column::new(
+    "chat_live_timeline_overlay_deleted_epochs",
+    "settlement_epoch",
+);
 const CLEANUPS: &str = "chat_pending_terminal_overlay_cleanups";
 const CLEANUP_SESSION: Column = Column::new(CLEANUPS, "app_session_id");
 const CLEANUP_RUN: Column = Column::new(CLEANUPS, "run_id");
@@ -732,6 +744,51 @@ fn stored_revision(
         .transpose()
 }
 
+/// The epoch a deleted target had, if it was deleted and not written since (schema 6).
+fn deleted_epoch(
+    conn: &Connection,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<Option<u64>, OverlayError> {
+    let epoch: Option<rusqlite::types::Value> = conn
+        .prepare_cached(
+            "SELECT settlement_epoch FROM chat_live_timeline_overlay_deleted_epochs
+             WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+        )
+        .map_err(ov)?
+        .query_row(params![session.as_str(), target.as_str()], |r| r.get(0))
+        .optional()
+        .map_err(ov)?;
+    epoch
+        .map(|e| {
+            columns::exact(DELETED_EPOCH, (&e).into())
+                .map_err(overlay_refused(what(session, target)))
+        })
+        .transpose()
+}
+
+/// The epoch a target's first write stores, inside `tx`: `asked`, raised above the
+/// epoch the target was deleted at ([`overlay_core::store::created_epoch`]). The record
+/// of that epoch is removed in the same transaction, as the target now holds it.
+fn first_epoch(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    target: &TargetId,
+    asked: u64,
+) -> Result<u64, OverlayError> {
+    let Some(deleted) = deleted_epoch(tx, session, target)? else {
+        return Ok(asked);
+    };
+    tx.prepare_cached(
+        "DELETE FROM chat_live_timeline_overlay_deleted_epochs
+         WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+    )
+    .map_err(ov)?
+    .execute(params![session.as_str(), target.as_str()])
+    .map_err(ov)?;
+    Ok(created_epoch(asked, Some(deleted)))
+}
+
 /// The global revision counter (OV-02). A missing row or a value outside 0 to 2^53 - 1
 /// is [`OverlayError::Corrupt`]: no revision can be handed out from it.
 fn read_counter(conn: &Connection) -> Result<u64, OverlayError> {
@@ -923,6 +980,10 @@ impl OverlayStore for SqliteStore {
         }
         let rows =
             OverlayRows::from_blocks(blocks).map_err(|key| OverlayError::DuplicateKey { key })?;
+        let epoch = match expected {
+            Some(_) => epoch,
+            None => first_epoch(&tx, session, target, epoch)?,
+        };
         let revision = take_revision(&tx, session, target, expected)?;
         replace_rows(&tx, session, target, &rows)?;
         write_header(&tx, session, target, revision, epoch)?;
@@ -954,7 +1015,10 @@ impl OverlayStore for SqliteStore {
             return Ok(Update::Unchanged(unchanged));
         };
         let base_revision = current.as_ref().map(|c| c.revision);
-        let epoch = next_epoch(current.as_ref().map(|c| c.epoch), &next.changes);
+        let epoch = match &current {
+            Some(c) => next_epoch(Some(c.epoch), &next.changes),
+            None => first_epoch(&tx, session, target, next_epoch(None, &next.changes))?,
+        };
         let revision = take_revision(&tx, session, target, base_revision)?;
         match &current {
             Some(c) if !c.legacy => write_changes(&tx, session, target, &next.changes)?,
@@ -976,18 +1040,39 @@ impl OverlayStore for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(ov)?;
-        let n = tx
-            .prepare_cached(
-                "DELETE FROM chat_live_timeline_overlays
-                 WHERE app_session_id = ?1 AND timeline_target_id = ?2",
-            )
-            .map_err(ov)?
-            .execute(params![session.as_str(), target.as_str()])
-            .map_err(ov)?;
+        // The epoch is read back checked: a header whose epoch does not read back is
+        // `Corrupt` and stays, rather than letting the target start over at epoch 0.
+        let Some(header) = read_header(&tx, session, target)? else {
+            delete_rows(&tx, session, target)?;
+            tx.commit().map_err(ov)?;
+            self.overlays.forget(session, target);
+            return Ok(false);
+        };
+        tx.prepare_cached(
+            "DELETE FROM chat_live_timeline_overlays
+             WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+        )
+        .map_err(ov)?
+        .execute(params![session.as_str(), target.as_str()])
+        .map_err(ov)?;
         delete_rows(&tx, session, target)?;
+        tx.prepare_cached(
+            "INSERT INTO chat_live_timeline_overlay_deleted_epochs
+                 (app_session_id, timeline_target_id, settlement_epoch)
+             VALUES (?1, ?2, ?3)
+             ON CONFLICT (app_session_id, timeline_target_id) DO UPDATE SET
+                 settlement_epoch = excluded.settlement_epoch",
+        )
+        .map_err(ov)?
+        .execute(params![
+            session.as_str(),
+            target.as_str(),
+            header.epoch as i64
+        ])
+        .map_err(ov)?;
         tx.commit().map_err(ov)?;
         self.overlays.forget(session, target);
-        Ok(n > 0)
+        Ok(true)
     }
 
     fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, OverlayError> {
@@ -1920,4 +2005,140 @@ fn put_ledger(
     .execute(params![session.as_str(), op.as_str(), status, json])
     .map_err(ob)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod deleted_epoch_tests {
+    //! Schema 6: a deleted target keeps its settlement epoch (OV-02, OV-04, TL-06).
+    use super::*;
+    use overlay_core::overlay::write;
+    use timeline_core::block::Block;
+    use timeline_core::key::{BlockKey, BlockType};
+
+    fn row(id: &str) -> StoredBlock {
+        StoredBlock {
+            block: Block::new(
+                BlockKey::parse(BlockType::AgentReply, id).unwrap(),
+                Millis(1),
+            ),
+            class: overlay_core::store::RowClass::Ordinary,
+            run_id: None,
+        }
+    }
+
+    fn settle(id: &str) -> Change {
+        Change::Settle([BlockKey::parse(BlockType::AgentReply, id).unwrap()].into())
+    }
+
+    fn ids() -> (SessionId, TargetId, TargetId) {
+        (
+            SessionId::new("s").unwrap(),
+            TargetId::new("thread-1").unwrap(),
+            TargetId::new("thread-2").unwrap(),
+        )
+    }
+
+    // ST-02, OV-04: a version 5 file upgrades to version 6 with every overlay as it was;
+    // a target deleted after the upgrade comes back one epoch higher, one deleted before
+    // it (which left no epoch behind) starts at 0 as version 5 did.
+    #[test]
+    fn a_version_5_database_upgrades_and_deletes_keep_their_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v5.sqlite");
+        let (s, kept, gone) = ids();
+        // A version 5 file as version 5 wrote it: `kept` at epoch 1 with one row;
+        // `gone` deleted (version 5 removed its header and rows and left nothing).
+        let v5 = SqliteStore::open_at(&path, Settings::default(), 5).unwrap();
+        let b = to_json(&row("b")).unwrap();
+        v5.connection()
+            .execute_batch(&format!(
+                "UPDATE chat_live_timeline_overlay_revisions SET revision = 4 WHERE id = 1;
+                 INSERT INTO chat_live_timeline_overlays VALUES ('s', 'thread-1', 3, 1, NULL);
+                 INSERT INTO chat_live_timeline_overlay_rows
+                     (app_session_id, timeline_target_id, block_type, block_id, row_json)
+                     VALUES ('s', 'thread-1', 'agent-reply', 'b', '{b}');"
+            ))
+            .unwrap();
+        drop(v5);
+        let before = StoredOverlay {
+            format_version: FORMAT_VERSION,
+            settlement_epoch: 1,
+            revision: 3,
+            blocks: vec![row("b")],
+        };
+
+        let mut store = SqliteStore::open(&path, Settings::default()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(store.load(&s, &kept).unwrap(), Some(before.clone()));
+        let again = write(&mut store, &s, &gone, &Change::Publish(vec![row("c")])).unwrap();
+        assert_eq!(again.stored().unwrap().settlement_epoch, 0);
+
+        let settled = write(&mut store, &s, &kept, &settle("b")).unwrap();
+        assert_eq!(settled.stored().unwrap().settlement_epoch, 2);
+        assert!(store.delete(&s, &kept).unwrap());
+        let recorded: i64 = store
+            .connection()
+            .query_row(
+                "SELECT settlement_epoch FROM chat_live_timeline_overlay_deleted_epochs",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(recorded, 2);
+        drop(store);
+        let mut store = SqliteStore::open(&path, Settings::default()).unwrap();
+        let back = write(&mut store, &s, &kept, &Change::Publish(vec![row("d")])).unwrap();
+        let back = back.stored().unwrap();
+        assert_eq!(back.settlement_epoch, 3);
+        assert!(back.revision > before.revision);
+        let left: i64 = store
+            .connection()
+            .query_row(
+                "SELECT count(*) FROM chat_live_timeline_overlay_deleted_epochs",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0, "the record leaves with the first write");
+    }
+
+    // OV-04: a recorded epoch that does not read back is `Corrupt`, and the write that
+    // needed it stores nothing; an epoch that does not read back is never deleted away.
+    #[test]
+    fn unreadable_epochs_are_corrupt_and_nothing_is_written() {
+        let mut store = SqliteStore::open_in_memory(Settings::default()).unwrap();
+        let (s, t, other) = ids();
+        store
+            .connection()
+            .execute(
+                "INSERT INTO chat_live_timeline_overlay_deleted_epochs VALUES ('s', 'thread-1', 'x')",
+                [],
+            )
+            .unwrap();
+        let err = write(&mut store, &s, &t, &Change::Publish(vec![row("a")])).unwrap_err();
+        assert!(
+            matches!(&err, OverlayError::Corrupt { reason, .. }
+                if reason.contains("chat_live_timeline_overlay_deleted_epochs.settlement_epoch")),
+            "{err:?}"
+        );
+        let err = store.compare_and_set(&s, &t, None, 0, vec![row("a")]);
+        assert!(matches!(err, Err(OverlayError::Corrupt { .. })), "{err:?}");
+        assert_eq!(store.load(&s, &t).unwrap(), None);
+        assert_eq!(store.current_revision().unwrap(), 0);
+
+        write(&mut store, &s, &other, &Change::Publish(vec![row("a")])).unwrap();
+        store
+            .connection()
+            .execute(
+                "UPDATE chat_live_timeline_overlays SET settlement_epoch = -1
+                 WHERE timeline_target_id = 'thread-2'",
+                [],
+            )
+            .unwrap();
+        assert!(matches!(
+            store.delete(&s, &other),
+            Err(OverlayError::Corrupt { .. })
+        ));
+        assert_eq!(store.targets(&s).unwrap(), vec![other]);
+    }
 }

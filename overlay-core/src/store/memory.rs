@@ -1,8 +1,8 @@
 //! The in-memory reference implementation of the overlay storage traits.
 //!
 //! It keeps every rule of the traits: compare-and-set on the expected revision, one
-//! global counter that never goes back (also after a delete) and stops at 2^53 - 1, one
-//! row per key. Each target is a [`Snapshot`] over [`super::OverlayRows`]: a write
+//! global counter that never goes back (also after a delete) and stops at 2^53 - 1,
+//! epochs that continue across a delete ([`super::created_epoch`]), one row per key. Each target is a [`Snapshot`] over [`super::OverlayRows`]: a write
 //! builds the next version in O(k log n) for k changed rows and replaces the stored one,
 //! so a snapshot a caller still holds is never copied or changed.
 
@@ -12,8 +12,8 @@ use timeline_core::key::{RunId, SessionId, TargetId};
 use timeline_core::policy::MAX_EXACT_INTEGER;
 
 use super::{
-    next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot, StoreError, StoredBlock,
-    StoredOverlay, Update,
+    created_epoch, next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot, StoreError,
+    StoredBlock, StoredOverlay, Update,
 };
 use crate::overlay::{apply, Change};
 
@@ -21,6 +21,8 @@ use crate::overlay::{apply, Change};
 #[derive(Clone, Debug, Default)]
 pub struct MemoryOverlayStore {
     overlays: BTreeMap<(SessionId, TargetId), Snapshot>,
+    /// The epoch each deleted target had, until it is written again.
+    deleted: BTreeMap<(SessionId, TargetId), u64>,
     revision: u64,
     journal: BTreeSet<(SessionId, RunId)>,
 }
@@ -83,11 +85,16 @@ impl OverlayStore for MemoryOverlayStore {
                 current: current.map(|c| Box::new(c.to_stored())),
             });
         }
+        let epoch = match expected {
+            Some(_) => epoch,
+            None => created_epoch(epoch, self.deleted.get(&k).copied()),
+        };
         let rows =
             OverlayRows::from_blocks(blocks).map_err(|key| StoreError::DuplicateKey { key })?;
         self.revision = self.next_revision()?;
         let stored = Snapshot::new(self.revision, epoch, rows);
         let whole = stored.to_stored();
+        self.deleted.remove(&k);
         self.overlays.insert(k, stored);
         Ok(whole)
     }
@@ -105,9 +112,16 @@ impl OverlayStore for MemoryOverlayStore {
             return Ok(Update::Unchanged(current.cloned()));
         };
         let base_revision = current.map(|c| c.revision);
-        let epoch = next_epoch(current.map(|c| c.settlement_epoch), &next.changes);
+        let epoch = match current {
+            Some(c) => next_epoch(Some(c.settlement_epoch), &next.changes),
+            None => created_epoch(
+                next_epoch(None, &next.changes),
+                self.deleted.get(&k).copied(),
+            ),
+        };
         self.revision = self.next_revision()?;
         let stored = Snapshot::new(self.revision, epoch, next.rows);
+        self.deleted.remove(&k);
         self.overlays.insert(k, stored.clone());
         Ok(Update::Written {
             base_revision,
@@ -117,10 +131,12 @@ impl OverlayStore for MemoryOverlayStore {
     }
 
     fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, StoreError> {
-        Ok(self
-            .overlays
-            .remove(&(session.clone(), target.clone()))
-            .is_some())
+        let k = (session.clone(), target.clone());
+        let Some(gone) = self.overlays.remove(&k) else {
+            return Ok(false);
+        };
+        self.deleted.insert(k, gone.settlement_epoch);
+        Ok(true)
     }
 
     fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, StoreError> {

@@ -15,12 +15,31 @@
 //! Backends must keep these rules; the conformance suite in `fixtures` checks them
 //! against every backend:
 //! - the counter never hands out a revision twice, even after a target is deleted;
+//! - a target's settlement epoch never starts over: a target written again after a
+//!   delete starts one above the epoch it was deleted at ([`created_epoch`]), whatever
+//!   epoch the write asks for (see below);
 //! - the counter refuses to pass 9,007,199,254,740,991 ([`StoreError::RevisionExhausted`]);
 //! - an empty overlay is stored like any other, so the target keeps its epoch and
 //!   revision;
 //! - one row per key: rows that hold a key twice are refused
 //!   ([`StoreError::DuplicateKey`]) and never stored;
 //! - a row that cannot be decoded is reported as [`StoreError::Corrupt`], never dropped.
+//!
+//! # A deleted target that comes back
+//!
+//! Clients compare a target's overlays by `(settlementEpoch, revision)` and never go back
+//! to a lower epoch (TL-06): a live update or a latest window with a lower epoch than the
+//! one a client holds is ignored as stale. If a target written again after a delete
+//! started at epoch 0, every client that still held the old target's higher epoch would
+//! ignore its live updates (and the live hub would take them for older snapshots) until
+//! that client opened the target anew. So epochs continue across a delete, like
+//! revisions do: a store remembers the epoch each deleted target had, and the target's
+//! next first write stores at least one more than it. One more rather than the same: a
+//! delete takes rows away without saying whether history holds them, so it is a
+//! settlement fence like OV-04's. A client that held the old target sees a higher epoch
+//! in the next live update, keeps its rows and loads a latest window (history and the
+//! new overlay in one step) instead of dropping rows that history may hold. The
+//! remembered epoch leaves the store when the target is written again.
 
 pub mod memory;
 pub mod rows;
@@ -29,6 +48,7 @@ mod tree;
 use serde::{Deserialize, Serialize};
 use timeline_core::block::Block;
 use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
+use timeline_core::policy::MAX_EXACT_INTEGER;
 use timeline_core::wire::LiveOverlay;
 
 use crate::overlay::{apply, Change};
@@ -149,8 +169,9 @@ pub trait OverlayStore {
     /// target's revision is still `expected` (`None`: no row yet), taking the next
     /// revision from the global counter in the same transaction. Returns what was
     /// stored. A stale `expected` is [`StoreError::Stale`]; rows that hold a key twice
-    /// are [`StoreError::DuplicateKey`]. This replaces the whole overlay: a writer of
-    /// one change uses [`OverlayStore::update`].
+    /// are [`StoreError::DuplicateKey`]. A target created again after a delete stores
+    /// [`created_epoch`]`(epoch, ..)`, not a lower epoch. This replaces the whole
+    /// overlay: a writer of one change uses [`OverlayStore::update`].
     fn compare_and_set(
         &mut self,
         session: &SessionId,
@@ -211,7 +232,10 @@ pub trait OverlayStore {
         )))
     }
 
-    /// Deletes a target's overlay. The counter keeps its value.
+    /// Deletes a target's overlay. The counter keeps its value, and the store remembers
+    /// the target's epoch, so a later first write of the target stores
+    /// [`created_epoch`] (through [`OverlayStore::compare_and_set`] with `expected:
+    /// None` as well as through [`OverlayStore::update`]).
     fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, StoreError>;
 
     /// Every target of a session that has a stored overlay.
@@ -229,6 +253,17 @@ pub fn next_epoch(stored: Option<u64>, changes: &Changes) -> u64 {
         epoch.saturating_add(1)
     } else {
         epoch
+    }
+}
+
+/// The epoch the first write of a target stores: `asked` (what the write computed, 0
+/// for a target that never had rows), raised to one above `deleted_at`, the epoch the
+/// target had when it was last deleted, if it was (see the module docs). Capped at
+/// 2^53 - 1 like every stored number.
+pub fn created_epoch(asked: u64, deleted_at: Option<u64>) -> u64 {
+    match deleted_at {
+        Some(deleted) => asked.max(deleted.saturating_add(1).min(MAX_EXACT_INTEGER)),
+        None => asked,
     }
 }
 
