@@ -280,21 +280,57 @@ pub fn run_keys<S: OverlayStore + ?Sized>(
     Ok(keys)
 }
 
+/// A store failure in the middle of [`settle_run`], with every snapshot stored before it:
+/// what was saved must still reach the live sinks ("the producer saves first and sends
+/// the saved snapshot").
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{error} (after {} saved snapshot(s))", written.len())]
+pub struct SettleError {
+    /// What the store said.
+    #[source]
+    pub error: StoreError,
+    /// The snapshots stored before the failure, for the live sinks.
+    pub written: Vec<StoredOverlay>,
+}
+
 /// Applies one scan: in every target of the session, the run's ordinary rows whose keys
 /// history holds (`found`) leave (epoch + 1 where any left) and the run's ephemeral rows
-/// leave. Returns the report and every snapshot stored (for the live sinks).
+/// leave. Only the run's own keys are settled: a key of `found` that a row of another run
+/// carries stays where it is. Returns the report and every snapshot stored (for the live
+/// sinks); on a store failure, the snapshots stored before it come back with the error.
 pub fn settle_run<S: OverlayStore + ?Sized>(
     store: &mut S,
     session: &SessionId,
     run: &RunId,
     found: &HashSet<BlockKey>,
-) -> Result<(ScanReport, Vec<StoredOverlay>), StoreError> {
+) -> Result<(ScanReport, Vec<StoredOverlay>), SettleError> {
     let mut written = Vec::new();
+    match settle_targets(store, session, run, found, &mut written) {
+        Ok(all_settled) => Ok((ScanReport { all_settled }, written)),
+        Err(error) => Err(SettleError { error, written }),
+    }
+}
+
+fn settle_targets<S: OverlayStore + ?Sized>(
+    store: &mut S,
+    session: &SessionId,
+    run: &RunId,
+    found: &HashSet<BlockKey>,
+    written: &mut Vec<StoredOverlay>,
+) -> Result<bool, StoreError> {
     for target in store.targets(session)? {
-        for change in [
-            Change::Settle(found.clone()),
-            Change::RunCleanup(run.clone()),
-        ] {
+        // The run's keys in this target that history holds: the exact keys of that run.
+        let own: HashSet<BlockKey> = match store.load(session, &target)? {
+            Some(o) => o
+                .blocks
+                .iter()
+                .filter(|b| b.class == RowClass::Ordinary && b.run_id.as_ref() == Some(run))
+                .map(|b| b.block.key())
+                .filter(|k| found.contains(k))
+                .collect(),
+            None => HashSet::new(),
+        };
+        for change in [Change::Settle(own), Change::RunCleanup(run.clone())] {
             if let overlay::WriteResult::Written { stored, .. } =
                 overlay::write(store, session, &target, &change)?
             {
@@ -302,6 +338,5 @@ pub fn settle_run<S: OverlayStore + ?Sized>(
             }
         }
     }
-    let all_settled = run_keys(store, session, run)?.is_empty();
-    Ok((ScanReport { all_settled }, written))
+    Ok(run_keys(store, session, run)?.is_empty())
 }

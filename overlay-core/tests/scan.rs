@@ -200,3 +200,134 @@ fn a_partial_scan_settles_what_it_found() {
         HashSet::from([reply("b")])
     );
 }
+
+/// A store that fails every `update` after the first `ok` ones.
+struct FailAfter {
+    inner: MemoryOverlayStore,
+    ok: usize,
+}
+
+impl OverlayStore for FailAfter {
+    fn load(
+        &mut self,
+        s: &timeline_core::key::SessionId,
+        t: &TargetId,
+    ) -> Result<Option<overlay_core::store::StoredOverlay>, overlay_core::store::StoreError> {
+        self.inner.load(s, t)
+    }
+    fn compare_and_set(
+        &mut self,
+        s: &timeline_core::key::SessionId,
+        t: &TargetId,
+        expected: Option<u64>,
+        epoch: u64,
+        blocks: Vec<overlay_core::store::StoredBlock>,
+    ) -> Result<overlay_core::store::StoredOverlay, overlay_core::store::StoreError> {
+        self.inner.compare_and_set(s, t, expected, epoch, blocks)
+    }
+    fn update(
+        &mut self,
+        s: &timeline_core::key::SessionId,
+        t: &TargetId,
+        change: &Change,
+    ) -> Result<overlay_core::store::Update, overlay_core::store::StoreError> {
+        if self.ok == 0 {
+            return Err(overlay_core::store::StoreError::Unavailable(
+                "the disk is full".into(),
+            ));
+        }
+        self.ok -= 1;
+        self.inner.update(s, t, change)
+    }
+    fn delete(
+        &mut self,
+        s: &timeline_core::key::SessionId,
+        t: &TargetId,
+    ) -> Result<bool, overlay_core::store::StoreError> {
+        self.inner.delete(s, t)
+    }
+    fn targets(
+        &mut self,
+        s: &timeline_core::key::SessionId,
+    ) -> Result<Vec<TargetId>, overlay_core::store::StoreError> {
+        self.inner.targets(s)
+    }
+    fn current_revision(&mut self) -> Result<u64, overlay_core::store::StoreError> {
+        self.inner.current_revision()
+    }
+}
+
+// OV-06: a scan settles the exact keys of its run. A key that history holds but a row of
+// another run carries stays, and that target's epoch does not move.
+#[test]
+fn a_scan_settles_only_the_keys_of_its_own_run() {
+    let (s, r, t) = (session(), run("run-1"), main_target());
+    let other = TargetId::new("thread-other").unwrap();
+    let mut store = MemoryOverlayStore::new();
+    write(
+        &mut store,
+        &s,
+        &t,
+        &Change::Publish(vec![live("a", 1, "run-1")]),
+    )
+    .unwrap();
+    write(
+        &mut store,
+        &s,
+        &other,
+        &Change::Publish(vec![live("b", 2, "run-2")]),
+    )
+    .unwrap();
+    let epoch_other = store.load(&s, &other).unwrap().unwrap().settlement_epoch;
+    // The history read holds both keys; only run-1's leaves.
+    let found = HashSet::from([reply("a"), reply("b")]);
+    let (report, _) = settle_run(&mut store, &s, &r, &found).unwrap();
+    assert!(report.all_settled);
+    assert!(store.load(&s, &t).unwrap().unwrap().blocks.is_empty());
+    let kept = store.load(&s, &other).unwrap().unwrap();
+    assert_eq!(kept.blocks.len(), 1, "run-2's row stays");
+    assert_eq!(
+        kept.settlement_epoch, epoch_other,
+        "its epoch does not move"
+    );
+}
+
+// OV-06, OV-07: a store failure in the middle of a settlement returns the snapshots saved
+// before it, so they still reach the live sinks.
+#[test]
+fn a_settlement_that_fails_midway_returns_what_it_saved() {
+    let (s, r, t) = (session(), run("run-1"), main_target());
+    let other = TargetId::new("thread-other").unwrap();
+    let mut inner = MemoryOverlayStore::new();
+    for target in [&t, &other] {
+        write(
+            &mut inner,
+            &s,
+            target,
+            &Change::Publish(vec![live(target.as_str(), 1, "run-1")]),
+        )
+        .unwrap();
+    }
+    let found = run_keys(&mut inner, &s, &r).unwrap();
+    let mut store = FailAfter { inner, ok: 1 };
+    let err = settle_run(&mut store, &s, &r, &found).unwrap_err();
+    assert_eq!(
+        err.written.len(),
+        1,
+        "the first target's settlement was saved"
+    );
+    let saved = &err.written[0];
+    let stored_now = store
+        .inner
+        .targets(&s)
+        .unwrap()
+        .into_iter()
+        .filter_map(|target| store.inner.load(&s, &target).unwrap())
+        .find(|o| o.revision == saved.revision);
+    assert_eq!(
+        stored_now.as_ref(),
+        Some(saved),
+        "what comes back is what is stored"
+    );
+    assert!(err.to_string().contains("the disk is full"));
+}
