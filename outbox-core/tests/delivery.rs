@@ -524,3 +524,56 @@ fn replace_latest_rolls_back_and_recovers_from_a_gone_thread() {
         "delivered to the fresh thread"
     );
 }
+
+// OB-08, OB-12: a canceled steer that a turn had accepted is held without that
+// acceptance (the ledger keeps it for the reopen check), and when it is sent again the
+// new attempt carries no acceptance until its own turn answers, so the queue behind it
+// waits for that answer.
+#[test]
+fn a_resent_steer_carries_no_acceptance_of_its_earlier_attempt() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.submit("s1", "1", Controls::steer(run.clone()));
+    b.agent
+        .stops
+        .push_back(outbox_core::adapter::StopResult::Stopped {
+            untaken: vec![op("op-1")],
+        });
+    b.c.stop(&s("s1"), &run, Some(7), b.now);
+    b.drive();
+    let held = b.entry("s1", "1").unwrap();
+    assert_eq!((held.status, held.acceptance), (EntryStatus::Queued, None));
+    assert!(
+        ledger_acceptance(&mut b, "1"),
+        "the ledger keeps the acceptance"
+    );
+    // Sent again: the history read says missing, then the new attempt goes out.
+    b.c.send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+    let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+    let read = history_read(&effects, "s1", "op-1").expect("the reopen check reads first");
+    b.c.handle_history_read(read, HistoryRead::Missing, b.now);
+    let Some(Effect::Send(send)) = b.c.poll_effect() else {
+        panic!("sent again")
+    };
+    assert_eq!(send.operation_id, op("op-1"));
+    let sending = b.entry("s1", "1").unwrap();
+    assert_eq!(
+        (sending.status, sending.acceptance),
+        (EntryStatus::Sending, None)
+    );
+    // A message queued behind it waits for this attempt's answer.
+    b.c.submit(submit_req("s1", "2", Controls::automatic()), b.now)
+        .unwrap();
+    assert!(
+        std::iter::from_fn(|| b.c.poll_effect()).all(|e| !matches!(e, Effect::Send(_))),
+        "nothing else is sent while the attempt is unanswered"
+    );
+}
+
+fn ledger_acceptance(b: &mut Bench, n: &str) -> bool {
+    b.c.ledger_of(&s("s1"), &op(&format!("op-{n}")))
+        .unwrap()
+        .is_some_and(|l| l.acceptance.is_some())
+}

@@ -291,6 +291,9 @@ impl<S: OutboxStore> Custody<S> {
         sending.status = EntryStatus::Sending;
         sending.error = None;
         sending.hold_reason = None;
+        // A new attempt has no acceptance yet: an acceptance of an earlier attempt
+        // would make the queue believe a turn holds this one.
+        sending.acceptance = None;
         (sending, record)
     }
 

@@ -432,11 +432,14 @@ impl<S: OutboxStore> Custody<S> {
     }
 }
 
-/// `e` back in the queue, out of automatic draining, showing `error`.
+/// `e` back in the queue, out of automatic draining, showing `error`. A queued entry
+/// holds no acceptance: what a turn accepted stays in the ledger (the reopen check reads
+/// it there).
 fn held(e: &OutboxEntry, error: Option<String>) -> OutboxEntry {
     let mut held = e.clone();
     held.status = EntryStatus::Queued;
     held.auto_drain = false;
     held.error = error;
+    held.acceptance = None;
     held
 }
