@@ -1,6 +1,8 @@
 //! Host overlay: the cost of one emitted overlay write with 1, 128 and 1,000 subscribed
-//! targets (the write goes to one of them), and the latest-window builder over a
-//! 100-row page against an overlay of 1,000 rows.
+//! targets (the write goes to one of them), the latest-window builder over a 100-row
+//! page against an overlay of 1,000 rows, and the anchored builders with the anchor D
+//! rows back (the scan reads D rows, so its time must grow linearly in D) and the newer
+//! load after such a page (it resumes at the page, so its time must not grow with D).
 //!
 //! `cargo bench -p benches --bench overlay`
 
@@ -10,10 +12,13 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use overlay_core::live::{LiveHub, Payload, WindowId};
 use overlay_core::overlay::{write, Change};
-use overlay_core::source::{MemorySource, SourceKind};
+use overlay_core::source::{
+    HistorySource, MemorySource, SourceError, SourceItem, SourceKind, SourcePage, SourcePosition,
+};
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::{RowClass, StoredBlock};
-use overlay_core::window::{latest_window, Target};
+use overlay_core::window::{anchored_window, latest_window, Target};
+use timeline_core::anchor::Anchor;
 use timeline_core::block::Block;
 use timeline_core::cursor::BoundaryToken;
 use timeline_core::key::{BlockKey, BlockType, RunId, SessionId, TargetId};
@@ -113,5 +118,253 @@ fn latest_window_builder(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, emit_per_write, latest_window_builder);
-criterion_main!(benches);
+/// A Codex history of `len` items of one row each (`h-<i>`, positions `item-<i>`) that
+/// builds each item when it is read, as a source parsing its history from storage does:
+/// a read costs the items it returns, whatever the history's length, and no history
+/// sits in memory between reads.
+struct GeneratedSource {
+    len: u64,
+}
+
+impl GeneratedSource {
+    fn item(i: u64) -> SourceItem {
+        SourceItem {
+            position: SourcePosition(format!("item-{i}")),
+            blocks: vec![row(format!("h-{i}"), i).with_source_order(SourceOrder::history(i, 0))],
+        }
+    }
+
+    /// The index of `position`, if the history holds it.
+    fn index(&self, position: &SourcePosition) -> Result<u64, SourceError> {
+        position
+            .0
+            .strip_prefix("item-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|&n| n < self.len)
+            .ok_or(SourceError::PositionGone)
+    }
+}
+
+impl HistorySource for GeneratedSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Codex {
+            thread_id: "thread-1".into(),
+            generation: 1,
+        }
+    }
+
+    fn boundary_token(&self) -> BoundaryToken {
+        BoundaryToken::codex_rollout("/rollouts/r.jsonl")
+    }
+
+    fn read(
+        &mut self,
+        before: Option<&SourcePosition>,
+        limit: usize,
+    ) -> Result<SourcePage, SourceError> {
+        let end = match before {
+            None => self.len,
+            Some(p) => self.index(p)?,
+        };
+        let start = end.saturating_sub(limit as u64);
+        Ok(SourcePage {
+            items: (start..end).rev().map(Self::item).collect(),
+            more: start > 0,
+        })
+    }
+
+    fn read_newer(
+        &mut self,
+        after: &SourcePosition,
+        limit: usize,
+    ) -> Result<SourcePage, SourceError> {
+        let start = self.index(after)? + 1;
+        let end = start.saturating_add(limit as u64).min(self.len);
+        Ok(SourcePage {
+            items: (start..end).map(Self::item).collect(),
+            more: end < self.len,
+        })
+    }
+}
+
+/// The same history as a [`MemorySource`] (every item held in memory and cloned by each
+/// read).
+fn memory_history(len: u64) -> MemorySource {
+    let mut source = MemorySource::new(
+        SourceKind::Codex {
+            thread_id: "thread-1".into(),
+            generation: 1,
+        },
+        BoundaryToken::codex_rollout("/rollouts/r.jsonl"),
+    );
+    for i in 0..len {
+        source.push(GeneratedSource::item(i).blocks);
+    }
+    source
+}
+
+/// Anchors D rows back from the newest row, in a history of D + 100 rows.
+const ANCHOR_DEPTHS: [(u64, &str); 4] = [
+    (1_000, "1k"),
+    (4_000, "4k"),
+    (16_000, "16k"),
+    (64_000, "64k"),
+];
+
+/// The row `depth` rows back from the newest of a history of `len` rows.
+fn row_back(len: u64, depth: u64) -> BlockKey {
+    BlockKey::parse(BlockType::AgentReply, &format!("h-{}", len - 1 - depth)).expect("id")
+}
+
+/// `anchored_window/D`: an anchored load whose row is D rows back (a page in the past:
+/// the scan reads D rows, so the time must grow linearly in D). `anchored_newer_page/D`:
+/// the newer load after that page (it resumes at the page: the time must not grow with
+/// D). `anchored_window_memory_source/D`: the anchored load over a [`MemorySource`].
+fn anchored_builders(c: &mut Criterion) {
+    let session = SessionId::new("s").expect("id");
+    let target = TargetId::main(&session);
+    let key = HostKey::from_bytes([1; 32]);
+    let t = Target {
+        session: &session,
+        target: &target,
+        current_run: None,
+    };
+    let mut group = c.benchmark_group("anchored_window");
+    for (depth, name) in ANCHOR_DEPTHS {
+        let mut source = GeneratedSource { len: depth + 100 };
+        let mut store = MemoryOverlayStore::new();
+        let anchor = Anchor::row(&row_back(depth + 100, depth));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let built =
+                    anchored_window(&mut store, &mut source, &key, t, &anchor).expect("window");
+                assert!(built.window.newer_cursor.is_some(), "a page in the past");
+                built.window.blocks.len()
+            })
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("anchored_newer_page");
+    for (depth, name) in ANCHOR_DEPTHS {
+        let mut source = GeneratedSource { len: depth + 100 };
+        let mut store = MemoryOverlayStore::new();
+        let place = Anchor::row(&row_back(depth + 100, depth));
+        let first = anchored_window(&mut store, &mut source, &key, t, &place).expect("window");
+        let anchor = Anchor::Newer {
+            token: first.window.newer_cursor.expect("a page in the past"),
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let built =
+                    anchored_window(&mut store, &mut source, &key, t, &anchor).expect("window");
+                assert_eq!(built.window.blocks.len(), 40);
+                built.window.blocks.len()
+            })
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("anchored_window_memory_source");
+    for (depth, name) in ANCHOR_DEPTHS {
+        let mut source = memory_history(depth + 100);
+        let mut store = MemoryOverlayStore::new();
+        let anchor = Anchor::row(&row_back(depth + 100, depth));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let built =
+                    anchored_window(&mut store, &mut source, &key, t, &anchor).expect("window");
+                built.window.blocks.len()
+            })
+        });
+    }
+    group.finish();
+}
+
+/// `overlay_publish/{memory,sqlite_normal}/{100,10000}`: one `overlay::write` that
+/// publishes one updated row (new text, same key and place) into an overlay of n rows,
+/// on the memory store and on SQLite with `synchronous = NORMAL` (a file, WAL). The cost
+/// should follow the one changed row, not n. `naive_memory` is the baseline: the same
+/// publish the way the memory store computed it before the indexed overlay (the whole
+/// overlay cloned, filtered, sorted and compared; `fixtures::conformance::naive_overlay`).
+fn overlay_publish(c: &mut Criterion) {
+    use fixtures::conformance::naive_overlay::Reference;
+    use overlay_core::store::OverlayStore;
+    use storage_sqlite::{Settings, SqliteStore, Synchronous};
+
+    fn live_row(i: u64, text: &str, run: &RunId) -> StoredBlock {
+        StoredBlock {
+            block: row(format!("live-{i}"), 1_000_000 + i)
+                .with_source_order(SourceOrder::live(i))
+                .with_data(serde_json::json!({ "text": text })),
+            class: RowClass::Ordinary,
+            run_id: Some(run.clone()),
+        }
+    }
+
+    fn bench<S: OverlayStore>(
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        name: &str,
+        n: u64,
+        store: &mut S,
+    ) {
+        let session = SessionId::new("s").expect("id");
+        let target = TargetId::main(&session);
+        let run = RunId::new("run-1").expect("id");
+        let rows: Vec<StoredBlock> = (0..n)
+            .map(|i| live_row(i, "streaming reply text of ordinary length", &run))
+            .collect();
+        write(store, &session, &target, &Change::Publish(rows)).expect("fill");
+        let mut version = 0u64;
+        group.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+            b.iter(|| {
+                version += 1;
+                let text = format!("streaming reply text, token {version}");
+                let row = live_row(n / 2, &text, &run);
+                write(store, &session, &target, &Change::Publish(vec![row])).expect("publish")
+            })
+        });
+    }
+
+    let mut group = c.benchmark_group("overlay_publish");
+    for n in [100u64, 10_000] {
+        bench(&mut group, "memory", n, &mut MemoryOverlayStore::new());
+    }
+    for n in [100u64, 10_000] {
+        let target = TargetId::new("s").expect("id");
+        let run = RunId::new("run-1").expect("id");
+        let rows: Vec<StoredBlock> = (0..n)
+            .map(|i| live_row(i, "streaming reply text of ordinary length", &run))
+            .collect();
+        let mut naive = Reference::new(0);
+        naive.write(&target, &Change::Publish(rows)).expect("fill");
+        let mut version = 0u64;
+        group.bench_with_input(BenchmarkId::new("naive_memory", n), &n, |b, &n| {
+            b.iter(|| {
+                version += 1;
+                let text = format!("streaming reply text, token {version}");
+                let row = live_row(n / 2, &text, &run);
+                naive
+                    .write(&target, &Change::Publish(vec![row]))
+                    .expect("publish")
+                    .map(|o| o.revision)
+            })
+        });
+    }
+    for n in [100u64, 10_000] {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut settings = Settings::default();
+        settings.synchronous = Synchronous::Normal;
+        let mut store =
+            SqliteStore::open(dir.path().join("overlay.sqlite"), settings).expect("open");
+        bench(&mut group, "sqlite_normal", n, &mut store);
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    emit_per_write,
+    latest_window_builder,
+    anchored_builders
+);
+criterion_group!(publish, overlay_publish);
+criterion_main!(benches, publish);

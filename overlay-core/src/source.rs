@@ -11,6 +11,15 @@
 //! - a position the source no longer holds (Claude: the `before` message is gone) is
 //!   [`SourceError::PositionGone`], which the builders answer with an empty page and
 //!   `reloadRequired`.
+//!
+//! Reads go both ways from a position: [`HistorySource::read`] gives older items (the
+//! latest window, older pages, the scan for an anchored place) and
+//! [`HistorySource::read_newer`] the items after a page in the past, so a `newer` load
+//! resumes where its page ended instead of scanning back from the present. A source
+//! that can only read backwards keeps the provided `read_newer`, which does that scan.
+//! [`MemorySource`] finds a position in O(log n), so a read costs what it returns.
+
+use std::collections::VecDeque;
 
 use timeline_core::block::Block;
 use timeline_core::cursor::BoundaryToken;
@@ -49,9 +58,11 @@ pub struct SourceItem {
 /// One read of a source.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct SourcePage {
-    /// Items, newest first.
+    /// Items in the order read: newest first from [`HistorySource::read`], oldest first
+    /// from [`HistorySource::read_newer`].
     pub items: Vec<SourceItem>,
-    /// True when older items exist.
+    /// True when the history goes on past the last item in the direction read (older
+    /// items exist after a `read`, newer ones after a `read_newer`).
     pub more: bool,
 }
 
@@ -83,9 +94,58 @@ pub trait HistorySource {
         before: Option<&SourcePosition>,
         limit: usize,
     ) -> Result<SourcePage, SourceError>;
+
+    /// Up to `limit` items newer than `after`, oldest first; `more` is true when newer
+    /// items follow them. A position the source no longer holds is
+    /// [`SourceError::PositionGone`].
+    ///
+    /// The provided method scans back from the present with [`HistorySource::read`]
+    /// (pages of `limit` items, at most [`MAX_READS_PER_NEWER_SCAN`] of them; a position
+    /// not met within them is gone) and keeps only the `limit + 1` items nearest to
+    /// `after`: it costs time linear in the items between `after` and the present. A source that can read forward from a position
+    /// overrides it, so the cost is that of the items returned.
+    fn read_newer(
+        &mut self,
+        after: &SourcePosition,
+        limit: usize,
+    ) -> Result<SourcePage, SourceError> {
+        // The items read since the present, newest first, trimmed to the `limit + 1`
+        // nearest to `after` (the last one pushed is the nearest).
+        let mut nearest: VecDeque<SourceItem> = VecDeque::new();
+        let mut dropped = false;
+        let mut before: Option<SourcePosition> = None;
+        for _ in 0..MAX_READS_PER_NEWER_SCAN {
+            let page = self.read(before.as_ref(), limit.max(1))?;
+            let Some(last) = page.items.last() else {
+                break;
+            };
+            before = Some(last.position.clone());
+            for item in page.items {
+                if &item.position == after {
+                    let more = dropped || nearest.len() > limit;
+                    let items = nearest.into_iter().rev().take(limit).collect();
+                    return Ok(SourcePage { items, more });
+                }
+                nearest.push_back(item);
+                if nearest.len() > limit.saturating_add(1) {
+                    nearest.pop_front();
+                    dropped = true;
+                }
+            }
+            if !page.more {
+                break;
+            }
+        }
+        Err(SourceError::PositionGone)
+    }
 }
 
-/// An in-memory source: items oldest first, positions `item-<n>`.
+/// Source pages the provided [`HistorySource::read_newer`] reads back from the present
+/// while it looks for its position (the same budget as the scan for an anchored place).
+pub const MAX_READS_PER_NEWER_SCAN: usize = 10_000;
+
+/// An in-memory source: items oldest first, positions `item-<n>` with `n` increasing
+/// (removing items keeps that order, so a position is found by binary search).
 #[derive(Clone, Debug)]
 pub struct MemorySource {
     kind: SourceKind,
@@ -138,6 +198,24 @@ impl MemorySource {
     pub fn all_blocks(&self) -> Vec<Block> {
         self.items.iter().flat_map(|i| i.blocks.clone()).collect()
     }
+
+    /// The index of the item at `position`, if the source holds it.
+    fn index_of(&self, position: &SourcePosition) -> Option<usize> {
+        let number = |p: &SourcePosition| {
+            p.0.strip_prefix("item-")
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        let wanted = number(position)?;
+        // Items that do not name a number sort first; `push` writes none of them.
+        let at = self
+            .items
+            .binary_search_by_key(&Some(wanted), |i| number(&i.position))
+            .ok()?;
+        self.items
+            .get(at)
+            .is_some_and(|i| &i.position == position)
+            .then_some(at)
+    }
 }
 
 impl HistorySource for MemorySource {
@@ -160,16 +238,39 @@ impl HistorySource for MemorySource {
         }
         let end = match before {
             None => self.items.len(),
-            Some(p) => self
-                .items
-                .iter()
-                .position(|i| &i.position == p)
-                .ok_or(SourceError::PositionGone)?,
+            Some(p) => self.index_of(p).ok_or(SourceError::PositionGone)?,
         };
         let start = end.saturating_sub(limit);
         Ok(SourcePage {
-            items: self.items[start..end].iter().rev().cloned().collect(),
+            items: self
+                .items
+                .get(start..end)
+                .unwrap_or_default()
+                .iter()
+                .rev()
+                .cloned()
+                .collect(),
             more: start > 0,
+        })
+    }
+
+    fn read_newer(
+        &mut self,
+        after: &SourcePosition,
+        limit: usize,
+    ) -> Result<SourcePage, SourceError> {
+        self.reads += 1;
+        if let Some(e) = &self.fail_with {
+            return Err(e.clone());
+        }
+        let start = self
+            .index_of(after)
+            .ok_or(SourceError::PositionGone)?
+            .saturating_add(1);
+        let end = start.saturating_add(limit).min(self.items.len());
+        Ok(SourcePage {
+            items: self.items.get(start..end).unwrap_or_default().to_vec(),
+            more: end < self.items.len(),
         })
     }
 }

@@ -1,17 +1,21 @@
 //! Host-side windows: latest window and reconcile (OV-05), older pages (TL-08, TL-09),
-//! anchored windows (TL-12).
+//! anchored windows (TL-12), and the source reads they stand on: a newer load resumes
+//! at its page, and every way of reading a source gives the same items.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::*;
-use overlay_core::source::{HistorySource, SourceError};
+use overlay_core::source::{
+    HistorySource, MemorySource, SourceError, SourceKind, SourcePage, SourcePosition,
+};
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::OverlayStore;
 use overlay_core::window::{
     anchored_window, latest_window, older_page, reconcile_sessions, OlderPageRequest,
     ReconcileSession, Target, WindowError,
 };
+use proptest::prelude::*;
 use timeline_core::anchor::{Anchor, AnchorError, AnchorToken, LinkPlace};
 use timeline_core::block::Block;
 use timeline_core::cursor::{BoundaryToken, CursorError};
@@ -484,4 +488,170 @@ fn reconcile_allows_exactly_8_mib_and_refuses_one_byte_more() {
         call(&mut store, &mut source, cap - base_bytes + 1),
         Err(WindowError::TooLarge { bytes: cap + 1 })
     );
+}
+
+// TL-12: a newer load resumes at the page it follows: one source read wherever that
+// page is, never a scan back from the present.
+#[test]
+fn a_newer_load_reads_forward_from_its_page_not_back_from_the_present() {
+    let (s, t) = (session(), main_target());
+    let mut store = store_with_live(vec![live("live-now", 99_999, "run-1")]);
+    let mut source = filled(codex_source(), 5_000);
+    let w = anchored(
+        &mut store,
+        &mut source,
+        target(&s, &t),
+        &Anchor::row(&reply("h-100")),
+    )
+    .unwrap();
+    let mut next = w.newer_cursor.unwrap();
+    let mut last = w.blocks.last().unwrap().id.as_str().to_owned();
+    for _ in 0..3 {
+        source.reads = 0;
+        let w = anchored(
+            &mut store,
+            &mut source,
+            target(&s, &t),
+            &Anchor::Newer { token: next },
+        )
+        .unwrap();
+        assert_eq!(source.reads, 1, "one read of the 40 items after the page");
+        let n: usize = last.trim_start_matches("h-").parse().unwrap();
+        assert_eq!(
+            w.blocks.first().unwrap().id.as_str(),
+            format!("h-{}", n + 1)
+        );
+        assert_eq!(w.blocks.len(), 40);
+        last = w.blocks.last().unwrap().id.as_str().to_owned();
+        next = w.newer_cursor.unwrap();
+    }
+}
+
+/// A source that reads only backwards: its newer reads are the provided method's.
+struct Backwards(MemorySource);
+
+impl HistorySource for Backwards {
+    fn kind(&self) -> SourceKind {
+        self.0.kind()
+    }
+
+    fn boundary_token(&self) -> BoundaryToken {
+        self.0.boundary_token()
+    }
+
+    fn read(
+        &mut self,
+        before: Option<&SourcePosition>,
+        limit: usize,
+    ) -> Result<SourcePage, SourceError> {
+        self.0.read(before, limit)
+    }
+}
+
+/// What a model source holds or a read gives: (position, row IDs) per item.
+type Items = Vec<(SourcePosition, Vec<String>)>;
+
+/// A memory source of `rows` rows per item with the items at `removed` taken out, and
+/// the model of what it holds (oldest first), and the positions gone.
+fn source_and_model(
+    rows: &[u8],
+    removed: &[prop::sample::Index],
+) -> (MemorySource, Items, Vec<SourcePosition>) {
+    let mut source = claude_source();
+    let mut model = Vec::new();
+    for (i, &n) in rows.iter().enumerate() {
+        let ids: Vec<String> = (0..n).map(|j| format!("r-{i}-{j}")).collect();
+        let blocks = ids.iter().map(|id| saved(id, i as u64, i as u64)).collect();
+        model.push((source.push(blocks), ids));
+    }
+    let mut gone = Vec::new();
+    for r in removed {
+        if model.is_empty() {
+            break;
+        }
+        let at = r.index(model.len());
+        let (position, _) = model.remove(at);
+        assert!(source.remove(&position));
+        gone.push(position);
+    }
+    (source, model, gone)
+}
+
+fn page_of(items: &[(SourcePosition, Vec<String>)], more: bool) -> (Items, bool) {
+    (items.to_vec(), more)
+}
+
+fn seen(page: SourcePage) -> (Items, bool) {
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| {
+            let ids = i.blocks.iter().map(|b| b.id.as_str().to_owned()).collect();
+            (i.position, ids)
+        })
+        .collect();
+    (items, page.more)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+    // TL-09, TL-12: the memory source reads what a linear search of its items gives,
+    // after any removals; a removed position is gone both ways.
+    #[test]
+    fn memory_source_reads_match_a_linear_model(
+        rows in prop::collection::vec(0u8..3, 0..60),
+        removed in prop::collection::vec(any::<prop::sample::Index>(), 0..10),
+        limit in 0usize..50,
+    ) {
+        let (mut source, model, gone) = source_and_model(&rows, &removed);
+        let newest_first: Vec<_> = model.iter().rev().cloned().collect();
+        let start = model.len().saturating_sub(limit);
+        prop_assert_eq!(
+            seen(source.read(None, limit).unwrap()),
+            page_of(&newest_first[..model.len() - start], start > 0)
+        );
+        for (at, (position, _)) in model.iter().enumerate() {
+            let start = at.saturating_sub(limit);
+            let older: Vec<_> = model[start..at].iter().rev().cloned().collect();
+            prop_assert_eq!(
+                seen(source.read(Some(position), limit).unwrap()),
+                page_of(&older, start > 0)
+            );
+            let end = (at + 1 + limit).min(model.len());
+            prop_assert_eq!(
+                seen(source.read_newer(position, limit).unwrap()),
+                page_of(&model[at + 1..end], end < model.len())
+            );
+        }
+        for position in gone {
+            prop_assert_eq!(source.read(Some(&position), limit), Err(SourceError::PositionGone));
+            prop_assert_eq!(source.read_newer(&position, limit), Err(SourceError::PositionGone));
+        }
+    }
+
+    // TL-12: a source that reads only backwards gets, from the provided `read_newer`,
+    // exactly what a source that reads forward answers.
+    #[test]
+    fn the_provided_newer_read_answers_what_a_forward_read_answers(
+        rows in prop::collection::vec(0u8..3, 0..60),
+        removed in prop::collection::vec(any::<prop::sample::Index>(), 0..10),
+        limit in 0usize..50,
+    ) {
+        let (source, model, gone) = source_and_model(&rows, &removed);
+        let mut backwards = Backwards(source.clone());
+        let mut forward = source;
+        for (position, _) in model.iter() {
+            prop_assert_eq!(
+                backwards.read_newer(position, limit),
+                forward.read_newer(position, limit)
+            );
+        }
+        for position in gone.iter().chain([&SourcePosition("elsewhere".into())]) {
+            prop_assert_eq!(
+                backwards.read_newer(position, limit),
+                Err(SourceError::PositionGone)
+            );
+        }
+    }
 }
