@@ -727,21 +727,14 @@ fn stored_revision(
     session: &SessionId,
     target: &TargetId,
 ) -> Result<Option<u64>, OverlayError> {
-    let revision: Option<rusqlite::types::Value> = conn
-        .prepare_cached(
-            "SELECT revision FROM chat_live_timeline_overlays
-             WHERE app_session_id = ?1 AND timeline_target_id = ?2",
-        )
-        .map_err(ov)?
-        .query_row(params![session.as_str(), target.as_str()], |r| r.get(0))
-        .optional()
-        .map_err(ov)?;
-    revision
-        .map(|r| {
-            columns::exact(OVERLAY_REVISION, (&r).into())
-                .map_err(overlay_refused(what(session, target)))
-        })
-        .transpose()
+    target_integer(
+        conn,
+        "SELECT revision FROM chat_live_timeline_overlays
+         WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+        OVERLAY_REVISION,
+        session,
+        target,
+    )
 }
 
 /// The epoch a deleted target had, if it was deleted and not written since (schema 6).
@@ -750,19 +743,34 @@ fn deleted_epoch(
     session: &SessionId,
     target: &TargetId,
 ) -> Result<Option<u64>, OverlayError> {
-    let epoch: Option<rusqlite::types::Value> = conn
-        .prepare_cached(
-            "SELECT settlement_epoch FROM chat_live_timeline_overlay_deleted_epochs
-             WHERE app_session_id = ?1 AND timeline_target_id = ?2",
-        )
+    target_integer(
+        conn,
+        "SELECT settlement_epoch FROM chat_live_timeline_overlay_deleted_epochs
+         WHERE app_session_id = ?1 AND timeline_target_id = ?2",
+        DELETED_EPOCH,
+        session,
+        target,
+    )
+}
+
+/// One exact integer column of a target's row (`sql` selects it by session and target),
+/// checked like wire input; `None` when there is no row.
+fn target_integer(
+    conn: &Connection,
+    sql: &str,
+    column: Column,
+    session: &SessionId,
+    target: &TargetId,
+) -> Result<Option<u64>, OverlayError> {
+    let value: Option<rusqlite::types::Value> = conn
+        .prepare_cached(sql)
         .map_err(ov)?
         .query_row(params![session.as_str(), target.as_str()], |r| r.get(0))
         .optional()
         .map_err(ov)?;
-    epoch
-        .map(|e| {
-            columns::exact(DELETED_EPOCH, (&e).into())
-                .map_err(overlay_refused(what(session, target)))
+    value
+        .map(|v| {
+            columns::exact(column, (&v).into()).map_err(overlay_refused(what(session, target)))
         })
         .transpose()
 }

@@ -92,24 +92,14 @@ impl<S: OutboxStore> Custody<S> {
         record: LedgerRecord,
     ) -> Result<bool, StoreError> {
         let key = (base.clone(), new.operation_id.clone());
-        match self
+        let written = self
             .store
-            .replace_entry_with_ledger(session, expected, &new, base, &record)
-        {
-            Ok(true) => {
-                self.cached_put(session, new);
-                self.ledgers.insert(key, Some(record));
-                Ok(true)
-            }
-            Ok(false) => {
-                self.forget(session);
-                Ok(false)
-            }
-            Err(e) => {
-                self.forget(session);
-                Err(e)
-            }
+            .replace_entry_with_ledger(session, expected, &new, base, &record);
+        let written = self.after_replace(session, written, new)?;
+        if written {
+            self.ledgers.insert(key, Some(record));
         }
+        Ok(written)
     }
 
     /// The entry change `new`, with the ledger moved toward `proposed` in the same

@@ -919,7 +919,19 @@ impl<S: OutboxStore> Custody<S> {
         expected: &OutboxEntry,
         new: OutboxEntry,
     ) -> Result<bool, StoreError> {
-        match self.store.replace_entry(session, expected, &new) {
+        let written = self.store.replace_entry(session, expected, &new);
+        self.after_replace(session, written, new)
+    }
+
+    /// Memory follows the outcome of a compare-and-set write of `new`: applied when the
+    /// store took it, forgotten when the store holds something else or failed.
+    pub(crate) fn after_replace(
+        &mut self,
+        session: &SessionId,
+        written: Result<bool, StoreError>,
+        new: OutboxEntry,
+    ) -> Result<bool, StoreError> {
+        match written {
             Ok(true) => {
                 self.cached_put(session, new);
                 Ok(true)
