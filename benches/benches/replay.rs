@@ -1,6 +1,7 @@
 //! Replay buffer: append throughput with trimming active (events already serialized),
 //! and the replay of a full buffer (10,000 events, about 8 MB) into 256 KB chunks side
-//! by side with `serde_json::to_vec` of the same events.
+//! by side with `serde_json::to_vec` of the same events; and two baselines for the check
+//! an append makes (serde_json's validation, one read of every byte).
 //!
 //! `cargo bench -p benches --bench replay`
 
@@ -53,6 +54,29 @@ fn replay(c: &mut Criterion) {
             |json| buffers.append(&session, EventKind::Other, json, Millis(0)),
             BatchSize::SmallInput,
         )
+    });
+
+    // Baselines for the check `append` makes, on the same texts: serde_json's own
+    // validation (parse into IgnoredAny, building nothing), and one read of every byte
+    // (counting quotes), the floor of any check that looks at the whole text.
+    let mut j = 0usize;
+    group.bench_function("baseline_serde_ignored_any", |b| {
+        b.iter(|| {
+            j += 1;
+            let text = &serialized[j % serialized.len()];
+            serde_json::from_str::<serde::de::IgnoredAny>(std::hint::black_box(text)).is_ok()
+        })
+    });
+    let mut k = 0usize;
+    group.bench_function("baseline_read_every_byte", |b| {
+        b.iter(|| {
+            k += 1;
+            let text = &serialized[k % serialized.len()];
+            std::hint::black_box(text)
+                .bytes()
+                .filter(|c| *c == b'"')
+                .count()
+        })
     });
 
     // A full buffer of 10,000 events (about 8 MB).
