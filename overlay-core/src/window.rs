@@ -7,9 +7,10 @@
 //! timeline-core. Cursors and anchor tokens are sealed with the host's [`HostKey`].
 //!
 //! - [`latest_window`]: the newest page, then the overlay without the rows whose keys the
-//!   page holds (epoch + 1 when an ordinary row left) and without ephemerals of
-//!   non-current runs, in one answer. `windowRevision` is the global revision counter's
-//!   value, so a page cut from an older window is never newer than a fresh window.
+//!   page holds (epoch + 1 when an ordinary row left) and without the ephemeral rows the
+//!   seed's table lets a latest window drop, in one answer. `windowRevision` is the
+//!   global revision counter's value, so a page cut from an older window is never newer
+//!   than a fresh window.
 //! - [`older_page`]: the rows above a cursor's seam, `orderedBlockKeys` (rows, then the
 //!   seam), `windowRevision` = cursor revision + 1, and the next cursor whose seam is the
 //!   page's top row. One request reads up to four source pages until one yields a visible
@@ -28,8 +29,33 @@
 //! - [`reconcile_sessions`]: up to 16 sessions, each with its latest window, overlay,
 //!   outbox (at most 256 entries) and active run, with the 8 MiB cap checked while the
 //!   answer grows.
+//!
+//! # Which ephemeral rows a latest window keeps (OV-03)
+//!
+//! The seed's table, class by class ([`leaves_latest_window`]):
+//!
+//! | class | no current run | its own run current | another run current |
+//! |---|---|---|---|
+//! | status row | kept | kept | dropped |
+//! | context-compacting marker | dropped | kept | dropped |
+//! | parent progress mirror | kept | kept | dropped |
+//! | approval card | kept | kept | kept |
+//!
+//! With a current run the overlay's own [`Change::LatestWindow`] rule is exactly that
+//! table, so the window is one write. With none, that rule would also drop status rows
+//! and mirrors, so the window settles the page's keys ([`Change::Settle`]) and then
+//! retracts what the table drops ([`Change::Retract`]): two writes at most, neither of
+//! which raises the epoch for an ephemeral row.
+//!
+//! # Failures keep what was saved
+//!
+//! A settlement raises epochs that clients learn of only from the saved snapshot. A
+//! builder that fails after it saved one (a store error on its second write, the 8 MiB
+//! cap, a later session of a reconcile) returns a [`BuildError`] that carries, with the
+//! error, the newest snapshot saved for each target it wrote, so the caller still sends
+//! them to the live sinks ("the producer saves first and sends the saved snapshot").
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 use serde::Serialize;
 use timeline_core::anchor::{Anchor, AnchorError, AnchorToken, NewerPlace};
@@ -47,7 +73,9 @@ use timeline_core::wire::{
 
 use crate::overlay::{self, Change, WriteResult};
 use crate::source::{HistorySource, SourceError, SourceItem, SourceKind, SourcePosition};
-use crate::store::{OverlayStore, StoreError, StoredOverlay};
+use crate::store::{
+    OverlayRows, OverlayStore, RowClass, Runs, StoreError, StoredBlock, StoredOverlay,
+};
 
 /// Source pages one older-page request may read before it answers.
 pub const MAX_SOURCE_READS_PER_PAGE: usize = 4;
@@ -95,6 +123,69 @@ impl WindowError {
     }
 }
 
+/// A builder that failed, with every overlay its settlement saved before the failure.
+///
+/// `written` holds, per (session, target) the builder wrote, the newest snapshot saved
+/// for it (it holds every earlier write of that target). The caller sends them to the
+/// live sinks as after a success: they are stored, and a raised settlement epoch reaches
+/// clients only through them. Empty when the builder failed before it wrote.
+///
+/// It reads as its `error` (`Display` and `source` are the error's), so the message a
+/// client receives is the same whether or not something was saved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BuildError {
+    /// Why the builder stopped.
+    pub error: WindowError,
+    /// The overlays saved before it stopped, by (session, target), in the order written.
+    pub written: Vec<(SessionId, TargetId, StoredOverlay)>,
+}
+
+impl BuildError {
+    /// The `errorCode` a client receives.
+    pub fn error_code(&self) -> &'static str {
+        self.error.error_code()
+    }
+}
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+/// `error` from a step before the builder saved anything.
+fn unsaved(error: impl Into<WindowError>) -> BuildError {
+    BuildError {
+        error: error.into(),
+        written: Vec::new(),
+    }
+}
+
+/// A single-target build's outcome with what its settlement saved: the window, or the
+/// error with the saved snapshot.
+fn with_saved(
+    t: Target<'_>,
+    built: Result<TimelineWindow, WindowError>,
+    settled: Option<StoredOverlay>,
+) -> Result<BuiltWindow, BuildError> {
+    match built {
+        Ok(window) => Ok(BuiltWindow { window, settled }),
+        Err(error) => Err(BuildError {
+            error,
+            written: settled
+                .map(|stored| (t.session.clone(), t.target.clone(), stored))
+                .into_iter()
+                .collect(),
+        }),
+    }
+}
+
 /// Which timeline a request is for.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
@@ -112,7 +203,8 @@ pub struct Target<'a> {
 pub struct BuiltWindow {
     /// The answer.
     pub window: TimelineWindow,
-    /// The overlay the settlement write stored, when it wrote.
+    /// The newest overlay the settlement stored, when it wrote (with no current run it
+    /// may write twice, settling then retracting; this one holds both).
     pub settled: Option<StoredOverlay>,
 }
 
@@ -293,42 +385,123 @@ fn check_size<T: Serialize>(value: &T) -> Result<usize, WindowError> {
     Ok(bytes)
 }
 
-/// Settles the overlay against `rows` like a latest window and returns the client form
-/// and the stored snapshot if it changed.
+/// True when a latest window drops the ephemeral `row`, the seed's table class by class
+/// (OV-03): a status row and a parent progress mirror "when another run is the current
+/// run"; a context-compacting marker "when its run is not the current run"; an approval
+/// card never ("it stays with its decision"). Ordinary rows leave only when history holds
+/// their key, never by this rule.
+pub fn leaves_latest_window(row: &StoredBlock, current_run: Option<&RunId>) -> bool {
+    match row.class {
+        RowClass::Status | RowClass::ProgressMirror => {
+            current_run.is_some_and(|current| row.run_id.as_ref() != Some(current))
+        }
+        RowClass::CompactingMarker => {
+            current_run.is_none_or(|current| row.run_id.as_ref() != Some(current))
+        }
+        RowClass::Ordinary | RowClass::ApprovalCard => false,
+    }
+}
+
+/// The rows a latest window with no current run retracts after settling: the rows the
+/// table drops (every compacting marker, see [`leaves_latest_window`]) and the ephemeral
+/// rows whose key the page holds. O((e + h) log n) for e status rows, markers and
+/// mirrors and h page keys.
+fn retracted_without_run(rows: &OverlayRows, history_keys: &HashSet<BlockKey>) -> Vec<BlockKey> {
+    let mut leaving: BTreeSet<BlockKey> = [
+        RowClass::Status,
+        RowClass::CompactingMarker,
+        RowClass::ProgressMirror,
+    ]
+    .into_iter()
+    .flat_map(|class| rows.ephemeral_keys(class, Runs::Any))
+    .filter(|k| {
+        rows.get(k)
+            .is_some_and(|row| leaves_latest_window(row, None))
+    })
+    .collect();
+    leaving.extend(
+        history_keys
+            .iter()
+            .filter(|k| rows.get(k).is_some_and(|row| row.class.is_ephemeral()))
+            .cloned(),
+    );
+    leaving.into_iter().collect()
+}
+
+/// Notes the snapshot `result` stored, if it wrote, in `settled`.
+fn noting(result: WriteResult, settled: &mut Option<StoredOverlay>) -> WriteResult {
+    if let WriteResult::Written { stored, .. } = &result {
+        *settled = Some(stored.stored().clone());
+    }
+    result
+}
+
+/// Settles the overlay against `rows` like a latest window (see the module docs for
+/// which ephemeral rows leave) and returns the client form. Every snapshot it stores is
+/// noted in `settled` as soon as it is stored, so a failure of a later write loses none.
 fn settle_against<S: OverlayStore + ?Sized>(
     store: &mut S,
     t: Target<'_>,
     rows: &[Block],
-) -> Result<(LiveOverlay, Option<StoredOverlay>), StoreError> {
-    let change = Change::LatestWindow {
-        history_keys: rows.iter().map(Block::key).collect::<HashSet<_>>(),
-        current_run: t.current_run.cloned(),
+    settled: &mut Option<StoredOverlay>,
+) -> Result<LiveOverlay, StoreError> {
+    let history_keys: HashSet<BlockKey> = rows.iter().map(Block::key).collect();
+    let result = match t.current_run {
+        // `Change::LatestWindow` with a current run is the seed's table exactly.
+        Some(run) => {
+            let change = Change::LatestWindow {
+                history_keys,
+                current_run: Some(run.clone()),
+            };
+            noting(
+                overlay::write(store, t.session, t.target, &change)?,
+                settled,
+            )
+        }
+        // Without one it would drop status rows and mirrors too: settle, then retract
+        // what the table drops.
+        None => {
+            let change = Change::Settle(history_keys.clone());
+            let first = noting(
+                overlay::write(store, t.session, t.target, &change)?,
+                settled,
+            );
+            let leaving = first
+                .snapshot()
+                .map_or_else(Vec::new, |s| retracted_without_run(s.rows(), &history_keys));
+            if leaving.is_empty() {
+                first
+            } else {
+                let change = Change::Retract(leaving);
+                noting(
+                    overlay::write(store, t.session, t.target, &change)?,
+                    settled,
+                )
+            }
+        }
     };
-    let result = overlay::write(store, t.session, t.target, &change)?;
-    let overlay = result.stored().map_or(
+    Ok(result.stored().map_or(
         LiveOverlay {
             settlement_epoch: 0,
             revision: 0,
             blocks: Vec::new(),
         },
         StoredOverlay::client_form,
-    );
-    let settled = match result {
-        WriteResult::Written { stored, .. } => Some(stored.into()),
-        WriteResult::Unchanged(_) => None,
-    };
-    Ok((overlay, settled))
+    ))
 }
 
 /// Builds the latest window of `page_size` rows (decoded up to 640, served up to 100).
+///
+/// On a failure after the settlement saved the overlay, the [`BuildError`] carries the
+/// saved snapshot for the live sinks.
 pub fn latest_window<S: OverlayStore + ?Sized>(
     store: &mut S,
     source: &mut dyn HistorySource,
     key: &HostKey,
     t: Target<'_>,
     page_size: usize,
-) -> Result<BuiltWindow, WindowError> {
-    let page_size = effective_page_size(page_size).map_err(page_size_error)?;
+) -> Result<BuiltWindow, BuildError> {
+    let page_size = effective_page_size(page_size).map_err(|e| unsaved(page_size_error(e)))?;
     // Read until a visible row shows (or history ends), so an answer is never a false
     // empty conversation.
     let scan = scan_back(
@@ -337,7 +510,8 @@ pub fn latest_window<S: OverlayStore + ?Sized>(
         page_size,
         MAX_SOURCE_READS_PER_SCAN,
         is_visible,
-    )?;
+    )
+    .map_err(unsaved)?;
     present_window(store, source, key, t, scan.items, scan.more)
 }
 
@@ -348,9 +522,25 @@ fn present_window<S: OverlayStore + ?Sized>(
     t: Target<'_>,
     items: Vec<SourceItem>,
     more: bool,
-) -> Result<BuiltWindow, WindowError> {
+) -> Result<BuiltWindow, BuildError> {
+    let mut settled = None;
+    let built = present_rows(store, source, key, t, items, more, &mut settled);
+    with_saved(t, built, settled)
+}
+
+/// The window of the newest `items` with the settled overlay; what the settlement
+/// stored goes to `settled` even when a later step fails.
+fn present_rows<S: OverlayStore + ?Sized>(
+    store: &mut S,
+    source: &mut dyn HistorySource,
+    key: &HostKey,
+    t: Target<'_>,
+    items: Vec<SourceItem>,
+    more: bool,
+    settled: &mut Option<StoredOverlay>,
+) -> Result<TimelineWindow, WindowError> {
     let rows = rows_of(&items);
-    let (overlay, settled) = settle_against(store, t, &rows)?;
+    let overlay = settle_against(store, t, &rows, settled)?;
     let revision = store.current_revision()?;
     let token = source.boundary_token();
     let oldest_cursor = window_cursor(&source.kind(), &token, key, &items, &rows, more, revision);
@@ -365,7 +555,45 @@ fn present_window<S: OverlayStore + ?Sized>(
         newer_cursor: None,
     };
     check_size(&window)?;
-    Ok(BuiltWindow { window, settled })
+    Ok(window)
+}
+
+/// The rows of a newer load that reaches the present (`items`, newest first), with the
+/// settled overlay and no cursor.
+fn present_newer<S: OverlayStore + ?Sized>(
+    store: &mut S,
+    source: &mut dyn HistorySource,
+    t: Target<'_>,
+    items: &[SourceItem],
+) -> Result<BuiltWindow, BuildError> {
+    let mut settled = None;
+    let built = present_newer_rows(store, source, t, items, &mut settled);
+    with_saved(t, built, settled)
+}
+
+/// [`present_newer`]'s window; what the settlement stored goes to `settled` even when a
+/// later step fails.
+fn present_newer_rows<S: OverlayStore + ?Sized>(
+    store: &mut S,
+    source: &mut dyn HistorySource,
+    t: Target<'_>,
+    items: &[SourceItem],
+    settled: &mut Option<StoredOverlay>,
+) -> Result<TimelineWindow, WindowError> {
+    let rows = rows_of(items);
+    let overlay = settle_against(store, t, &rows, settled)?;
+    let window = TimelineWindow {
+        blocks: rows,
+        oldest_cursor: None,
+        boundary_token: source.boundary_token(),
+        window_revision: store.current_revision()?,
+        live_overlay: Some(overlay),
+        anchor_row: None,
+        anchor_notice: None,
+        newer_cursor: None,
+    };
+    check_size(&window)?;
+    Ok(window)
 }
 
 /// An older-page request.
@@ -443,18 +671,18 @@ pub fn anchored_window<S: OverlayStore + ?Sized>(
     key: &HostKey,
     t: Target<'_>,
     anchor: &Anchor,
-) -> Result<BuiltWindow, WindowError> {
-    anchor.check_params()?;
+) -> Result<BuiltWindow, BuildError> {
+    anchor.check_params().map_err(unsaved)?;
     let (place, notice) = match anchor {
         Anchor::Newer { token } => {
-            let place = AnchorToken::decode_newer(token, key)?;
+            let place = AnchorToken::decode_newer(token, key).map_err(unsaved)?;
             if place.target != t.target.as_str() || place.source_token != source.boundary_token() {
-                return Err(AnchorError::Invalid.into());
+                return Err(unsaved(AnchorError::Invalid));
             }
             return newer_window(store, source, key, t, &place);
         }
         Anchor::Link { token } => {
-            let place = AnchorToken::decode_link(token, key)?;
+            let place = AnchorToken::decode_link(token, key).map_err(unsaved)?;
             let session_ok = place
                 .app_session_id
                 .as_deref()
@@ -464,13 +692,13 @@ pub fn anchored_window<S: OverlayStore + ?Sized>(
                 None => t.target == &TargetId::main(t.session),
             };
             if !(session_ok && thread_ok) {
-                return Err(AnchorError::Invalid.into());
+                return Err(unsaved(AnchorError::Invalid));
             }
             (place.row, MESSAGE_NOT_SAVED_NOTICE)
         }
-        Anchor::Row { .. } => (anchor.row_key()?, ROW_NOT_SAVED_NOTICE),
+        Anchor::Row { .. } => (anchor.row_key().map_err(unsaved)?, ROW_NOT_SAVED_NOTICE),
     };
-    let Some(found) = scan_for_place(source, &place)? else {
+    let Some(found) = scan_for_place(source, &place).map_err(unsaved)? else {
         // No saved place (only live, or gone): the newest window, with a notice.
         let mut built = latest_window(store, source, key, t, ANCHORED_PAGE_SIZE)?;
         built.window.anchor_notice = Some(notice.to_owned());
@@ -510,7 +738,7 @@ pub fn anchored_window<S: OverlayStore + ?Sized>(
         let Some(from) = older.last().or(items.last()).map(|i| i.position.clone()) else {
             break;
         };
-        let page = source.read(Some(&from), older_needed)?;
+        let page = source.read(Some(&from), older_needed).map_err(unsaved)?;
         more = page.more;
         if page.items.is_empty() {
             break;
@@ -529,7 +757,7 @@ pub fn anchored_window<S: OverlayStore + ?Sized>(
     }
     more |= taken_items < older.len();
     items.extend(older.into_iter().take(taken_items));
-    let mut built = past_page(store, source, key, t, items, more)?;
+    let mut built = past_page(store, source, key, t, items, more).map_err(unsaved)?;
     built.window.anchor_row = Some(place);
     Ok(built)
 }
@@ -659,12 +887,12 @@ fn newer_window<S: OverlayStore + ?Sized>(
     key: &HostKey,
     t: Target<'_>,
     place: &NewerPlace,
-) -> Result<BuiltWindow, WindowError> {
+) -> Result<BuiltWindow, BuildError> {
     let resumed = match &place.position {
         Some(p) => match read_after(source, &SourcePosition(p.clone())) {
             Ok(next) => next,
             Err(SourceError::PositionGone) => None,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(unsaved(e)),
         },
         None => None,
     };
@@ -677,9 +905,10 @@ fn newer_window<S: OverlayStore + ?Sized>(
                 ANCHORED_PAGE_SIZE,
                 MAX_SOURCE_READS_PER_SCAN,
                 |i| holds(i, &place.after),
-            )?;
+            )
+            .map_err(unsaved)?;
             let Some(at) = scan.found else {
-                return Err(AnchorError::Invalid.into());
+                return Err(unsaved(AnchorError::Invalid));
             };
             let mut newer_items = scan.items;
             newer_items.truncate(at);
@@ -688,22 +917,9 @@ fn newer_window<S: OverlayStore + ?Sized>(
     };
     if next.present {
         // Reaches the present: these rows and the overlay.
-        let rows = rows_of(&next.items);
-        let (overlay, settled) = settle_against(store, t, &rows)?;
-        let window = TimelineWindow {
-            blocks: rows,
-            oldest_cursor: None,
-            boundary_token: source.boundary_token(),
-            window_revision: store.current_revision()?,
-            live_overlay: Some(overlay),
-            anchor_row: None,
-            anchor_notice: None,
-            newer_cursor: None,
-        };
-        check_size(&window)?;
-        return Ok(BuiltWindow { window, settled });
+        return present_newer(store, source, t, &next.items);
     }
-    let mut built = past_page(store, source, key, t, next.items, true)?;
+    let mut built = past_page(store, source, key, t, next.items, true).map_err(unsaved)?;
     // Older paging belongs to the first page in the past; a newer answer carries none.
     built.window.oldest_cursor = None;
     Ok(built)
@@ -809,29 +1025,49 @@ pub struct Reconciled {
 
 /// `run.chatReconcileSessions` (OV-05): at most 16 sessions and 256 outbox entries per
 /// session (invalid params past either), the 8 MiB cap checked while the answer grows.
+///
+/// A failure after some sessions settled (a store error, the cap) returns a
+/// [`BuildError`] with the overlays saved so far, for the live sinks.
 pub fn reconcile_sessions<S: OverlayStore + ?Sized>(
     store: &mut S,
     key: &HostKey,
     sessions: Vec<ReconcileSession<'_>>,
-) -> Result<Reconciled, WindowError> {
+) -> Result<Reconciled, BuildError> {
     if sessions.len() > RECONCILE_MAX_SESSIONS {
-        return Err(WindowError::InvalidParams(format!(
+        return Err(unsaved(WindowError::InvalidParams(format!(
             "at most {RECONCILE_MAX_SESSIONS} sessions per call"
-        )));
+        ))));
     }
     if let Some(s) = sessions
         .iter()
         .find(|s| s.outbox.len() > RECONCILE_MAX_OUTBOX_ENTRIES)
     {
-        return Err(WindowError::InvalidParams(format!(
+        return Err(unsaved(WindowError::InvalidParams(format!(
             "session {} has more than {RECONCILE_MAX_OUTBOX_ENTRIES} outbox entries",
             s.session
-        )));
+        ))));
     }
     let mut out = Reconciled {
         sessions: Vec::with_capacity(sessions.len()),
         settled: Vec::new(),
     };
+    match reconcile_each(store, key, sessions, &mut out) {
+        Ok(()) => Ok(out),
+        Err(error) => Err(BuildError {
+            error,
+            written: out.settled,
+        }),
+    }
+}
+
+/// The sessions of a reconcile, one after the other, into `out`; every overlay a
+/// settlement saves is in `out.settled` even when a later step fails.
+fn reconcile_each<S: OverlayStore + ?Sized>(
+    store: &mut S,
+    key: &HostKey,
+    sessions: Vec<ReconcileSession<'_>>,
+    out: &mut Reconciled,
+) -> Result<(), WindowError> {
     // `{"sessions":[` ... `]}`
     let mut bytes = 14usize;
     for s in sessions {
@@ -846,7 +1082,11 @@ pub fn reconcile_sessions<S: OverlayStore + ?Sized>(
             key,
             t,
             timeline_core::policy::INITIAL_PAGE_SIZE,
-        )?;
+        )
+        .map_err(|failed| {
+            out.settled.extend(failed.written);
+            failed.error
+        })?;
         if let Some(stored) = built.settled {
             out.settled
                 .push((s.session.clone(), s.target.clone(), stored));
@@ -865,7 +1105,7 @@ pub fn reconcile_sessions<S: OverlayStore + ?Sized>(
         }
         out.sessions.push(snapshot);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The builders as they were before each page check looked only at the rows it had just
@@ -918,8 +1158,8 @@ mod naive {
         key: &HostKey,
         t: Target<'_>,
         page_size: usize,
-    ) -> Result<BuiltWindow, WindowError> {
-        let page_size = effective_page_size(page_size).map_err(page_size_error)?;
+    ) -> Result<BuiltWindow, BuildError> {
+        let page_size = effective_page_size(page_size).map_err(|e| unsaved(page_size_error(e)))?;
         // Read until a visible row shows (or history ends), so an answer is never a false
         // empty conversation.
         let scan = scan_back(
@@ -928,7 +1168,8 @@ mod naive {
             page_size,
             MAX_SOURCE_READS_PER_SCAN,
             |items| visible_rows(items) > 0,
-        )?;
+        )
+        .map_err(unsaved)?;
         present_window(store, source, key, t, scan.items, scan.more)
     }
 
@@ -996,20 +1237,20 @@ mod naive {
         key: &HostKey,
         t: Target<'_>,
         anchor: &Anchor,
-    ) -> Result<BuiltWindow, WindowError> {
-        anchor.check_params()?;
+    ) -> Result<BuiltWindow, BuildError> {
+        anchor.check_params().map_err(unsaved)?;
         let (place, notice) = match anchor {
             Anchor::Newer { token } => {
-                let place = AnchorToken::decode_newer(token, key)?;
+                let place = AnchorToken::decode_newer(token, key).map_err(unsaved)?;
                 if place.target != t.target.as_str()
                     || place.source_token != source.boundary_token()
                 {
-                    return Err(AnchorError::Invalid.into());
+                    return Err(unsaved(AnchorError::Invalid));
                 }
                 return newer_window(store, source, key, t, &place);
             }
             Anchor::Link { token } => {
-                let place = AnchorToken::decode_link(token, key)?;
+                let place = AnchorToken::decode_link(token, key).map_err(unsaved)?;
                 let session_ok = place
                     .app_session_id
                     .as_deref()
@@ -1019,11 +1260,11 @@ mod naive {
                     None => t.target == &TargetId::main(t.session),
                 };
                 if !(session_ok && thread_ok) {
-                    return Err(AnchorError::Invalid.into());
+                    return Err(unsaved(AnchorError::Invalid));
                 }
                 (place.row, MESSAGE_NOT_SAVED_NOTICE)
             }
-            Anchor::Row { .. } => (anchor.row_key()?, ROW_NOT_SAVED_NOTICE),
+            Anchor::Row { .. } => (anchor.row_key().map_err(unsaved)?, ROW_NOT_SAVED_NOTICE),
         };
         let scan = scan_back(
             source,
@@ -1035,7 +1276,8 @@ mod naive {
                     .iter()
                     .any(|i| i.blocks.iter().any(|b| b.key() == place))
             },
-        )?;
+        )
+        .map_err(unsaved)?;
         let found = scan
             .items
             .iter()
@@ -1071,7 +1313,7 @@ mod naive {
         let mut more = scan.more;
         while visible_rows(&older) < older_needed && more {
             let from = older.last().unwrap_or(&scan.items[found]).position.clone();
-            let page = source.read(Some(&from), older_needed)?;
+            let page = source.read(Some(&from), older_needed).map_err(unsaved)?;
             more = page.more;
             if page.items.is_empty() {
                 break;
@@ -1089,7 +1331,7 @@ mod naive {
         }
         more |= taken_items < older.len();
         items.extend(older.into_iter().take(taken_items));
-        let mut built = past_page(store, source, key, t, items, more)?;
+        let mut built = past_page(store, source, key, t, items, more).map_err(unsaved)?;
         built.window.anchor_row = Some(place);
         Ok(built)
     }
@@ -1102,7 +1344,7 @@ mod naive {
         key: &HostKey,
         t: Target<'_>,
         place: &NewerPlace,
-    ) -> Result<BuiltWindow, WindowError> {
+    ) -> Result<BuiltWindow, BuildError> {
         let position = place.position.clone().map(SourcePosition);
         let holds_place = |i: &SourceItem| {
             Some(&i.position) == position.as_ref()
@@ -1114,9 +1356,10 @@ mod naive {
             ANCHORED_PAGE_SIZE,
             MAX_SOURCE_READS_PER_SCAN,
             |items| items.iter().any(holds_place),
-        )?;
+        )
+        .map_err(unsaved)?;
         let Some(at) = scan.items.iter().position(holds_place) else {
-            return Err(AnchorError::Invalid.into());
+            return Err(unsaved(AnchorError::Invalid));
         };
         // Items newer than the page, oldest of them first: take whole items up to 40 rows.
         let mut end = at; // exclusive bound in newest-first order
@@ -1129,23 +1372,10 @@ mod naive {
         if start == 0 {
             // Reaches the present: these rows and the overlay.
             end = at;
-            let items = scan.items[..end].to_vec();
-            let rows = rows_of(&items);
-            let (overlay, settled) = settle_against(store, t, &rows)?;
-            let window = TimelineWindow {
-                blocks: rows,
-                oldest_cursor: None,
-                boundary_token: source.boundary_token(),
-                window_revision: store.current_revision()?,
-                live_overlay: Some(overlay),
-                anchor_row: None,
-                anchor_notice: None,
-                newer_cursor: None,
-            };
-            check_size(&window)?;
-            return Ok(BuiltWindow { window, settled });
+            return present_newer(store, source, t, &scan.items[..end]);
         }
-        let mut built = past_page(store, source, key, t, scan.items[start..end].to_vec(), true)?;
+        let mut built = past_page(store, source, key, t, scan.items[start..end].to_vec(), true)
+            .map_err(unsaved)?;
         // Older paging belongs to the first page in the past; a newer answer carries none.
         built.window.oldest_cursor = None;
         Ok(built)

@@ -8,7 +8,7 @@ use common::*;
 use overlay_core::live::{Delivery, LiveHub, Payload, RunEvent, RunEventKind};
 use overlay_core::overlay::{write, Change};
 use overlay_core::store::memory::MemoryOverlayStore;
-use overlay_core::store::OverlayStore;
+use overlay_core::store::{OverlayStore, RowClass};
 use overlay_core::window::{latest_window, Target};
 use timeline_core::time::Millis;
 use timeline_core::timeline::{ClientMode, Effect, IgnoreReason, Origin, Outcome, Timeline};
@@ -85,7 +85,11 @@ fn seed_case_2_live_rows_moved_into_history_never_reappear() {
 }
 
 /// Seed case 4: a Claude run ends and no window loads; its live rows stay in the overlay
-/// and leave with the next latest window.
+/// and leave with the next latest window. That window has no current run, so of the
+/// run's ephemeral rows (OV-03, the seed's table) only the compacting marker leaves ("when
+/// its run is not the current run"); the status row stays (dropped "when another run is
+/// the current run"), and so does the approval card ("A Claude run has no such cleanup,
+/// so its card stays in the overlay").
 #[test]
 fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
     let (s, t) = (session(), main_target());
@@ -108,7 +112,12 @@ fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
         &mut store,
         &s,
         &t,
-        &Change::Publish(vec![live("reply", 2_000, "run-1")]),
+        &Change::Publish(vec![
+            live("reply", 2_000, "run-1"),
+            ephemeral("thinking-run-1", RowClass::Status, "run-1"),
+            ephemeral("compacting-run-1", RowClass::CompactingMarker, "run-1"),
+            ephemeral("approval:1", RowClass::ApprovalCard, "run-1"),
+        ]),
     )
     .unwrap();
     hub.emit(
@@ -135,7 +144,7 @@ fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
     let _: Vec<Delivery> = std::iter::from_fn(|| hub.poll_delivery()).collect();
     // Long after, with no window loaded, the live row is still in the overlay.
     hub.handle_timeout(Millis(600_000));
-    assert_eq!(store.load(&s, &t).unwrap().unwrap().blocks.len(), 1);
+    assert_eq!(store.load(&s, &t).unwrap().unwrap().blocks.len(), 4);
     // The next latest window settles it.
     let target = Target {
         session: &s,
@@ -144,7 +153,10 @@ fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
     };
     let w = latest_window(&mut store, &mut source, &host_key(), target, 12).unwrap();
     let overlay: LiveOverlay = w.window.live_overlay.unwrap();
-    assert!(overlay.blocks.is_empty());
+    let mut left: Vec<&str> = overlay.blocks.iter().map(|b| b.id.as_str()).collect();
+    left.sort_unstable();
+    assert_eq!(left, ["approval:1", "thinking-run-1"]);
     assert_eq!(overlay.settlement_epoch, 1);
+    assert_eq!(w.settled.map(|o| o.client_form()), Some(overlay));
     assert!(w.window.blocks.iter().any(|b| b.key() == reply("reply")));
 }

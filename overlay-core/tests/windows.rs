@@ -6,20 +6,22 @@
 mod common;
 
 use common::*;
+use overlay_core::overlay::{write, Change};
 use overlay_core::source::{
     HistorySource, MemorySource, SourceError, SourceKind, SourcePage, SourcePosition,
 };
 use overlay_core::store::memory::MemoryOverlayStore;
-use overlay_core::store::OverlayStore;
+use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay, Update};
 use overlay_core::window::{
-    anchored_window, latest_window, older_page, reconcile_sessions, OlderPageRequest,
-    ReconcileSession, Target, WindowError,
+    anchored_window, latest_window, leaves_latest_window, older_page, reconcile_sessions,
+    BuildError, OlderPageRequest, ReconcileSession, Target, WindowError,
 };
 use proptest::prelude::*;
 use timeline_core::anchor::{Anchor, AnchorError, AnchorToken, LinkPlace};
 use timeline_core::block::Block;
 use timeline_core::cursor::{BoundaryToken, CursorError};
-use timeline_core::key::{BlockKey, SessionId, TargetId};
+use timeline_core::key::{BlockKey, BlockType, RunId, SessionId, TargetId};
+use timeline_core::time::Millis;
 use timeline_core::wire::{TimelineWindow, MESSAGE_NOT_SAVED_NOTICE, ROW_NOT_SAVED_NOTICE};
 
 fn target<'a>(s: &'a SessionId, t: &'a TargetId) -> Target<'a> {
@@ -37,7 +39,15 @@ fn anchored(
     t: Target<'_>,
     anchor: &Anchor,
 ) -> Result<TimelineWindow, WindowError> {
-    anchored_window(store, source, &host_key(), t, anchor).map(|built| built.window)
+    anchored_window(store, source, &host_key(), t, anchor)
+        .map(|built| built.window)
+        .map_err(|failed| {
+            assert!(
+                failed.written.is_empty(),
+                "a failed anchored load saved nothing"
+            );
+            failed.error
+        })
 }
 
 /// A link token to `row` (in `app_session`, when given), sealed with the test host key.
@@ -93,7 +103,8 @@ fn page_sizes_past_640_are_invalid_and_past_100_are_clamped() {
     let w = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 640).unwrap();
     assert_eq!(w.window.blocks.len(), 100);
     let e = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 641).unwrap_err();
-    assert!(matches!(e, WindowError::InvalidParams(_)));
+    assert!(matches!(e.error, WindowError::InvalidParams(_)));
+    assert!(e.written.is_empty());
     assert_eq!(e.error_code(), "INVALID_PARAMS");
 }
 
@@ -280,7 +291,7 @@ fn reconcile_enforces_its_caps_at_the_limit_and_one_past() {
         16
     );
     assert!(matches!(
-        run_reconcile(&mut store, 17, 1, 1),
+        run_reconcile(&mut store, 17, 1, 1).map_err(|e| e.error),
         Err(WindowError::InvalidParams(_))
     ));
     assert_eq!(
@@ -290,12 +301,12 @@ fn reconcile_enforces_its_caps_at_the_limit_and_one_past() {
         256
     );
     assert!(matches!(
-        run_reconcile(&mut store, 1, 257, 1),
+        run_reconcile(&mut store, 1, 257, 1).map_err(|e| e.error),
         Err(WindowError::InvalidParams(_))
     ));
     // 16 sessions of 256 entries of ~2 KiB: about 8.4 MB, past the cap.
     let e = run_reconcile(&mut store, 16, 256, 2_048).unwrap_err();
-    assert!(matches!(e, WindowError::TooLarge { .. }));
+    assert!(matches!(e.error, WindowError::TooLarge { .. }));
     assert_eq!(e.error_code(), "TIMELINE_SNAPSHOT_TOO_LARGE");
     // Just under: the same with 1.9 KiB entries fits.
     assert!(run_reconcile(&mut store, 16, 256, 1_900).is_ok());
@@ -485,7 +496,7 @@ fn reconcile_allows_exactly_8_mib_and_refuses_one_byte_more() {
     let cap = timeline_core::policy::RESPONSE_CAP_BYTES;
     assert!(call(&mut store, &mut source, cap - base_bytes).is_ok());
     assert_eq!(
-        call(&mut store, &mut source, cap - base_bytes + 1),
+        call(&mut store, &mut source, cap - base_bytes + 1).map_err(|e| e.error),
         Err(WindowError::TooLarge { bytes: cap + 1 })
     );
 }
@@ -654,4 +665,401 @@ proptest! {
             );
         }
     }
+}
+
+/// Where a latest window stands toward the run that wrote an ephemeral row.
+#[derive(Clone, Copy, Debug)]
+enum Situation {
+    /// The session has no current run.
+    NoCurrentRun,
+    /// The row's own run (`run-1`) is the current run.
+    OwnRunCurrent,
+    /// Another run (`run-2`) is the current run.
+    OtherRunCurrent,
+}
+
+const SITUATIONS: [Situation; 3] = [
+    Situation::NoCurrentRun,
+    Situation::OwnRunCurrent,
+    Situation::OtherRunCurrent,
+];
+
+impl Situation {
+    fn current_run(self) -> Option<RunId> {
+        match self {
+            Situation::NoCurrentRun => None,
+            Situation::OwnRunCurrent => Some(run("run-1")),
+            Situation::OtherRunCurrent => Some(run("run-2")),
+        }
+    }
+}
+
+/// True when a latest window in `situation` keeps `row` (written by `run-1`, beside an
+/// ordinary live row of the same run that history does not hold). Checks on the way that
+/// the answer's overlay is what the store holds, that the row's leaving never raises the
+/// epoch, and that [`leaves_latest_window`] says the same.
+fn window_keeps(row: StoredBlock, situation: Situation) -> bool {
+    let (s, t) = (session(), main_target());
+    let current = situation.current_run();
+    let key = row.block.key();
+    let leaves = leaves_latest_window(&row, current.as_ref());
+    let mut store = store_with_live(vec![live("b", 2_001, "run-1"), row]);
+    let mut source = filled(claude_source(), 3);
+    let built = latest_window(
+        &mut store,
+        &mut source,
+        &host_key(),
+        Target {
+            session: &s,
+            target: &t,
+            current_run: current.as_ref(),
+        },
+        12,
+    )
+    .unwrap();
+    let overlay = built.window.live_overlay.unwrap();
+    let stored = store.load(&s, &t).unwrap().unwrap();
+    assert_eq!(overlay, stored.client_form(), "{situation:?}");
+    assert_eq!(overlay.settlement_epoch, 0, "ephemeral rows never raise it");
+    assert!(overlay.blocks.iter().any(|b| b.key() == reply("b")));
+    let kept = overlay.blocks.iter().any(|b| b.key() == key);
+    assert_eq!(kept, !leaves, "{situation:?}: leaves_latest_window agrees");
+    assert_eq!(
+        built.settled.is_some(),
+        !kept,
+        "{situation:?}: a write iff it left"
+    );
+    kept
+}
+
+fn kept_by_situation(class: RowClass, id: &str) -> Vec<(&'static str, bool)> {
+    SITUATIONS
+        .iter()
+        .map(|&situation| {
+            let name = match situation {
+                Situation::NoCurrentRun => "no current run",
+                Situation::OwnRunCurrent => "its own run current",
+                Situation::OtherRunCurrent => "another run current",
+            };
+            (name, window_keeps(ephemeral(id, class, "run-1"), situation))
+        })
+        .collect()
+}
+
+// OV-03, OV-05. The seed's table, status row: "A latest window drops it when another run
+// is the current run." With no current run, no other run is current: it stays.
+#[test]
+fn a_latest_window_drops_a_status_row_only_when_another_run_is_current() {
+    assert_eq!(
+        kept_by_situation(RowClass::Status, "thinking-run-1"),
+        [
+            ("no current run", true),
+            ("its own run current", true),
+            ("another run current", false),
+        ]
+    );
+}
+
+// OV-03, OV-05. The seed's table, context-compacting marker: "A latest window drops it
+// when its run is not the current run." With no current run, its run is not current.
+#[test]
+fn a_latest_window_drops_a_compacting_marker_whenever_its_run_is_not_current() {
+    assert_eq!(
+        kept_by_situation(RowClass::CompactingMarker, "compacting-run-1"),
+        [
+            ("no current run", false),
+            ("its own run current", true),
+            ("another run current", false),
+        ]
+    );
+}
+
+// OV-03, OV-05. The seed's table, parent progress mirror: "A latest window drops it when
+// another run is the current run." With no current run, no other run is current.
+#[test]
+fn a_latest_window_drops_a_progress_mirror_only_when_another_run_is_current() {
+    assert_eq!(
+        kept_by_situation(RowClass::ProgressMirror, "mirror-run-1"),
+        [
+            ("no current run", true),
+            ("its own run current", true),
+            ("another run current", false),
+        ]
+    );
+}
+
+// OV-03, OV-05. The seed's table, approval card: "It stays with its decision." Only the
+// Codex cleanup after a run removes it, never a latest window.
+#[test]
+fn a_latest_window_keeps_an_approval_card_in_every_situation() {
+    assert_eq!(
+        kept_by_situation(RowClass::ApprovalCard, "approval:1"),
+        [
+            ("no current run", true),
+            ("its own run current", true),
+            ("another run current", true),
+        ]
+    );
+}
+
+/// A main-target overlay with every ephemeral class of `run-1`, an ordinary row `a` that
+/// the page of [`settling_source`] holds, and an ordinary row `b` it does not hold.
+fn settling_store() -> MemoryOverlayStore {
+    store_with_live(vec![
+        live("a", 2_000, "run-1"),
+        live("b", 2_001, "run-1"),
+        ephemeral("thinking-run-1", RowClass::Status, "run-1"),
+        ephemeral("compacting-run-1", RowClass::CompactingMarker, "run-1"),
+        ephemeral("mirror-run-1", RowClass::ProgressMirror, "run-1"),
+        ephemeral("approval:1", RowClass::ApprovalCard, "run-1"),
+    ])
+}
+
+/// Three history rows, then `a` saved.
+fn settling_source() -> MemorySource {
+    let mut source = filled(claude_source(), 3);
+    source.push(vec![saved("a", 2_000, 3)]);
+    source
+}
+
+fn no_run<'a>(s: &'a SessionId, t: &'a TargetId) -> Target<'a> {
+    Target {
+        session: s,
+        target: t,
+        current_run: None,
+    }
+}
+
+// OV-03, OV-04, OV-05: with no current run, one window settles `a` (epoch + 1), drops the
+// compacting marker ("when its run is not the current run"), and keeps the status row,
+// the mirror ("only when another run is the current run") and the card; the answer and
+// the snapshot for the live sinks are what the store holds. An ephemeral row whose key
+// the page holds leaves too, without raising the epoch.
+#[test]
+fn with_no_current_run_a_window_settles_and_drops_only_the_compacting_marker() {
+    let (s, t) = (session(), main_target());
+    let mut store = settling_store();
+    let mut source = settling_source();
+    let built = latest_window(&mut store, &mut source, &host_key(), no_run(&s, &t), 12).unwrap();
+    let overlay = built.window.live_overlay.unwrap();
+    let mut left = ids(&overlay.blocks);
+    left.sort();
+    assert_eq!(left, ["approval:1", "b", "mirror-run-1", "thinking-run-1"]);
+    assert_eq!(overlay.settlement_epoch, 1);
+    let stored = store.load(&s, &t).unwrap().unwrap();
+    assert_eq!(built.settled, Some(stored.clone()));
+    assert_eq!(overlay, stored.client_form());
+    assert_eq!(built.window.window_revision, stored.revision);
+
+    // History now holds the card's key: it leaves, and the epoch stays.
+    let card = BlockKey::parse(BlockType::Activity, "approval:1").unwrap();
+    source.push(vec![Block::new(card, Millis(3_000))]);
+    let built = latest_window(&mut store, &mut source, &host_key(), no_run(&s, &t), 12).unwrap();
+    let overlay = built.window.live_overlay.unwrap();
+    let mut left = ids(&overlay.blocks);
+    left.sort();
+    assert_eq!(left, ["b", "mirror-run-1", "thinking-run-1"]);
+    assert_eq!(overlay.settlement_epoch, 1);
+}
+
+/// A store that fails every `update` after the first `ok` ones (and then every read of
+/// the counter too, with `and_counter`).
+struct FailAfter {
+    inner: MemoryOverlayStore,
+    ok: usize,
+    and_counter: bool,
+}
+
+impl OverlayStore for FailAfter {
+    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, StoreError> {
+        self.inner.load(s, t)
+    }
+    fn compare_and_set(
+        &mut self,
+        s: &SessionId,
+        t: &TargetId,
+        expected: Option<u64>,
+        epoch: u64,
+        blocks: Vec<StoredBlock>,
+    ) -> Result<StoredOverlay, StoreError> {
+        self.inner.compare_and_set(s, t, expected, epoch, blocks)
+    }
+    fn update(
+        &mut self,
+        s: &SessionId,
+        t: &TargetId,
+        change: &Change,
+    ) -> Result<Update, StoreError> {
+        if self.ok == 0 {
+            return Err(StoreError::Unavailable("the disk is full".into()));
+        }
+        self.ok -= 1;
+        self.inner.update(s, t, change)
+    }
+    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, StoreError> {
+        self.inner.delete(s, t)
+    }
+    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, StoreError> {
+        self.inner.targets(s)
+    }
+    fn current_revision(&mut self) -> Result<u64, StoreError> {
+        if self.and_counter && self.ok == 0 {
+            return Err(StoreError::Unavailable("the disk is full".into()));
+        }
+        self.inner.current_revision()
+    }
+}
+
+/// Checks that `failed` carries exactly the overlays `store` holds for `targets`, in
+/// that order, each with `epoch`.
+fn assert_saved(
+    failed: &BuildError,
+    store: &mut MemoryOverlayStore,
+    targets: &[(SessionId, TargetId)],
+    epoch: u64,
+) {
+    let expected: Vec<_> = targets
+        .iter()
+        .map(|(s, t)| (s.clone(), t.clone(), store.load(s, t).unwrap().unwrap()))
+        .collect();
+    assert_eq!(
+        failed.written, expected,
+        "what comes back is what is stored"
+    );
+    assert!(failed.written.iter().all(|w| w.2.settlement_epoch == epoch));
+}
+
+// OV-04, OV-05: the settlement write raised the epoch, then the store failed (on the
+// retraction of the compacting marker, or on the counter read after it): the saved
+// snapshot comes back with the error, for the live sinks ("the producer saves first and
+// sends the saved snapshot").
+#[test]
+fn a_latest_window_that_fails_after_settling_returns_the_saved_snapshot() {
+    let (s, t) = (session(), main_target());
+    let mut store = FailAfter {
+        inner: settling_store(),
+        ok: 1,
+        and_counter: true,
+    };
+    let mut source = settling_source();
+    let failed =
+        latest_window(&mut store, &mut source, &host_key(), no_run(&s, &t), 12).unwrap_err();
+    assert!(matches!(
+        failed.error,
+        WindowError::Store(StoreError::Unavailable(_))
+    ));
+    assert_eq!(failed.error_code(), "HISTORY_UNAVAILABLE");
+    assert!(failed.to_string().contains("the disk is full"));
+    assert_saved(&failed, &mut store.inner, &[(s, t)], 1);
+}
+
+/// A live row of `run-1` carrying `bytes` of text.
+fn big_live(id: &str, bytes: usize) -> StoredBlock {
+    let mut row = live(id, 2_002, "run-1");
+    row.block = row
+        .block
+        .with_data(serde_json::json!({ "text": "x".repeat(bytes) }));
+    row
+}
+
+// OV-05, TL-13: the settlement raised the epoch, then the answer passed 8 MiB: the size
+// error comes back with the saved snapshot.
+#[test]
+fn a_latest_window_past_8_mib_after_settling_returns_the_saved_snapshot() {
+    let (s, t) = (session(), main_target());
+    let cap = timeline_core::policy::RESPONSE_CAP_BYTES;
+    let mut store = store_with_live(vec![live("a", 2_000, "run-1"), big_live("big", cap)]);
+    let mut source = settling_source();
+    let failed =
+        latest_window(&mut store, &mut source, &host_key(), no_run(&s, &t), 12).unwrap_err();
+    assert!(matches!(failed.error, WindowError::TooLarge { .. }));
+    assert_saved(&failed, &mut store, &[(s, t)], 1);
+}
+
+/// The main target of `s-<i>`, with ordinary rows `a` (saved in [`settling_source`])
+/// and `b` of `run-1`.
+fn reconcile_target(store: &mut impl OverlayStore, i: usize) -> (SessionId, TargetId) {
+    let s = SessionId::new(format!("s-{i}")).unwrap();
+    let t = TargetId::main(&s);
+    write(
+        store,
+        &s,
+        &t,
+        &Change::Publish(vec![live("a", 2_000, "run-1"), live("b", 2_001, "run-1")]),
+    )
+    .unwrap();
+    (s, t)
+}
+
+fn reconcile_request<'a>(
+    (s, t): &(SessionId, TargetId),
+    source: &'a mut MemorySource,
+    outbox_bytes: usize,
+) -> ReconcileSession<'a> {
+    ReconcileSession {
+        session: s.clone(),
+        target: t.clone(),
+        source,
+        outbox: vec![serde_json::json!({ "text": "x".repeat(outbox_bytes) })],
+        active_run: Some(run("run-1")),
+    }
+}
+
+// OV-05: the first session settled (epoch raised), the store failed on the second: the
+// first session's snapshot comes back with the error.
+#[test]
+fn a_reconcile_that_fails_on_a_later_session_returns_the_earlier_settlements() {
+    let mut inner = MemoryOverlayStore::new();
+    let targets: Vec<_> = (0..2).map(|i| reconcile_target(&mut inner, i)).collect();
+    let mut store = FailAfter {
+        inner,
+        ok: 1,
+        and_counter: false,
+    };
+    let mut sources = [settling_source(), settling_source()];
+    let [first, second] = &mut sources;
+    let reqs = vec![
+        reconcile_request(&targets[0], first, 1),
+        reconcile_request(&targets[1], second, 1),
+    ];
+    let failed = reconcile_sessions(&mut store, &host_key(), reqs).unwrap_err();
+    assert!(matches!(failed.error, WindowError::Store(_)));
+    assert_saved(&failed, &mut store.inner, &targets[..1], 1);
+    // The second session was not settled.
+    let (s, t) = &targets[1];
+    assert_eq!(store.inner.load(s, t).unwrap().unwrap().settlement_epoch, 0);
+}
+
+// OV-05, TL-13: both sessions settled, then the second one's outbox passed the 8 MiB cap:
+// the size error comes back with both saved snapshots, in request order.
+#[test]
+fn a_reconcile_past_8_mib_returns_every_settlement_it_saved() {
+    let mut store = MemoryOverlayStore::new();
+    let targets: Vec<_> = (0..2).map(|i| reconcile_target(&mut store, i)).collect();
+    let mut sources = [settling_source(), settling_source()];
+    let [first, second] = &mut sources;
+    let cap = timeline_core::policy::RESPONSE_CAP_BYTES;
+    let reqs = vec![
+        reconcile_request(&targets[0], first, 1),
+        reconcile_request(&targets[1], second, cap),
+    ];
+    let failed = reconcile_sessions(&mut store, &host_key(), reqs).unwrap_err();
+    assert!(matches!(failed.error, WindowError::TooLarge { .. }));
+    assert_eq!(failed.error_code(), "TIMELINE_SNAPSHOT_TOO_LARGE");
+    assert_saved(&failed, &mut store, &targets, 1);
+}
+
+// OV-05: refused parameters fail before any write, with nothing saved.
+#[test]
+fn a_refused_reconcile_saves_nothing() {
+    let mut store = MemoryOverlayStore::new();
+    let target = reconcile_target(&mut store, 0);
+    let mut source = settling_source();
+    let mut req = reconcile_request(&target, &mut source, 1);
+    req.outbox = vec![serde_json::json!({}); 257];
+    let failed = reconcile_sessions(&mut store, &host_key(), vec![req]).unwrap_err();
+    assert!(matches!(failed.error, WindowError::InvalidParams(_)));
+    assert!(failed.written.is_empty());
+    let (s, t) = &target;
+    assert_eq!(store.load(s, t).unwrap().unwrap().settlement_epoch, 0);
 }
