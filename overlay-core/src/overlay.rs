@@ -48,8 +48,9 @@ pub enum Change {
     /// A publisher retracts rows it no longer shows. Never raises the epoch.
     Retract(Vec<BlockKey>),
     /// A latest window loaded a history page holding `history_keys`: rows with those
-    /// keys leave, and status rows, compacting markers and progress mirrors of any run
-    /// other than `current_run` leave too.
+    /// keys leave; compacting markers of any run other than `current_run` leave; status
+    /// rows and progress mirrors leave only when another run is the current run (OV-03,
+    /// the seed's table).
     LatestWindow {
         /// Keys the loaded page holds.
         history_keys: HashSet<BlockKey>,
@@ -72,7 +73,8 @@ pub struct Next {
     pub changes: Changes,
 }
 
-/// The classes a latest window drops for runs other than the current one (OV-03).
+/// The classes a latest window drops for runs other than the current one, when a run is
+/// current (OV-03); with no current run only compacting markers leave.
 const WINDOW_DROPS: [RowClass; 3] = [
     RowClass::Status,
     RowClass::CompactingMarker,
@@ -128,7 +130,15 @@ pub fn apply(current: &OverlayRows, change: &Change) -> Option<Next> {
                     touched.insert(key.clone());
                 }
             }
-            for class in WINDOW_DROPS {
+            // The seed's table (OV-03): a compacting marker leaves when its run is not
+            // the current run; a status row and a progress mirror leave only when
+            // another run is the current run (with no current run they stay).
+            let classes: &[RowClass] = if current_run.is_some() {
+                &WINDOW_DROPS
+            } else {
+                &[RowClass::CompactingMarker]
+            };
+            for &class in classes {
                 for key in rows.ephemeral_keys(class, Runs::NotOf(current_run.as_ref())) {
                     rows.remove(&key);
                     touched.insert(key);

@@ -55,7 +55,7 @@
 //! error, the newest snapshot saved for each target it wrote, so the caller still sends
 //! them to the live sinks ("the producer saves first and sends the saved snapshot").
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use serde::Serialize;
 use timeline_core::anchor::{Anchor, AnchorError, AnchorToken, NewerPlace};
@@ -73,9 +73,7 @@ use timeline_core::wire::{
 
 use crate::overlay::{self, Change, WriteResult};
 use crate::source::{HistorySource, SourceError, SourceItem, SourceKind, SourcePosition};
-use crate::store::{
-    OverlayRows, OverlayStore, RowClass, Runs, StoreError, StoredBlock, StoredOverlay,
-};
+use crate::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay};
 
 /// Source pages one older-page request may read before it answers.
 pub const MAX_SOURCE_READS_PER_PAGE: usize = 4;
@@ -402,32 +400,6 @@ pub fn leaves_latest_window(row: &StoredBlock, current_run: Option<&RunId>) -> b
     }
 }
 
-/// The rows a latest window with no current run retracts after settling: the rows the
-/// table drops (every compacting marker, see [`leaves_latest_window`]) and the ephemeral
-/// rows whose key the page holds. O((e + h) log n) for e status rows, markers and
-/// mirrors and h page keys.
-fn retracted_without_run(rows: &OverlayRows, history_keys: &HashSet<BlockKey>) -> Vec<BlockKey> {
-    let mut leaving: BTreeSet<BlockKey> = [
-        RowClass::Status,
-        RowClass::CompactingMarker,
-        RowClass::ProgressMirror,
-    ]
-    .into_iter()
-    .flat_map(|class| rows.ephemeral_keys(class, Runs::Any))
-    .filter(|k| {
-        rows.get(k)
-            .is_some_and(|row| leaves_latest_window(row, None))
-    })
-    .collect();
-    leaving.extend(
-        history_keys
-            .iter()
-            .filter(|k| rows.get(k).is_some_and(|row| row.class.is_ephemeral()))
-            .cloned(),
-    );
-    leaving.into_iter().collect()
-}
-
 /// Notes the snapshot `result` stored, if it wrote, in `settled`.
 fn noting(result: WriteResult, settled: &mut Option<StoredOverlay>) -> WriteResult {
     if let WriteResult::Written { stored, .. } = &result {
@@ -446,40 +418,16 @@ fn settle_against<S: OverlayStore + ?Sized>(
     settled: &mut Option<StoredOverlay>,
 ) -> Result<LiveOverlay, StoreError> {
     let history_keys: HashSet<BlockKey> = rows.iter().map(Block::key).collect();
-    let result = match t.current_run {
-        // `Change::LatestWindow` with a current run is the seed's table exactly.
-        Some(run) => {
-            let change = Change::LatestWindow {
-                history_keys,
-                current_run: Some(run.clone()),
-            };
-            noting(
-                overlay::write(store, t.session, t.target, &change)?,
-                settled,
-            )
-        }
-        // Without one it would drop status rows and mirrors too: settle, then retract
-        // what the table drops.
-        None => {
-            let change = Change::Settle(history_keys.clone());
-            let first = noting(
-                overlay::write(store, t.session, t.target, &change)?,
-                settled,
-            );
-            let leaving = first
-                .snapshot()
-                .map_or_else(Vec::new, |s| retracted_without_run(s.rows(), &history_keys));
-            if leaving.is_empty() {
-                first
-            } else {
-                let change = Change::Retract(leaving);
-                noting(
-                    overlay::write(store, t.session, t.target, &change)?,
-                    settled,
-                )
-            }
-        }
+    // `Change::LatestWindow` is the seed's table, with or without a current run: one
+    // atomic write.
+    let change = Change::LatestWindow {
+        history_keys,
+        current_run: t.current_run.cloned(),
     };
+    let result = noting(
+        overlay::write(store, t.session, t.target, &change)?,
+        settled,
+    );
     Ok(result.stored().map_or(
         LiveOverlay {
             settlement_epoch: 0,
