@@ -1,0 +1,570 @@
+//! Projection of the app-server stream into the library's blocks: overlay rows
+//! ([`overlay_core::store::StoredBlock`]) for items, approval cards and the run's status
+//! row, and packed-history events ([`timeline_core::history::SessionEvent`]) for deltas.
+//!
+//! - `item/started` places a row; `item/completed` rewrites it with the authoritative
+//!   item. A row keeps the timestamp and live source order (`[2, sequence]`) it got when
+//!   it first appeared, so updates never move it (TL-05).
+//! - A user message that carries a client ID is the row `user-message::<operationId>`
+//!   with that operation (TL-03), so the pending echo hides exactly while it shows.
+//! - `item/agentMessage/delta` and the reasoning deltas become scalar delta events of
+//!   the item's block (`assistant/text-delta`, `assistant/reasoning-delta`) with
+//!   increasing sequence numbers, ready for [`timeline_core::history::pack`] (PK-01).
+//!   Command output deltas are skipped (counted): `item/completed` carries the output.
+//! - An approval request is a card (RW-06) keyed by its length-prefixed card ID, class
+//!   approval card: pending, then the decision the host answered with
+//!   ([`Projector::decided`]); `serverRequest/resolved` without an answer of ours shows
+//!   it as resolved elsewhere (expired).
+//! - `turn/started` writes the run's status row (`thinking-<runId>`, when the host named
+//!   the run), relabelled by each new activity; `turn/completed` is handed to the host
+//!   ([`Projected::TurnEnded`]), which runs the cleanup of the run's ephemeral rows.
+//!
+//! Unknown item types and notifications are not projected (the codec counts them).
+
+use std::collections::BTreeMap;
+
+use overlay_core::store::{RowClass, StoredBlock};
+use serde_json::{json, Value};
+use timeline_core::block::Block;
+use timeline_core::history::{DeltaKind, SessionEvent};
+use timeline_core::key::{BlockKey, BlockType, OperationId, RunId};
+use timeline_core::order::SourceOrder;
+use timeline_core::rows::{
+    approval_card, status_row, ActivityKind, ActivityRow, ApprovalKind, ApprovalRequest,
+    ApprovalResult, Detail, Display, RowStatus,
+};
+use timeline_core::time::Millis;
+
+use crate::codec::allowed_decisions;
+use crate::diag::{Diagnostics, Skip};
+use crate::protocol::{
+    ApprovalAsk, ApprovalMethod, DeltaStream, ItemStatus, Notification, RequestId,
+    ServerNotification, ServerRequest, ThreadItem, TurnStatus,
+};
+
+/// What the projection hands the host.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Projected {
+    /// Write this row into the target's overlay (insert or replace by key).
+    Row(StoredBlock),
+    /// A scalar delta event for the session's history stream.
+    Delta(SessionEvent),
+    /// A turn ended: the host settles the run (status row, ephemeral rows, exact scan).
+    TurnEnded {
+        /// The turn.
+        turn_id: String,
+        /// How it ended.
+        status: TurnStatus,
+    },
+    /// Codex reported an error; the host decides how to show it.
+    Notice {
+        /// The message.
+        message: String,
+        /// The turn, if named.
+        turn_id: Option<String>,
+    },
+}
+
+struct Card {
+    request: ApprovalRequest,
+    summary: String,
+    decided: bool,
+}
+
+/// The projection of one thread's live stream. Drive it with every notification and
+/// server request, in order, and with the decisions the host answered.
+pub struct Projector {
+    session: String,
+    run: Option<RunId>,
+    run_started: Option<Millis>,
+    next_live: u64,
+    next_seq: u64,
+    placed: BTreeMap<BlockKey, (Millis, SourceOrder)>,
+    cards: BTreeMap<RequestId, Card>,
+    diagnostics: Diagnostics,
+}
+
+fn row_status(s: &ItemStatus) -> RowStatus {
+    match s {
+        ItemStatus::InProgress => RowStatus::InProgress,
+        ItemStatus::Completed | ItemStatus::Other(_) => RowStatus::Completed,
+        ItemStatus::Failed => RowStatus::Failed,
+        ItemStatus::Declined => RowStatus::Declined,
+    }
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').find(|s| !s.is_empty()).unwrap_or(path)
+}
+
+/// The activity row of an item, if it is an activity.
+pub fn activity_row(item: &ThreadItem) -> Option<ActivityRow> {
+    Some(match item {
+        ThreadItem::CommandExecution {
+            command,
+            status,
+            aggregated_output,
+            exit_code,
+            ..
+        } => ActivityRow::command(
+            command,
+            row_status(status),
+            exit_code.and_then(|c| i32::try_from(c).ok()),
+            aggregated_output.as_deref().unwrap_or_default(),
+        ),
+        ThreadItem::FileChange {
+            changes, status, ..
+        } => match changes.as_slice() {
+            [one] => ActivityRow::file_change(
+                &one.path,
+                one.kind == "add",
+                row_status(status),
+                &one.diff,
+            ),
+            many => ActivityRow {
+                kind: ActivityKind::FileChange,
+                title: format!("Edited {} files", many.len()),
+                subtitle: Some(
+                    many.iter()
+                        .map(|c| file_name(&c.path))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+                .filter(|s| !s.is_empty()),
+                display: Display::default(),
+                status: row_status(status),
+                detail: Some(many.iter().map(|c| c.diff.as_str()).collect::<String>())
+                    .filter(|d| !d.is_empty())
+                    .map(Detail::plaintext),
+                message: None,
+            },
+        },
+        ThreadItem::McpToolCall {
+            server,
+            tool,
+            status,
+            arguments,
+            ..
+        } => ActivityRow::tool_call(tool, Some(server), row_status(status), arguments),
+        ThreadItem::WebSearch { query, .. } => ActivityRow {
+            kind: ActivityKind::Search,
+            title: "Searched the web".to_owned(),
+            subtitle: Some(timeline_core::rows::first_line_chars(query, 120))
+                .filter(|s| !s.is_empty()),
+            display: Display::default(),
+            status: RowStatus::Completed,
+            detail: None,
+            message: None,
+        },
+        ThreadItem::Plan { text, .. } => ActivityRow {
+            kind: ActivityKind::Plan,
+            title: "Updated the plan".to_owned(),
+            subtitle: None,
+            display: Display::default(),
+            status: RowStatus::Completed,
+            detail: (!text.is_empty()).then(|| Detail::markdown(text)),
+            message: None,
+        },
+        _ => return None,
+    })
+}
+
+impl Projector {
+    /// The projection of `session`'s stream; `run` names the host's run when known
+    /// (status row, and the run each ephemeral row belongs to). `first_seq` is the
+    /// sequence number of the first delta event.
+    pub fn new(session: &str, run: Option<RunId>, first_seq: u64) -> Projector {
+        Projector {
+            session: session.to_owned(),
+            run,
+            run_started: None,
+            next_live: 1,
+            next_seq: first_seq,
+            placed: BTreeMap::new(),
+            cards: BTreeMap::new(),
+            diagnostics: Diagnostics::new(),
+        }
+    }
+
+    /// The run the following rows belong to.
+    pub fn set_run(&mut self, run: Option<RunId>) {
+        self.run = run;
+        self.run_started = None;
+    }
+
+    /// What the projection skipped.
+    pub fn diagnostics(&self) -> &Diagnostics {
+        &self.diagnostics
+    }
+
+    fn row(&mut self, key: BlockKey, at: Millis, class: RowClass, data: Value) -> Projected {
+        self.row_with(key, at, class, data, None)
+    }
+
+    fn row_with(
+        &mut self,
+        key: BlockKey,
+        at: Millis,
+        class: RowClass,
+        data: Value,
+        op: Option<OperationId>,
+    ) -> Projected {
+        let next_live = &mut self.next_live;
+        let (ts, order) = self
+            .placed
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let o = SourceOrder::live(*next_live);
+                *next_live = next_live.saturating_add(1);
+                (at, o)
+            })
+            .clone();
+        let mut block = Block::new(key, ts).with_source_order(order).with_data(data);
+        block.operation_id = op;
+        Projected::Row(StoredBlock {
+            block,
+            class,
+            run_id: self.run.clone(),
+        })
+    }
+
+    fn status(&mut self, newest: Option<ActivityKind>) -> Option<Projected> {
+        let (run, started) = (self.run.clone()?, self.run_started?);
+        Some(Projected::Row(StoredBlock {
+            block: status_row(&run, started, newest),
+            class: RowClass::Status,
+            run_id: Some(run),
+        }))
+    }
+
+    fn item_rows(
+        &mut self,
+        item: &ThreadItem,
+        at: Millis,
+        completed: bool,
+        out: &mut Vec<Projected>,
+    ) {
+        let Some(id) = item
+            .id()
+            .and_then(|i| timeline_core::key::BlockId::new(i).ok())
+        else {
+            return;
+        };
+        match item {
+            ThreadItem::UserMessage {
+                client_id, text, ..
+            } => {
+                let op = client_id.as_deref().and_then(|c| OperationId::new(c).ok());
+                let key = match &op {
+                    Some(op) => BlockKey::user_message(op),
+                    None => BlockKey::new(BlockType::User, id),
+                };
+                let r = self.row_with(key, at, RowClass::Ordinary, json!({ "text": text }), op);
+                out.push(r);
+            }
+            ThreadItem::AgentMessage { text, phase, .. } => {
+                let data = json!({ "text": text, "phase": phase });
+                let r = self.row(
+                    BlockKey::new(BlockType::AgentReply, id),
+                    at,
+                    RowClass::Ordinary,
+                    data,
+                );
+                out.push(r);
+            }
+            ThreadItem::Reasoning {
+                summary, content, ..
+            } => {
+                let text = if summary.is_empty() { content } else { summary };
+                let data = json!({ "text": text.join("\n\n") });
+                let r = self.row(
+                    BlockKey::new(BlockType::Thinking, id),
+                    at,
+                    RowClass::Ordinary,
+                    data,
+                );
+                out.push(r);
+                if !completed {
+                    out.extend(self.status(Some(ActivityKind::Reasoning)));
+                }
+            }
+            ThreadItem::ContextCompaction { .. } => {
+                let data = json!({ "text": "Context compacted" });
+                let r = self.row(
+                    BlockKey::new(BlockType::System, id),
+                    at,
+                    RowClass::Ordinary,
+                    data,
+                );
+                out.push(r);
+            }
+            other => {
+                let Some(activity) = activity_row(other) else {
+                    return;
+                };
+                let kind = activity.kind;
+                let data = serde_json::to_value(&activity).unwrap_or(Value::Null);
+                let r = self.row(
+                    BlockKey::new(BlockType::Activity, id),
+                    at,
+                    RowClass::Ordinary,
+                    data,
+                );
+                out.push(r);
+                if !completed {
+                    out.extend(self.status(Some(kind)));
+                }
+            }
+        }
+    }
+
+    fn card(
+        &mut self,
+        id: &RequestId,
+        result: Option<ApprovalResult>,
+        at: Millis,
+    ) -> Option<Projected> {
+        let card = self.cards.get(id)?;
+        let mut data = serde_json::to_value(approval_card(&card.request, &card.summary, result))
+            .unwrap_or(Value::Null);
+        let status = match result {
+            None => json!("pending"),
+            Some(r) => serde_json::to_value(r).unwrap_or(Value::Null),
+        };
+        if let Some(o) = data.as_object_mut() {
+            o.insert(
+                "approval".to_owned(),
+                json!({
+                    "requestId": card.request.request_id,
+                    "threadId": card.request.thread_id,
+                    "turnId": card.request.turn_id,
+                    "itemId": card.request.item_id,
+                    "kind": card.request.kind,
+                    "allowed": card.request.allowed,
+                    "status": status,
+                }),
+            );
+        }
+        let key = BlockKey::parse(BlockType::Activity, &card.request.card_id()).ok()?;
+        Some(self.row(key, at, RowClass::ApprovalCard, data))
+    }
+
+    /// Projects a server request (approvals; other requests project nothing).
+    pub fn handle_request(&mut self, request: &ServerRequest, now: Millis) -> Vec<Projected> {
+        let ServerRequest::Approval(ask) = request else {
+            return Vec::new();
+        };
+        let ApprovalAsk {
+            request_id,
+            method,
+            thread_id,
+            turn_id,
+            item_id,
+            reason,
+            command,
+            ..
+        } = ask;
+        let summary = command
+            .clone()
+            .or_else(|| reason.clone())
+            .unwrap_or_default();
+        self.cards.insert(
+            request_id.clone(),
+            Card {
+                request: ApprovalRequest {
+                    request_id: request_id.to_string(),
+                    thread_id: thread_id.clone(),
+                    turn_id: turn_id.clone(),
+                    item_id: item_id.clone(),
+                    kind: match method {
+                        ApprovalMethod::CommandExecution => ApprovalKind::CommandExecution,
+                        ApprovalMethod::FileChange => ApprovalKind::FileChange,
+                    },
+                    allowed: allowed_decisions(ask),
+                },
+                summary,
+                decided: false,
+            },
+        );
+        self.card(request_id, None, now).into_iter().collect()
+    }
+
+    /// The host answered approval `id` with a decision whose result is `result`.
+    pub fn decided(
+        &mut self,
+        id: &RequestId,
+        result: ApprovalResult,
+        now: Millis,
+    ) -> Vec<Projected> {
+        if let Some(c) = self.cards.get_mut(id) {
+            c.decided = true;
+        }
+        self.card(id, Some(result), now).into_iter().collect()
+    }
+
+    /// Projects one notification.
+    pub fn handle(&mut self, n: &Notification, now: Millis) -> Vec<Projected> {
+        let emitted = n.emitted_at_ms.map(Millis).unwrap_or(now);
+        let mut out = Vec::new();
+        match &n.body {
+            ServerNotification::TurnStarted { .. } => {
+                if self.run_started.is_none() {
+                    self.run_started = Some(emitted);
+                }
+                out.extend(self.status(None));
+            }
+            ServerNotification::TurnCompleted { turn, .. } => out.push(Projected::TurnEnded {
+                turn_id: turn.id.clone(),
+                status: turn.status.clone(),
+            }),
+            ServerNotification::ItemStarted { item, at_ms, .. } => {
+                self.item_rows(item, at_ms.map(Millis).unwrap_or(emitted), false, &mut out)
+            }
+            ServerNotification::ItemCompleted { item, at_ms, .. } => {
+                self.item_rows(item, at_ms.map(Millis).unwrap_or(emitted), true, &mut out)
+            }
+            ServerNotification::ItemDelta {
+                stream,
+                turn_id,
+                item_id,
+                delta,
+                ..
+            } => {
+                let kind = match stream {
+                    DeltaStream::AgentMessage => DeltaKind::Text,
+                    DeltaStream::ReasoningSummary | DeltaStream::ReasoningText => {
+                        DeltaKind::Reasoning
+                    }
+                    DeltaStream::CommandOutput => {
+                        self.diagnostics
+                            .count(Skip::Ignored, "delta:commandExecution/outputDelta");
+                        return out;
+                    }
+                };
+                let mut e = SessionEvent::delta(
+                    self.next_seq,
+                    emitted.as_u64(),
+                    &self.session,
+                    kind,
+                    item_id,
+                    delta,
+                );
+                e.turn_id = Some(turn_id.clone());
+                self.next_seq = self.next_seq.saturating_add(1);
+                out.push(Projected::Delta(e));
+            }
+            ServerNotification::ServerRequestResolved { request_id, .. } => {
+                let external = self.cards.get(request_id).is_some_and(|c| !c.decided);
+                if external {
+                    out.extend(self.card(
+                        request_id,
+                        Some(ApprovalResult::ResolvedExternally),
+                        emitted,
+                    ));
+                }
+                self.cards.remove(request_id);
+            }
+            ServerNotification::Error { message, turn_id } => out.push(Projected::Notice {
+                message: message.clone(),
+                turn_id: turn_id.clone(),
+            }),
+            ServerNotification::TurnDiffUpdated { .. } => self
+                .diagnostics
+                .count(Skip::Ignored, "notification:turn/diff/updated"),
+            _ => {}
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ApprovalMethod;
+
+    fn ask(id: i64) -> ServerRequest {
+        ServerRequest::Approval(ApprovalAsk {
+            request_id: RequestId::Number(id),
+            method: ApprovalMethod::CommandExecution,
+            thread_id: "th".into(),
+            turn_id: "tu".into(),
+            item_id: "it".into(),
+            reason: None,
+            command: Some("rm -rf build".into()),
+            proposed_execpolicy_amendment: None,
+            available_decisions: None,
+        })
+    }
+
+    fn resolved(id: i64) -> Notification {
+        Notification {
+            emitted_at_ms: Some(9),
+            body: ServerNotification::ServerRequestResolved {
+                thread_id: "th".into(),
+                request_id: RequestId::Number(id),
+            },
+        }
+    }
+
+    fn status_of(p: &[Projected]) -> Vec<String> {
+        p.iter()
+            .filter_map(|p| match p {
+                Projected::Row(b) => b.block.data["approval"]["status"]
+                    .as_str()
+                    .map(str::to_owned),
+                _ => None,
+            })
+            .collect()
+    }
+
+    // RW-06: pending, then the result; resolved elsewhere shows as expired.
+    #[test]
+    fn a_card_resolved_without_our_answer_is_resolved_externally() {
+        let mut p = Projector::new("s", None, 1);
+        assert_eq!(
+            status_of(&p.handle_request(&ask(3), Millis(1))),
+            ["pending"]
+        );
+        let out = p.handle(&resolved(3), Millis(2));
+        assert_eq!(status_of(&out), ["resolvedExternally"]);
+        let Some(Projected::Row(b)) = out.first() else {
+            panic!()
+        };
+        assert_eq!(b.class, RowClass::ApprovalCard);
+        assert_eq!(b.block.data["display"]["signal"], "Expired");
+        // Our own answer is not overwritten by the resolution that follows it.
+        p.handle_request(&ask(4), Millis(3));
+        assert_eq!(
+            status_of(&p.decided(&RequestId::Number(4), ApprovalResult::Accepted, Millis(4))),
+            ["accepted"]
+        );
+        assert!(p.handle(&resolved(4), Millis(5)).is_empty());
+    }
+
+    // PK-01: deltas are scalar events with consecutive sequence numbers per session.
+    #[test]
+    fn deltas_get_consecutive_sequence_numbers() {
+        let mut p = Projector::new("s", None, 41);
+        let d = |text: &str| Notification {
+            emitted_at_ms: None,
+            body: ServerNotification::ItemDelta {
+                stream: DeltaStream::AgentMessage,
+                thread_id: "th".into(),
+                turn_id: "tu".into(),
+                item_id: "msg_1".into(),
+                delta: text.into(),
+            },
+        };
+        let mut seqs = Vec::new();
+        for t in ["a", "b"] {
+            for out in p.handle(&d(t), Millis(7)) {
+                let Projected::Delta(e) = out else { panic!() };
+                assert_eq!(e.turn_id.as_deref(), Some("tu"));
+                assert_eq!(e.time, 7);
+                seqs.push(e.seq);
+            }
+        }
+        assert_eq!(seqs, [41, 42]);
+    }
+}
