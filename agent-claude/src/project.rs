@@ -1,0 +1,355 @@
+//! Live projection (sans-IO): stream-json lines into timeline rows, packed-history
+//! delta events and delivery evidence.
+//!
+//! Drive loop, in order:
+//! 1. the host decodes a line with [`crate::stream::StreamDecoder::decode`];
+//! 2. [`Projector::handle_line`] takes it with `now` (the time the host read it);
+//! 3. the host drains [`Projector::poll_output`] until `None`: rows to write to the
+//!    live overlay ([`Output::Row`], a whole row each time, keyed like its saved twin in
+//!    the transcript, see [`crate::blocks`]), delta events for the packed-history path
+//!    ([`Output::Event`], one `assistant/*-delta` [`SessionEvent`] per fragment),
+//!    delivery evidence ([`Output::Proof`]), the turn's end, permission requests.
+//!
+//! Rows come from the authoritative frames only (`assistant` carries each content block
+//! whole, `user` carries tool results and the replayed echo); fragments come from
+//! `stream_event` deltas only, so a stream without partial messages still gives every
+//! row. Frames of a subagent (`parent_tool_use_id` set) belong to another timeline
+//! target and are counted in [`Projector::subagent_frames`], not projected here.
+//!
+//! Invariants: a row keeps the timestamp and live sequence (`[2, sequence]`) it got when
+//! it first appeared, so every later upsert places it the same way; delta sequence
+//! numbers increase by one from the host's base.
+//!
+//! ```
+//! use agent_claude::project::{Output, Projector};
+//! use agent_claude::stream::StreamDecoder;
+//! use timeline_core::time::Millis;
+//!
+//! let mut dec = StreamDecoder::new();
+//! let mut p = Projector::new("session-1", 1);
+//! for line in [
+//!     r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_1"}}}"#,
+//!     r#"{"type":"stream_event","event":{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}}"#,
+//!     r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"po"}}}"#,
+//!     r#"{"type":"assistant","uuid":"a1","message":{"id":"msg_1","content":[{"type":"text","text":"pong"}]}}"#,
+//! ] {
+//!     if let Some(l) = dec.decode(line.as_bytes()) {
+//!         p.handle_line(&l, Millis(5));
+//!     }
+//! }
+//! let out: Vec<Output> = std::iter::from_fn(|| p.poll_output()).collect();
+//! assert!(matches!(&out[0], Output::Event(e) if e.text.as_deref() == Some("po")));
+//! assert!(matches!(&out[1], Output::Row(b) if b.data["text"] == "pong"));
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+
+use timeline_core::block::Block;
+use timeline_core::history::{DeltaKind, SessionEvent};
+use timeline_core::key::BlockKey;
+use timeline_core::order::SourceOrder;
+use timeline_core::time::Millis;
+
+use crate::blocks::{self, ToolCall, ToolResult};
+use crate::content::ContentBlock;
+use crate::proof::{evidence, Evidence};
+use crate::stream::{ControlRequest, Delta, ResultFrame, StreamEvent, StreamLine};
+
+/// What the projection asks the host to do.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Output {
+    /// Claude started (`system/init`).
+    Started {
+        /// Claude's session ID.
+        claude_session: String,
+        /// The Claude Code version it states.
+        version: Option<String>,
+    },
+    /// Write this row to the live overlay (it replaces the row with the same key).
+    Row(Block),
+    /// A delta for the packed-history path.
+    Event(SessionEvent),
+    /// A line named a sent message.
+    Proof(Evidence),
+    /// The turn ended.
+    TurnEnded(ResultFrame),
+    /// Claude asks the host (a tool permission).
+    Permission(ControlRequest),
+}
+
+/// What a content block index of the current message feeds.
+#[derive(Clone, Debug)]
+struct Target {
+    kind: DeltaKind,
+    block: String,
+}
+
+#[derive(Default)]
+struct MessageRows {
+    text: Vec<String>,
+    thinking: Vec<String>,
+}
+
+/// The live projection of one Claude run.
+pub struct Projector {
+    session: String,
+    next_seq: u64,
+    next_live: u64,
+    placed: HashMap<BlockKey, (Millis, u64)>,
+    message_id: Option<String>,
+    targets: HashMap<u64, Target>,
+    messages: HashMap<String, MessageRows>,
+    tools: HashMap<String, ToolCall>,
+    subagent_frames: u64,
+    out: VecDeque<Output>,
+}
+
+impl Projector {
+    /// A projection for the host session `session`; delta events are numbered from
+    /// `first_seq`.
+    pub fn new(session: &str, first_seq: u64) -> Projector {
+        Projector {
+            session: session.to_owned(),
+            next_seq: first_seq,
+            next_live: 0,
+            placed: HashMap::new(),
+            message_id: None,
+            targets: HashMap::new(),
+            messages: HashMap::new(),
+            tools: HashMap::new(),
+            subagent_frames: 0,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// The next output, oldest first.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// Frames of subagents seen (not projected into this target).
+    pub fn subagent_frames(&self) -> u64 {
+        self.subagent_frames
+    }
+
+    /// The sequence number the next delta event gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Takes one decoded line read at `now`.
+    pub fn handle_line(&mut self, line: &StreamLine, now: Millis) {
+        let sub = match line {
+            StreamLine::Assistant(a) => a.parent_tool_use_id.is_some(),
+            StreamLine::User(u) => u.parent_tool_use_id.is_some(),
+            StreamLine::Event(e) => e.parent_tool_use_id.is_some(),
+            _ => false,
+        };
+        if sub {
+            self.subagent_frames = self.subagent_frames.saturating_add(1);
+            return;
+        }
+        if let Some(ev) = evidence(line) {
+            self.out.push_back(Output::Proof(ev));
+        }
+        match line {
+            StreamLine::Init(i) => self.out.push_back(Output::Started {
+                claude_session: i.session_id.clone(),
+                version: i.version.clone(),
+            }),
+            StreamLine::Event(e) => self.event(&e.event, now),
+            StreamLine::Assistant(a) => {
+                let Some(id) = a.message.id.clone() else {
+                    return;
+                };
+                for b in a.message.content.blocks() {
+                    self.assistant_block(&id, b, now);
+                }
+            }
+            StreamLine::User(u) => match &u.message.content {
+                c if c.has_tool_results() => {
+                    for b in c.blocks() {
+                        if let ContentBlock::ToolResult {
+                            tool_use_id,
+                            content,
+                            is_error,
+                        } = b
+                        {
+                            self.tool_result(tool_use_id, content, *is_error, u.uuid.clone(), now);
+                        }
+                    }
+                }
+                c => {
+                    if let (Some(uuid), Some(text)) = (&u.uuid, c.user_text()) {
+                        let (at, seq) = self.place_user(uuid, now);
+                        if let Some(b) = blocks::user_block(uuid, at, SourceOrder::live(seq), &text)
+                        {
+                            self.out.push_back(Output::Row(b));
+                        }
+                    }
+                }
+            },
+            StreamLine::Result(r) => {
+                self.targets.clear();
+                self.message_id = None;
+                self.out.push_back(Output::TurnEnded(r.clone()));
+            }
+            StreamLine::ControlRequest(c) => self.out.push_back(Output::Permission(c.clone())),
+            _ => {}
+        }
+    }
+
+    fn place(&mut self, key: BlockKey, now: Millis) -> (Millis, u64) {
+        let next = &mut self.next_live;
+        *self.placed.entry(key).or_insert_with(|| {
+            let seq = *next;
+            *next = next.saturating_add(1);
+            (now, seq)
+        })
+    }
+
+    fn place_user(&mut self, uuid: &str, now: Millis) -> (Millis, u64) {
+        match timeline_core::key::OperationId::new(uuid) {
+            Ok(op) => self.place(BlockKey::user_message(&op), now),
+            Err(_) => (now, self.next_live),
+        }
+    }
+
+    fn event(&mut self, event: &StreamEvent, now: Millis) {
+        match event {
+            StreamEvent::MessageStart { message_id } => {
+                self.message_id = Some(message_id.clone());
+                self.targets.clear();
+            }
+            StreamEvent::BlockStart { index, block } => {
+                let Some(msg) = self.message_id.clone() else {
+                    return;
+                };
+                let target = match block {
+                    ContentBlock::Text { .. } => Target {
+                        kind: DeltaKind::Text,
+                        block: msg,
+                    },
+                    ContentBlock::Thinking { .. } => Target {
+                        kind: DeltaKind::Reasoning,
+                        block: msg,
+                    },
+                    ContentBlock::ToolUse { id, .. } => Target {
+                        kind: DeltaKind::ToolCall,
+                        block: id.clone(),
+                    },
+                    _ => return,
+                };
+                self.targets.insert(*index, target);
+            }
+            StreamEvent::BlockDelta { index, delta } => {
+                let text = match delta {
+                    Delta::Text(t) | Delta::Thinking(t) | Delta::InputJson(t) => t,
+                    _ => return,
+                };
+                let Some(t) = self.targets.get(index) else {
+                    return;
+                };
+                let ev = SessionEvent::delta(
+                    self.next_seq,
+                    now.as_u64(),
+                    &self.session,
+                    t.kind,
+                    &t.block,
+                    text,
+                );
+                self.next_seq = self.next_seq.saturating_add(1);
+                self.out.push_back(Output::Event(ev));
+            }
+            StreamEvent::BlockStop { index } => {
+                self.targets.remove(index);
+            }
+            StreamEvent::MessageStop => self.message_id = None,
+            _ => {}
+        }
+    }
+
+    fn assistant_block(&mut self, message_id: &str, block: &ContentBlock, now: Millis) {
+        let rows = self.messages.entry(message_id.to_owned()).or_default();
+        let (ty, text) = match block {
+            ContentBlock::Text { text } => {
+                rows.text.push(text.clone());
+                (timeline_core::key::BlockType::AgentReply, join(&rows.text))
+            }
+            ContentBlock::Thinking { thinking } => {
+                rows.thinking.push(thinking.clone());
+                (
+                    timeline_core::key::BlockType::Thinking,
+                    join(&rows.thinking),
+                )
+            }
+            ContentBlock::ToolUse { id, name, input } => {
+                let call = ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                    result: None,
+                };
+                self.tools.insert(id.clone(), call.clone());
+                self.emit_tool(&call, now);
+                return;
+            }
+            _ => return,
+        };
+        if text.is_empty() {
+            return;
+        }
+        let Ok(key) = BlockKey::parse(ty, message_id) else {
+            return;
+        };
+        let (at, seq) = self.place(key, now);
+        let order = SourceOrder::live(seq);
+        let block = match ty {
+            timeline_core::key::BlockType::AgentReply => {
+                blocks::reply_block(message_id, at, order, &text)
+            }
+            _ => blocks::thinking_block(message_id, at, order, &text),
+        };
+        self.out.extend(block.map(Output::Row));
+    }
+
+    fn emit_tool(&mut self, call: &ToolCall, now: Millis) {
+        let Ok(key) = BlockKey::parse(timeline_core::key::BlockType::Activity, &call.id) else {
+            return;
+        };
+        let (at, seq) = self.place(key, now);
+        self.out
+            .extend(blocks::tool_block(call, at, SourceOrder::live(seq)).map(Output::Row));
+    }
+
+    fn tool_result(
+        &mut self,
+        id: &str,
+        text: &str,
+        is_error: bool,
+        uuid: Option<String>,
+        now: Millis,
+    ) {
+        let Some(call) = self.tools.get_mut(id) else {
+            return;
+        };
+        call.result = Some(ToolResult {
+            text: text.to_owned(),
+            is_error,
+            uuid,
+        });
+        let call = call.clone();
+        self.emit_tool(&call, now);
+    }
+}
+
+fn join(parts: &[String]) -> String {
+    parts
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
