@@ -12,6 +12,7 @@ pub mod script;
 
 /// The targets, one module each.
 pub mod targets {
+    pub mod agent_lines;
     pub mod client_replay;
     pub mod envelope;
     pub mod history;
@@ -24,7 +25,7 @@ pub mod targets {
     pub type Run = fn(&[u8]);
 
     /// Every target by name, with its entry point.
-    pub const ALL: [(&str, Run); 7] = [
+    pub const ALL: [(&str, Run); 8] = [
         ("tokens", tokens::run),
         ("timeline", timeline::run),
         ("history", history::run),
@@ -32,5 +33,6 @@ pub mod targets {
         ("client_replay", client_replay::run),
         ("envelope", envelope::run),
         ("rows", rows::run),
+        ("agent_lines", agent_lines::run),
     ];
 }

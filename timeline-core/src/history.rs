@@ -908,10 +908,8 @@ fn clean_prefix(bytes: &[u8]) -> usize {
 /// A message boundary: the event starts a new message (it is not a delta that
 /// continues the previous event's block).
 fn starts_message(events: &[SessionEvent], i: usize) -> bool {
-    let (Some(before), Some(at)) = (
-        i.checked_sub(1).and_then(|b| events.get(b)),
-        events.get(i),
-    ) else {
+    let (Some(before), Some(at)) = (i.checked_sub(1).and_then(|b| events.get(b)), events.get(i))
+    else {
         return true;
     };
     match (before.as_delta(), at.as_delta()) {
