@@ -17,7 +17,7 @@
 //! - Saved history starts at the last compaction (the seed: "Saved Claude history
 //!   starts after the last compaction, because the SDK returns only that part"):
 //!   [`Transcript::page_before`] pages only from the last `compact_boundary` on, newest
-//!   first, by the UUID of an item ([`Transcript::position`]); that UUID is the `before`
+//!   first, by the UUID of an item ([`Item::position`]); that UUID is the `before`
 //!   of a Claude cursor (TL-09). Every user UUID of the file stays a delivery proof.
 //!
 //! Invariants: feeding a file in any split gives the same items and diagnostics as
