@@ -948,6 +948,11 @@ impl Timeline {
             Ok(anchor) => anchor,
             Err(reason) => return Outcome::Ignored(reason),
         };
+        if !anchor.opens_a_place() && self.paging.newer_cursor.is_none() {
+            // Newer rows for a page in the past that is no longer shown (the present came
+            // back meanwhile): taking them would put the present back in the past.
+            return Outcome::Ignored(IgnoreReason::Superseded);
+        }
         let window = match answer.and_then(|w| {
             self.check_anchored(&anchor, &w)
                 .map_err(LoadFailure::Malformed)?;

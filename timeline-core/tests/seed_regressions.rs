@@ -397,3 +397,45 @@ fn seed_case_7_newer_loads_join_without_gap_or_overlap() {
     assert_eq!(t.row(&live_row).unwrap().origin, Origin::Live);
     assert_unique(&t);
 }
+
+/// Seed case 7, found by the `timeline` fuzz target: the answer to a newer load that
+/// arrives after the present came back (a latest window) is superseded; it used to set
+/// a newer cursor without hiding the live rows, so the shown rows differed from a full
+/// rebuild.
+#[test]
+fn seed_case_7_a_newer_load_answered_after_the_present_came_back_is_superseded() {
+    let mut host = SimHost::new("s");
+    host.append_history(170);
+    let live_row = reply("live-now");
+    host.stream_live(live_row.clone(), None);
+    let mut t = Timeline::new(ClientMode::Desktop);
+    t.open_target(host.target().clone(), Millis(0));
+    let tag = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    t.handle_latest_window(&tag, Ok(w), Millis(1));
+    let row = Anchor::row(&BlockKey::parse(BlockType::AgentReply, "h-30").unwrap());
+    assert_eq!(anchored(&mut t, &mut host, row), Outcome::Applied);
+    assert!(t.load_newer(Millis(20)));
+    let (newer_tag, newer_answer) = match effects(&mut t).as_slice() {
+        [Effect::LoadAnchored { tag, anchor, .. }] => (tag.clone(), host.anchored(anchor).unwrap()),
+        other => panic!("{other:?}"),
+    };
+    // The present comes back before the newer page's answer.
+    t.reload(Millis(21));
+    let tag = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    assert_eq!(
+        t.handle_latest_window(&tag, Ok(w), Millis(22)),
+        Outcome::Applied
+    );
+    assert_eq!(t.row(&live_row).unwrap().origin, Origin::Live);
+    let before: Vec<_> = t.rows().map(|r| (r.origin, r.block.clone())).collect();
+    assert_eq!(
+        t.handle_anchored(&newer_tag, Ok(newer_answer)),
+        Outcome::Ignored(IgnoreReason::Superseded)
+    );
+    let after: Vec<_> = t.rows().map(|r| (r.origin, r.block.clone())).collect();
+    assert_eq!(after, before);
+    assert_eq!(after, t.full_rebuild());
+    assert_eq!(t.newer_cursor(), None);
+}
