@@ -138,6 +138,7 @@ pub fn activity_row(item: &ThreadItem) -> Option<ActivityRow> {
                     .filter(|d| !d.is_empty())
                     .map(Detail::plaintext),
                 message: None,
+                approval: None,
             },
         },
         ThreadItem::McpToolCall {
@@ -156,6 +157,7 @@ pub fn activity_row(item: &ThreadItem) -> Option<ActivityRow> {
             status: RowStatus::Completed,
             detail: None,
             message: None,
+            approval: None,
         },
         ThreadItem::Plan { text, .. } => ActivityRow {
             kind: ActivityKind::Plan,
@@ -165,6 +167,7 @@ pub fn activity_row(item: &ThreadItem) -> Option<ActivityRow> {
             status: RowStatus::Completed,
             detail: (!text.is_empty()).then(|| Detail::markdown(text)),
             message: None,
+            approval: None,
         },
         _ => return None,
     })
@@ -326,26 +329,10 @@ impl Projector {
         at: Millis,
     ) -> Option<Projected> {
         let card = self.cards.get(id)?;
-        let mut data = serde_json::to_value(approval_card(&card.request, &card.summary, result))
+        // The row carries its card (request, status, result) as the rows module words
+        // it: pending, then the result; resolved elsewhere shows as expired (RW-06).
+        let data = serde_json::to_value(approval_card(&card.request, &card.summary, result))
             .unwrap_or(Value::Null);
-        let status = match result {
-            None => json!("pending"),
-            Some(r) => serde_json::to_value(r).unwrap_or(Value::Null),
-        };
-        if let Some(o) = data.as_object_mut() {
-            o.insert(
-                "approval".to_owned(),
-                json!({
-                    "requestId": card.request.request_id,
-                    "threadId": card.request.thread_id,
-                    "turnId": card.request.turn_id,
-                    "itemId": card.request.item_id,
-                    "kind": card.request.kind,
-                    "allowed": card.request.allowed,
-                    "status": status,
-                }),
-            );
-        }
         let key = BlockKey::parse(BlockType::Activity, &card.request.card_id()).ok()?;
         Some(self.row(key, at, RowClass::ApprovalCard, data))
     }
@@ -520,14 +507,14 @@ mod tests {
 
     // RW-06: pending, then the result; resolved elsewhere shows as expired.
     #[test]
-    fn a_card_resolved_without_our_answer_is_resolved_externally() {
+    fn a_card_resolved_without_our_answer_shows_as_expired() {
         let mut p = Projector::new("s", None, 1);
         assert_eq!(
             status_of(&p.handle_request(&ask(3), Millis(1))),
             ["pending"]
         );
         let out = p.handle(&resolved(3), Millis(2));
-        assert_eq!(status_of(&out), ["resolvedExternally"]);
+        assert_eq!(status_of(&out), ["expired"]);
         let Some(Projected::Row(b)) = out.first() else {
             panic!()
         };

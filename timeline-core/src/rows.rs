@@ -3,13 +3,16 @@
 //! - [`ActivityRow`]: title, subtitle, `display.signal`, status, detail. Constructors
 //!   build the common rows so the usual mistakes cannot be made (a command row has no
 //!   subtitle, a message row no detail, a file read its `sourcePath`, a `languageHint`
-//!   only on text that really is JSON, JSONL, a unified diff or a `FILE <path>` dump);
-//!   [`validate`] reports every broken rule of a row that came from the wire.
+//!   only on text that really is JSON, JSONL, a unified diff or a `FILE <path>` dump, a
+//!   context line never the title again, the signal again or a status word, a signal
+//!   never the title again); [`validate`] reports every broken rule of a row that came
+//!   from the wire, and every row a constructor builds validates clean.
 //! - [`MessageFact`]: the typed fact of a message between sessions or agents, with the
 //!   words for the other end ([`OtherEnd`]), the row title and the delivery signal.
 //! - [`status_row`]: the `thinking-<runId>` row and its phase label.
 //! - [`ApprovalRequest`]: the shared approval model, the allowed-decision check, and the
-//!   length-prefixed card ID with its parser.
+//!   length-prefixed card ID with its parser; [`approval_card`]: the card, a live
+//!   activity row of kind `event` whose `approval` field holds its [`CardStatus`].
 //!
 //! Where a row shows one line (a subtitle made from a summary, a failure reason, the
 //! words for the other end inside a title), every line break counts, not only `\n`:
@@ -211,8 +214,9 @@ pub enum ActivityKind {
     Reasoning,
     /// A message between sessions or agents.
     Message,
-    /// An approval card.
-    Approval,
+    /// An event of the run; an approval card is one (with its [`ActivityRow::approval`]
+    /// field), not a kind of its own (RW-06).
+    Event,
 }
 
 /// `display` of a row.
@@ -245,6 +249,9 @@ pub struct ActivityRow {
     /// The message fact of a message row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<MessageFact>,
+    /// The approval of an approval card: its request and card status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalCard>,
 }
 
 fn file_name(path: &str) -> &str {
@@ -257,6 +264,34 @@ fn parent_dir(path: &str) -> Option<String> {
     (!dir.is_empty()).then(|| dir.to_owned())
 }
 
+/// The most characters a context line made from a summary shows.
+pub const SUMMARY_MAX_CHARS: usize = 120;
+
+/// `line` as the context line of a row titled `title` beside `signal`, or nothing when
+/// [`validate`] would refuse it there: blank, the title again, the signal again, or a
+/// status word (RW-01). "It never repeats the title." / "it never repeats the title or
+/// the context line." / "The context line and the signal never say a status word."
+fn context_line(line: String, title: &str, signal: Option<&str>) -> Option<String> {
+    let n = norm(&line);
+    let keep = !n.is_empty()
+        && n != norm(title)
+        && signal.is_none_or(|s| norm(s) != n)
+        && status_word_in(&line).is_none();
+    keep.then_some(line)
+}
+
+/// The first line of a summary (at most [`SUMMARY_MAX_CHARS`]) as a context line, see
+/// [`context_line`].
+fn summary_line(summary: Option<&str>, title: &str, signal: Option<&str>) -> Option<String> {
+    context_line(first_line_chars(summary?, SUMMARY_MAX_CHARS), title, signal)
+}
+
+/// `signal` beside `title`, or nothing when it would repeat the title or say a status
+/// word (RW-01): a command `exit 1` that exits with 1 shows no "Exit 1" beside itself.
+fn signal_beside(signal: Option<String>, title: &str) -> Option<String> {
+    signal.filter(|s| norm(s) != norm(title) && status_word_in(s).is_none())
+}
+
 impl ActivityRow {
     /// A command run: the command is the title, no subtitle; the exit code is the signal
     /// once it ended; the output opens as a shell transcript.
@@ -266,18 +301,21 @@ impl ActivityRow {
         exit_code: Option<i32>,
         output: &str,
     ) -> ActivityRow {
+        let title = command.trim().to_owned();
+        let signal = exit_code
+            .filter(|_| status != RowStatus::InProgress)
+            .map(|c| format!("Exit {c}"));
         ActivityRow {
             kind: ActivityKind::Command,
-            title: command.trim().to_owned(),
             subtitle: None,
             display: Display {
-                signal: exit_code
-                    .filter(|_| status != RowStatus::InProgress)
-                    .map(|c| format!("Exit {c}")),
+                signal: signal_beside(signal, &title),
             },
+            title,
             status,
             detail: (!output.is_empty()).then(|| Detail::shell(output)),
             message: None,
+            approval: None,
         }
     }
 
@@ -286,36 +324,41 @@ impl ActivityRow {
     pub fn file_read(path: &str, status: RowStatus, contents: &str) -> ActivityRow {
         let mut detail = Detail::plaintext(contents);
         detail.source_path = Some(path.to_owned());
+        let title = format!("Read {}", file_name(path));
         ActivityRow {
             kind: ActivityKind::FileRead,
-            title: format!("Read {}", file_name(path)),
-            subtitle: parent_dir(path),
+            subtitle: parent_dir(path).and_then(|d| context_line(d, &title, None)),
+            title,
             display: Display::default(),
             status,
             detail: Some(detail),
             message: None,
+            approval: None,
         }
     }
 
     /// A file change: "Edited `<name>`" (or "Created"), the folder as context, the diff.
     pub fn file_change(path: &str, created: bool, status: RowStatus, diff: &str) -> ActivityRow {
+        let title = format!(
+            "{} {}",
+            if created { "Created" } else { "Edited" },
+            file_name(path)
+        );
         ActivityRow {
             kind: ActivityKind::FileChange,
-            title: format!(
-                "{} {}",
-                if created { "Created" } else { "Edited" },
-                file_name(path)
-            ),
-            subtitle: parent_dir(path),
+            subtitle: parent_dir(path).and_then(|d| context_line(d, &title, None)),
+            title,
             display: Display::default(),
             status,
             detail: (!diff.is_empty()).then(|| Detail::plaintext(diff)),
             message: None,
+            approval: None,
         }
     }
 
-    /// A tool call: "Used `<tool>`", an optional summary as context, the arguments (and
-    /// result) as the detail.
+    /// A tool call: "Used `<tool>`", the first line of an optional summary as context
+    /// (left out where it would repeat the title or say a status word), the arguments
+    /// (and result) as the detail.
     pub fn tool_call(
         tool: &str,
         summary: Option<&str>,
@@ -325,38 +368,56 @@ impl ActivityRow {
         let title = format!("Used {tool}");
         ActivityRow {
             kind: ActivityKind::ToolCall,
-            subtitle: summary
-                .map(str::trim)
-                .filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case(&title))
-                .map(str::to_owned),
+            subtitle: summary_line(summary, &title, None),
             title,
             display: Display::default(),
             status,
             detail: (!detail.is_empty()).then(|| Detail::plaintext(detail)),
             message: None,
+            approval: None,
         }
     }
 
-    /// A message row: every word comes from the fact; no detail on the wire.
+    /// A message row: every word comes from the fact, "`Message to <to>`" on a sent row
+    /// (also while a call to a named agent still runs); the first line of the summary as
+    /// context, left out where it would repeat the title or the signal or say a status
+    /// word; no detail on the wire (RW-01, RW-04).
+    ///
+    /// A `send_session_message` call that still runs ([`SendCall::SessionMessage`]) is
+    /// not a message row yet: it stays the plain call row "Send message to session",
+    /// without a message fact.
     pub fn message(fact: MessageFact, summary: Option<&str>) -> ActivityRow {
+        if fact.running_call == Some(SendCall::SessionMessage) {
+            let title = RUNNING_SEND_TITLE.to_owned();
+            return ActivityRow {
+                kind: ActivityKind::ToolCall,
+                subtitle: summary_line(summary, &title, None),
+                title,
+                display: Display::default(),
+                status: RowStatus::InProgress,
+                detail: None,
+                message: None,
+                approval: None,
+            };
+        }
         let status = match fact.delivery {
             Some(Delivery::NotSent) => RowStatus::Failed,
-            _ if fact.call_running => RowStatus::InProgress,
+            _ if fact.running_call.is_some() => RowStatus::InProgress,
             _ => RowStatus::Completed,
         };
         let title = fact.title();
+        let signal = fact.signal();
         ActivityRow {
             kind: ActivityKind::Message,
-            subtitle: summary
-                .map(|s| first_line_chars(s, 120))
-                .filter(|s| !s.is_empty() && *s != title),
+            subtitle: summary_line(summary, &title, signal),
             title,
             display: Display {
-                signal: fact.signal().map(str::to_owned),
+                signal: signal.map(str::to_owned),
             },
             status,
             detail: None,
             message: Some(fact),
+            approval: None,
         }
     }
 }
@@ -394,6 +455,10 @@ pub enum RuleViolation {
     FileReadWithoutSourcePath,
     /// A message-fact rule (see [`MessageFact::violations`]).
     Message(MessageRule),
+    /// An approval card whose kind is not `event`.
+    CardNotAnEvent,
+    /// An approval card whose signal is not the label of its card status.
+    CardSignalNotFromStatus,
 }
 
 impl fmt::Display for RuleViolation {
@@ -429,8 +494,8 @@ fn status_word_in(s: &str) -> Option<String> {
         .map(|w| (*w).to_owned())
 }
 
-/// Every broken rule of a row (RW-01, RW-02, RW-04). An empty list means the row is
-/// well worded.
+/// Every broken rule of a row (RW-01, RW-02, RW-04, RW-06). An empty list means the row
+/// is well worded. Every row the constructors of this module build validates clean.
 pub fn validate(row: &ActivityRow) -> Vec<RuleViolation> {
     let mut out = Vec::new();
     if row.title.trim().is_empty() {
@@ -492,6 +557,14 @@ pub fn validate(row: &ActivityRow) -> Vec<RuleViolation> {
             }
         }
     }
+    if let Some(card) = &row.approval {
+        if row.kind != ActivityKind::Event {
+            out.push(RuleViolation::CardNotAnEvent);
+        }
+        if row.display.signal.as_deref() != card.status.label() {
+            out.push(RuleViolation::CardSignalNotFromStatus);
+        }
+    }
     out
 }
 
@@ -542,7 +615,8 @@ pub enum PeerAgent {
 pub struct Peer {
     /// Session or agent.
     pub kind: PeerKind,
-    /// Absent only when the call named a session that does not exist.
+    /// Absent only when the call named a session that does not exist
+    /// ([`OtherEnd::NoSession`]); every session that exists carries its agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<PeerAgent>,
 }
@@ -579,17 +653,34 @@ pub const DECLINED_REASON: &str = "The user removed the message from the queue."
 pub const FAILURE_REASON_MAX_CHARS: usize = 220;
 /// The plain row of a `send_session_message` call that still runs.
 pub const RUNNING_SEND_TITLE: &str = "Send message to session";
+/// The words for the other end when the call named no session of this host.
+pub const UNKNOWN_SESSION: &str = "Unknown session";
+
+/// The call that sends a message, while it still runs (host-side; not on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SendCall {
+    /// A `send_session_message` call: it stays the plain call row "Send message to
+    /// session" until it ends.
+    SessionMessage,
+    /// A call that messages a named agent (a Claude `SendMessage` to a teammate, a task
+    /// given to a subagent): already the row "`Message to <to>`", without a signal.
+    AgentMessage,
+}
 
 /// The words for the other end of a message (RW-03).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OtherEnd {
-    /// Another session of this host; its title.
+    /// Another session of this host; its title and the agent it runs.
     Session {
         /// Its title.
         title: String,
+        /// The agent of that session.
+        agent: PeerAgent,
     },
-    /// The call named no session.
+    /// The call named no session of this host (none, or one that does not exist): the
+    /// only end whose peer has no agent.
     NoSession,
     /// The lead agent of a Claude session.
     ClaudeLead,
@@ -634,10 +725,10 @@ impl OtherEnd {
     /// The words (never blank, never an ID, always one line).
     pub fn words(&self) -> String {
         let words = match self {
-            OtherEnd::Session { title } => nonblank(Some(title))
+            OtherEnd::Session { title, .. } => nonblank(Some(title))
                 .unwrap_or("Untitled session")
                 .to_owned(),
-            OtherEnd::NoSession => "Unknown session".to_owned(),
+            OtherEnd::NoSession => UNKNOWN_SESSION.to_owned(),
             OtherEnd::ClaudeLead => "Claude".to_owned(),
             OtherEnd::ClaudeSubagent { title } => {
                 nonblank(title.as_deref()).unwrap_or("Subagent").to_owned()
@@ -662,12 +753,13 @@ impl OtherEnd {
         one_line(&words)
     }
 
-    /// The peer of this end.
+    /// The peer of this end: "The agent is absent only when the call named a session that
+    /// does not exist." (RW-02)
     pub fn peer(&self) -> Peer {
         match self {
-            OtherEnd::Session { .. } => Peer {
+            OtherEnd::Session { agent, .. } => Peer {
                 kind: PeerKind::Session,
-                agent: None,
+                agent: Some(*agent),
             },
             OtherEnd::NoSession => Peer {
                 kind: PeerKind::Session,
@@ -754,9 +846,9 @@ pub struct MessageFact {
     /// The other end, when a timeline of this host holds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<MessageLink>,
-    /// The `send_session_message` call still runs (host-side; not on the wire).
+    /// The call that sends it, while that call still runs (host-side; not on the wire).
     #[serde(skip)]
-    pub call_running: bool,
+    pub running_call: Option<SendCall>,
 }
 
 /// A broken message-fact rule.
@@ -779,6 +871,9 @@ pub enum MessageRule {
     TitleNotFromFact,
     /// The signal does not follow the delivery.
     SignalNotFromDelivery,
+    /// The peer has no agent, though the other end is not a session that does not exist
+    /// (an agent, or words other than "Unknown session").
+    AgentAbsent,
 }
 
 fn looks_like_id(s: &str) -> bool {
@@ -812,7 +907,7 @@ impl MessageFact {
             },
             delivery,
             link: None,
-            call_running: false,
+            running_call: None,
         }
     }
 
@@ -833,15 +928,13 @@ impl MessageFact {
             delivery: None,
             failure_reason: None,
             link: None,
-            call_running: false,
+            running_call: None,
         }
     }
 
-    /// The row title (RW-04).
+    /// The row title (RW-04): "`Message to <to>`" on a sent row, also while its call runs;
+    /// "`Message from <from>`" or "`Task from <from>`" on a received row.
     pub fn title(&self) -> String {
-        if self.call_running {
-            return RUNNING_SEND_TITLE.to_owned();
-        }
         match (self.direction, self.kind) {
             (Direction::Sent, _) => format!("Message to {}", self.to),
             (Direction::Received, MessageKind::Message) => format!("Message from {}", self.from),
@@ -851,7 +944,7 @@ impl MessageFact {
 
     /// The signal: Sent, Needs approval, Not sent; none while the call runs.
     pub fn signal(&self) -> Option<&'static str> {
-        if self.call_running {
+        if self.running_call.is_some() {
             return None;
         }
         self.delivery.map(|d| match d {
@@ -873,8 +966,19 @@ impl MessageFact {
         if self.direction == Direction::Sent && self.kind == MessageKind::Task {
             out.push(MessageRule::TaskOnSentRow);
         }
-        if self.delivery.is_some() && (self.direction == Direction::Received || self.call_running) {
+        if self.delivery.is_some()
+            && (self.direction == Direction::Received || self.running_call.is_some())
+        {
             out.push(MessageRule::DeliveryWhereNone);
+        }
+        let other = match self.direction {
+            Direction::Sent => &self.to,
+            Direction::Received => &self.from,
+        };
+        if self.peer.agent.is_none()
+            && (self.peer.kind == PeerKind::Agent || other.as_str() != UNKNOWN_SESSION)
+        {
+            out.push(MessageRule::AgentAbsent);
         }
         if let Some(r) = &self.failure_reason {
             if self.delivery != Some(Delivery::NotSent) {
@@ -981,6 +1085,72 @@ impl ApprovalResult {
     }
 }
 
+/// The status of an approval card: "Card status: pending, then the result.
+/// resolvedExternally shows as expired." (RW-06)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CardStatus {
+    /// Waiting for a decision.
+    Pending,
+    /// Allowed once.
+    Accepted,
+    /// Allowed for the session.
+    AcceptedForSession,
+    /// Allowed broadly.
+    AcceptedBroadly,
+    /// Refused.
+    Declined,
+    /// Cancelled.
+    Cancelled,
+    /// Settled elsewhere ([`ApprovalResult::ResolvedExternally`]).
+    Expired,
+}
+
+impl CardStatus {
+    /// The status of a card with `result` (`None`: not decided yet).
+    pub fn of(result: Option<ApprovalResult>) -> CardStatus {
+        match result {
+            None => CardStatus::Pending,
+            Some(ApprovalResult::Accepted) => CardStatus::Accepted,
+            Some(ApprovalResult::AcceptedForSession) => CardStatus::AcceptedForSession,
+            Some(ApprovalResult::AcceptedBroadly) => CardStatus::AcceptedBroadly,
+            Some(ApprovalResult::Declined) => CardStatus::Declined,
+            Some(ApprovalResult::Cancelled) => CardStatus::Cancelled,
+            Some(ApprovalResult::ResolvedExternally) => CardStatus::Expired,
+        }
+    }
+
+    /// The signal of a card with this status: none while pending, else the words of the
+    /// result ([`ApprovalResult::label`]).
+    pub fn label(self) -> Option<&'static str> {
+        let result = match self {
+            CardStatus::Pending => return None,
+            CardStatus::Accepted => ApprovalResult::Accepted,
+            CardStatus::AcceptedForSession => ApprovalResult::AcceptedForSession,
+            CardStatus::AcceptedBroadly => ApprovalResult::AcceptedBroadly,
+            CardStatus::Declined => ApprovalResult::Declined,
+            CardStatus::Cancelled => ApprovalResult::Cancelled,
+            CardStatus::Expired => ApprovalResult::ResolvedExternally,
+        };
+        Some(result.label())
+    }
+}
+
+/// The `approval` field of an approval card: the request it asks about, its card status,
+/// and the result once decided.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalCard {
+    /// The request (its fields sit beside `status` on the wire).
+    #[serde(flatten)]
+    pub request: ApprovalRequest,
+    /// Pending, then the result; a request resolved elsewhere is expired.
+    pub status: CardStatus,
+    /// The result, once decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ApprovalResult>,
+}
+
 /// The shared approval request of both agents.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -1072,8 +1242,10 @@ pub fn parse_card_id(id: &str) -> Result<(String, String, String, String), BadCa
     }
 }
 
-/// The card of an approval: an ephemeral live activity row (kind approval) whose title
-/// names what is asked and whose signal is the outcome once decided.
+/// The card of an approval (RW-06): "The card is a live activity row of kind event."
+/// Its title names what is asked, the first line of the summary is its context line, its
+/// `approval` field carries the request and the card status (pending, then the result;
+/// resolved elsewhere: expired), and its signal is the words of that status once decided.
 pub fn approval_card(
     request: &ApprovalRequest,
     summary: &str,
@@ -1084,12 +1256,14 @@ pub fn approval_card(
         ApprovalKind::FileChange => "Approve file change",
         ApprovalKind::Permissions => "Approve permissions",
     };
+    let status = CardStatus::of(result);
+    let signal = status.label();
     ActivityRow {
-        kind: ActivityKind::Approval,
+        kind: ActivityKind::Event,
         title: title.to_owned(),
-        subtitle: Some(first_line_chars(summary, 120)).filter(|s| !s.is_empty()),
+        subtitle: summary_line(Some(summary), title, signal),
         display: Display {
-            signal: result.map(|r| r.label().to_owned()),
+            signal: signal.map(str::to_owned),
         },
         status: match result {
             None => RowStatus::InProgress,
@@ -1098,5 +1272,10 @@ pub fn approval_card(
         },
         detail: None,
         message: None,
+        approval: Some(ApprovalCard {
+            request: request.clone(),
+            status,
+            result,
+        }),
     }
 }

@@ -8,9 +8,10 @@ use proptest::prelude::*;
 use timeline_core::key::RunId;
 use timeline_core::order::SourceOrder;
 use timeline_core::rows::{
-    detect_language, parse_card_id, phase_label, status_row, validate, ActivityKind, ApprovalKind,
-    ApprovalRequest, ApprovalResult, Decision, DecisionNotAllowed, Delivery, LanguageHint,
-    MessageFact, MessageRule, OtherEnd, RuleViolation, DECLINED_REASON,
+    approval_card, detect_language, parse_card_id, phase_label, status_row, validate, ActivityKind,
+    ActivityRow, ApprovalKind, ApprovalRequest, ApprovalResult, CardStatus, Decision,
+    DecisionNotAllowed, Delivery, LanguageHint, MessageFact, MessageKind, MessageRule, OtherEnd,
+    PeerAgent, PeerKind, RowStatus, RuleViolation, SendCall, DECLINED_REASON, RUNNING_SEND_TITLE,
 };
 use timeline_core::time::Millis;
 
@@ -72,6 +73,9 @@ fn every_rule_has_a_passing_and_a_failing_sample() {
         "Message(ReasonTooLong)",
         "Message(TitleNotFromFact)",
         "Message(SignalNotFromDelivery)",
+        "Message(AgentAbsent)",
+        "CardNotAnEvent",
+        "CardSignalNotFromStatus",
     ] {
         assert!(
             seen.contains(rule),
@@ -115,22 +119,19 @@ fn language_hints_are_detected_from_the_text() {
     }
 }
 
+fn codex_session(title: &str) -> OtherEnd {
+    OtherEnd::Session {
+        title: title.into(),
+        agent: PeerAgent::Codex,
+    }
+}
+
 // RW-03: the words for the other end.
 #[test]
 fn words_for_the_other_end() {
     let cases = [
-        (
-            OtherEnd::Session {
-                title: "Android landing".into(),
-            },
-            "Android landing",
-        ),
-        (
-            OtherEnd::Session {
-                title: "   ".into(),
-            },
-            "Untitled session",
-        ),
+        (codex_session("Android landing"), "Android landing"),
+        (codex_session("   "), "Untitled session"),
         (OtherEnd::NoSession, "Unknown session"),
         (OtherEnd::ClaudeLead, "Claude"),
         (
@@ -168,9 +169,7 @@ fn words_for_the_other_end() {
 // RW-02, RW-04: titles, signals, the declined reason, the 220-character cut.
 #[test]
 fn message_titles_signals_and_reasons() {
-    let to = OtherEnd::Session {
-        title: "Docs".into(),
-    };
+    let to = codex_session("Docs");
     let sent = MessageFact::sent("This session", &to, Some(Delivery::NeedsApproval), None);
     assert_eq!(
         (sent.title(), sent.signal()),
@@ -182,12 +181,12 @@ fn message_titles_signals_and_reasons() {
         (Some("Not sent"), Some(DECLINED_REASON))
     );
     let running = MessageFact {
-        call_running: true,
+        running_call: Some(SendCall::SessionMessage),
         ..MessageFact::sent("This session", &to, None, None)
     };
     assert_eq!(
         (running.title(), running.signal()),
-        ("Send message to session".into(), None)
+        ("Message to Docs".into(), None)
     );
     let reason = format!("{}\nsecond line", "é".repeat(219));
     let at = MessageFact::sent("This session", &to, Some(Delivery::NotSent), Some(&reason));
@@ -213,11 +212,7 @@ fn message_titles_signals_and_reasons() {
         MessageFact::sent("This session", &to, Some(Delivery::Sent), Some("x")).failure_reason,
         None
     );
-    let received = MessageFact::received(
-        "This agent",
-        &OtherEnd::ClaudeLead,
-        timeline_core::rows::MessageKind::Task,
-    );
+    let received = MessageFact::received("This agent", &OtherEnd::ClaudeLead, MessageKind::Task);
     assert_eq!(received.title(), "Task from Claude");
     assert_eq!(received.violations(), Vec::<MessageRule>::new());
 }
@@ -296,6 +291,296 @@ fn malformed_card_ids_are_refused() {
         "approval:99999999999999999999999:a",
     ] {
         assert!(parse_card_id(bad).is_err(), "{bad}");
+    }
+}
+
+// RW-06: "The card is a live activity row of kind event." and "Card status: pending,
+// then the result. resolvedExternally shows as expired."
+#[test]
+fn an_approval_card_is_an_event_row_with_its_card_status() {
+    let r = request(["req-1", "t", "u", "i"]);
+    let cases = [
+        (None, "pending", None),
+        (Some(ApprovalResult::Accepted), "accepted", Some("Allowed")),
+        (
+            Some(ApprovalResult::AcceptedForSession),
+            "acceptedForSession",
+            Some("Allowed for this session"),
+        ),
+        (
+            Some(ApprovalResult::AcceptedBroadly),
+            "acceptedBroadly",
+            Some("Allowed broadly"),
+        ),
+        (Some(ApprovalResult::Declined), "declined", Some("Denied")),
+        (
+            Some(ApprovalResult::Cancelled),
+            "cancelled",
+            Some("Cancelled"),
+        ),
+        (
+            Some(ApprovalResult::ResolvedExternally),
+            "expired",
+            Some("Expired"),
+        ),
+    ];
+    for (result, status, signal) in cases {
+        let card = approval_card(&r, "npm test", result);
+        assert_eq!(card.kind, ActivityKind::Event, "{result:?}");
+        assert_eq!(validate(&card), vec![], "{result:?}");
+        assert_eq!(card.display.signal.as_deref(), signal, "{result:?}");
+        let approval = card.approval.as_ref().unwrap();
+        assert_eq!(approval.status, CardStatus::of(result));
+        assert_eq!(approval.request, r);
+        let json = serde_json::to_value(&card).unwrap();
+        assert_eq!(json["kind"], "event", "not a kind of its own");
+        assert_eq!(json["approval"]["status"], status, "{result:?}");
+        assert_eq!(json["approval"]["requestId"], "req-1");
+        assert_eq!(json["approval"]["itemId"], "i");
+        assert_eq!(json["approval"]["kind"], "commandExecution");
+        assert_eq!(
+            serde_json::from_value::<ActivityRow>(json).unwrap(),
+            card,
+            "the card survives the wire"
+        );
+    }
+    // The pending and the decided card are the same row with the same ID.
+    let pending = approval_card(&r, "npm test", None);
+    let decided = approval_card(&r, "npm test", Some(ApprovalResult::Accepted));
+    assert_eq!(
+        pending.approval.unwrap().request.card_id(),
+        decided.approval.unwrap().request.card_id()
+    );
+    // A card that is not an event row, or whose signal is not its status, is refused.
+    let card = approval_card(&r, "npm test", Some(ApprovalResult::ResolvedExternally));
+    let wrong_kind = ActivityRow {
+        kind: ActivityKind::ToolCall,
+        ..card.clone()
+    };
+    assert_eq!(validate(&wrong_kind), [RuleViolation::CardNotAnEvent]);
+    let mut wrong_signal = card;
+    wrong_signal.display.signal = Some("Allowed".into());
+    assert_eq!(
+        validate(&wrong_signal),
+        [RuleViolation::CardSignalNotFromStatus]
+    );
+}
+
+// RW-02: "The agent is absent only when the call named a session that does not exist."
+#[test]
+fn the_peer_of_an_existing_session_carries_its_agent() {
+    let claude = OtherEnd::Session {
+        title: "Infra notes".into(),
+        agent: PeerAgent::Claude,
+    };
+    assert_eq!(claude.peer().kind, PeerKind::Session);
+    assert_eq!(claude.peer().agent, Some(PeerAgent::Claude));
+    assert_eq!(
+        codex_session("Android landing").peer().agent,
+        Some(PeerAgent::Codex)
+    );
+    // An untitled session exists all the same.
+    assert_eq!(codex_session(" ").peer().agent, Some(PeerAgent::Codex));
+    for end in [
+        OtherEnd::ClaudeLead,
+        OtherEnd::ClaudeSubagent { title: None },
+        OtherEnd::OutsideClaude { name: None },
+        OtherEnd::CodexRoot,
+        OtherEnd::CodexAgent {
+            path: vec!["android_landing".into()],
+        },
+    ] {
+        assert!(end.peer().agent.is_some(), "{end:?}");
+    }
+    assert_eq!(OtherEnd::NoSession.peer().agent, None);
+    let unknown = MessageFact::sent(
+        "This session",
+        &OtherEnd::NoSession,
+        Some(Delivery::NotSent),
+        None,
+    );
+    assert_eq!(unknown.violations(), vec![]);
+    // A stored fact that drops the agent of an existing session is refused.
+    let mut docs = MessageFact::sent("This session", &claude, Some(Delivery::Sent), None);
+    assert_eq!(docs.violations(), vec![]);
+    docs.peer.agent = None;
+    assert_eq!(docs.violations(), [MessageRule::AgentAbsent]);
+    let mut lead = MessageFact::received("This agent", &OtherEnd::ClaudeLead, MessageKind::Task);
+    lead.peer.agent = None;
+    assert_eq!(lead.violations(), [MessageRule::AgentAbsent]);
+}
+
+// RW-04: "“Message to <to>” on a sent row" and "A send_session_message call that still
+// runs stays the plain call row “Send message to session”." Only that call does.
+#[test]
+fn a_sent_row_is_titled_message_to_and_only_a_running_session_call_stays_plain() {
+    let teammate = OtherEnd::ClaudeSubagent {
+        title: Some("Code reviewer".into()),
+    };
+    let running = ActivityRow::message(
+        MessageFact {
+            running_call: Some(SendCall::AgentMessage),
+            ..MessageFact::sent("This session", &teammate, None, None)
+        },
+        Some("Please review the parser change."),
+    );
+    assert_eq!(running.kind, ActivityKind::Message);
+    assert_eq!(running.title, "Message to Code reviewer");
+    assert_eq!(
+        running.display.signal, None,
+        "no signal while its call runs"
+    );
+    assert_eq!(running.status, RowStatus::InProgress);
+    assert!(running.message.is_some());
+    assert_eq!(validate(&running), vec![]);
+    // The same row once the call ended.
+    let ended = ActivityRow::message(
+        MessageFact::sent("This session", &teammate, Some(Delivery::Sent), None),
+        None,
+    );
+    assert_eq!(
+        (ended.title.as_str(), ended.display.signal.as_deref()),
+        ("Message to Code reviewer", Some("Sent"))
+    );
+    // A running send_session_message call: the plain call row, no message fact yet.
+    let plain = ActivityRow::message(
+        MessageFact {
+            running_call: Some(SendCall::SessionMessage),
+            ..MessageFact::sent("This session", &codex_session("Docs"), None, None)
+        },
+        Some("Please review the docs."),
+    );
+    assert_eq!(plain.kind, ActivityKind::ToolCall);
+    assert_eq!(plain.title, RUNNING_SEND_TITLE);
+    assert_eq!(plain.title, "Send message to session");
+    assert_eq!(plain.message, None);
+    assert_eq!(plain.display.signal, None);
+    assert_eq!(plain.status, RowStatus::InProgress);
+    assert_eq!(validate(&plain), vec![]);
+}
+
+// RW-01: subtitle "never repeats the title"; display.signal "never repeats the title or
+// the context line"; "The context line and the signal never say a status word."
+#[test]
+fn a_context_line_never_repeats_the_title_and_a_signal_never_repeats_either() {
+    let docs = || {
+        MessageFact::sent(
+            "This session",
+            &codex_session("Docs"),
+            Some(Delivery::Sent),
+            None,
+        )
+    };
+    for summary in [
+        "Message to Docs",
+        "message to  DOCS",
+        "\nMESSAGE TO DOCS\nmore",
+    ] {
+        let row = ActivityRow::message(docs(), Some(summary));
+        assert_eq!(row.subtitle, None, "{summary:?}");
+        assert_eq!(validate(&row), vec![], "{summary:?}");
+    }
+    let sent = ActivityRow::message(docs(), Some("Sent"));
+    assert_eq!(
+        (sent.subtitle.as_deref(), sent.display.signal.as_deref()),
+        (None, Some("Sent"))
+    );
+    assert_eq!(validate(&sent), vec![]);
+    let not_sent = ActivityRow::message(
+        MessageFact::declined("This session", &codex_session("Docs")),
+        Some(" not  SENT "),
+    );
+    assert_eq!(not_sent.subtitle, None);
+    assert_eq!(validate(&not_sent), vec![]);
+    let status_word = ActivityRow::message(docs(), Some("The deploy failed, can you look?"));
+    assert_eq!(status_word.subtitle, None);
+    assert_eq!(validate(&status_word), vec![]);
+    // A context line that says something else stays.
+    let kept = ActivityRow::message(docs(), Some("Please review the docs.\nThanks"));
+    assert_eq!(kept.subtitle.as_deref(), Some("Please review the docs."));
+    // A tool call and an approval card keep no summary that repeats their title.
+    let tool = ActivityRow::tool_call("grep", Some("used  GREP"), RowStatus::Completed, "x");
+    assert_eq!(tool.subtitle, None);
+    assert_eq!(validate(&tool), vec![]);
+    let card = approval_card(&request(["r", "t", "u", "i"]), "approve COMMAND", None);
+    assert_eq!(card.subtitle, None);
+    assert_eq!(validate(&card), vec![]);
+    // A command `exit 1` that exits with 1 shows no "Exit 1" beside itself.
+    let exit = ActivityRow::command("exit 1", RowStatus::Failed, Some(1), "");
+    assert_eq!(exit.display.signal, None);
+    assert_eq!(validate(&exit), vec![]);
+    let other = ActivityRow::command("exit 1", RowStatus::Failed, Some(2), "");
+    assert_eq!(other.display.signal.as_deref(), Some("Exit 2"));
+    // A folder named like a status word is no context line either.
+    let read = ActivityRow::file_read("/repo/failed/x.txt", RowStatus::Completed, "x");
+    assert_eq!(read.subtitle, None);
+    assert_eq!(validate(&read), vec![]);
+}
+
+/// Text that tends to collide with titles, signals and status words.
+fn tricky_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("Sent".to_owned()),
+        Just("Not sent".to_owned()),
+        Just("Needs approval".to_owned()),
+        Just("Message to Docs".to_owned()),
+        Just("Approve command".to_owned()),
+        Just("Used grep".to_owned()),
+        Just("exit 1".to_owned()),
+        Just("Allowed".to_owned()),
+        Just("Expired".to_owned()),
+        Just("completed".to_owned()),
+        "(sent|docs|message|to|exit|1|failed|running|grep|used|approve|command|[g-z]{1,4}|[ \n\r\u{2028}]){0,8}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fixtures::proptest_cases()))]
+
+    // RW-01, RW-02, RW-04, RW-06: every row the constructors build validates clean,
+    // whatever the summary, command, path, tool, title or result.
+    #[test]
+    fn constructed_rows_validate_clean(
+        summary in tricky_text(),
+        command in tricky_text().prop_filter("a command has words", |c| !c.trim().is_empty()),
+        path in "(/(repo|failed|sent|docs|exit 1|[g-z]{1,6})){1,4}",
+        tool in "(grep|exit|sent|[g-z]{1,6})",
+        title in "(Docs|Sent|[g-z ]{0,12})",
+        claude in any::<bool>(),
+        running in prop::option::of(prop_oneof![Just(SendCall::SessionMessage), Just(SendCall::AgentMessage)]),
+        delivery in prop::option::of(prop_oneof![Just(Delivery::Sent), Just(Delivery::NeedsApproval), Just(Delivery::NotSent)]),
+        exit in prop::option::of(-2i32..3),
+        result in prop::option::of(prop_oneof![
+            Just(ApprovalResult::Accepted),
+            Just(ApprovalResult::AcceptedForSession),
+            Just(ApprovalResult::AcceptedBroadly),
+            Just(ApprovalResult::Declined),
+            Just(ApprovalResult::Cancelled),
+            Just(ApprovalResult::ResolvedExternally),
+        ]),
+    ) {
+        let agent = if claude { PeerAgent::Claude } else { PeerAgent::Codex };
+        let ends = [
+            OtherEnd::Session { title: title.clone(), agent },
+            OtherEnd::NoSession,
+            OtherEnd::ClaudeSubagent { title: Some(title.clone()) },
+            OtherEnd::CodexRoot,
+        ];
+        let mut rows = vec![
+            ActivityRow::command(&command, RowStatus::Failed, exit, &summary),
+            ActivityRow::file_read(&path, RowStatus::Completed, &summary),
+            ActivityRow::file_change(&path, claude, RowStatus::Completed, &summary),
+            ActivityRow::tool_call(&tool, Some(&summary), RowStatus::Completed, &summary),
+            approval_card(&request(["r", "t", "u", "i"]), &summary, result),
+        ];
+        for end in &ends {
+            let sent = MessageFact::sent("This session", end, delivery.filter(|_| running.is_none()), Some(&summary));
+            rows.push(ActivityRow::message(MessageFact { running_call: running, ..sent }, Some(&summary)));
+            rows.push(ActivityRow::message(MessageFact::received("This agent", end, MessageKind::Message), Some(&summary)));
+        }
+        for row in rows {
+            prop_assert_eq!(validate(&row), vec![], "{:?}", row);
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 use timeline_core::rows::{
     approval_card, detect_language, parse_card_id, validate, ActivityKind, ActivityRow,
     ApprovalKind, ApprovalRequest, ApprovalResult, Decision, Delivery, Detail, MessageFact,
-    MessageKind, MessageRule, OtherEnd, RowStatus, RuleViolation,
+    MessageKind, MessageRule, OtherEnd, PeerAgent, RowStatus, RuleViolation,
 };
 
 use crate::script::{Script, ScriptWriter};
@@ -241,7 +241,7 @@ fn approval(req: &ApprovalRequest) {
         Some(ApprovalResult::ResolvedExternally),
     ] {
         let card = approval_card(req, &req.item_id, result);
-        assert_eq!(card.kind, ActivityKind::Approval);
+        assert_eq!(card.kind, ActivityKind::Event);
         assert_eq!(
             card.display.signal.as_deref(),
             result.map(ApprovalResult::label)
@@ -261,7 +261,10 @@ fn other_end(s: &mut Script<'_>) -> OtherEnd {
     let name = s.text().into_owned();
     let some = |n: String| (!n.is_empty()).then_some(n);
     match pick {
-        0 => OtherEnd::Session { title: name },
+        0 => OtherEnd::Session {
+            title: name,
+            agent: PeerAgent::Codex,
+        },
         1 => OtherEnd::NoSession,
         2 => OtherEnd::ClaudeLead,
         3 => OtherEnd::ClaudeSubagent { title: some(name) },
