@@ -20,7 +20,7 @@
 //! let mut scans = ExactScans::new();
 //! scans.run_ended(s.clone(), r.clone(), Millis(0));
 //! assert_eq!(scans.poll_effect(), Some(ScanEffect::WriteJournal { session: s.clone(), run: r.clone() }));
-//! scans.journal_written(&s, &r, Millis(1));
+//! scans.journal_written(&s, &r);
 //! assert_eq!(scans.poll_effect(), Some(ScanEffect::Scan { session: s.clone(), run: r.clone(), attempt: 1 }));
 //! // The embedding scans (see `settle_run`) and reports:
 //! scans.handle_scan_result(&s, &r, Ok(ScanReport { all_settled: true }), Millis(5));
@@ -141,11 +141,12 @@ impl ExactScans {
             .push_back(ScanEffect::WriteJournal { session, run });
     }
 
-    /// The journal row is written: the first scan starts at once.
-    pub fn journal_written(&mut self, session: &SessionId, run: &RunId, now: Millis) {
+    /// The journal row is written: the first scan starts at once. (The scan's budget
+    /// counts from the run's end, so this takes no time.)
+    pub fn journal_written(&mut self, session: &SessionId, run: &RunId) {
         let k = (session.clone(), run.clone());
         if let Some(State::Journaling { started }) = self.scans.get(&k).cloned() {
-            self.start_scan(k, started, 1, now);
+            self.start_scan(k, started, 1);
         }
     }
 
@@ -155,13 +156,12 @@ impl ExactScans {
         for run in pending {
             let k = (session.clone(), run.clone());
             if !self.scans.contains_key(&k) {
-                self.start_scan(k, now, 1, now);
+                self.start_scan(k, now, 1);
             }
         }
     }
 
-    fn start_scan(&mut self, k: (SessionId, RunId), started: Millis, attempt: u32, now: Millis) {
-        let _ = now;
+    fn start_scan(&mut self, k: (SessionId, RunId), started: Millis, attempt: u32) {
         self.effects.push_back(ScanEffect::Scan {
             session: k.0.clone(),
             run: k.1.clone(),
@@ -196,7 +196,7 @@ impl ExactScans {
         }
         let at = started.saturating_add(SCAN_DELAYS[(attempt - 1) as usize]);
         if at <= now {
-            self.start_scan(k, started, attempt + 1, now);
+            self.start_scan(k, started, attempt + 1);
         } else {
             self.scans.insert(
                 k,
@@ -245,7 +245,7 @@ impl ExactScans {
                 State::Waiting {
                     started, attempt, ..
                 } if now < started.saturating_add(CLEANUP_BUDGET) => {
-                    self.start_scan(k, started, attempt + 1, now)
+                    self.start_scan(k, started, attempt + 1)
                 }
                 _ => self.give_up(k),
             }

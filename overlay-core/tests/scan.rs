@@ -43,7 +43,7 @@ fn the_journal_row_comes_first_then_scans_at_0_100_and_250_ms() {
         [],
         "no scan before the journal row is written"
     );
-    scans.journal_written(&s, &r, Millis(1_002));
+    scans.journal_written(&s, &r);
     assert_eq!(effects(&mut scans), [scan(1)]);
     scans.handle_scan_result(&s, &r, Ok(ScanReport { all_settled: false }), Millis(1_010));
     assert_eq!(scans.poll_timeout(), Some(Millis(1_100)));
@@ -74,7 +74,7 @@ fn a_settled_scan_removes_the_journal_row() {
     let (s, r) = (session(), run("run-1"));
     let mut scans = ExactScans::new();
     scans.run_ended(s.clone(), r.clone(), Millis(0));
-    scans.journal_written(&s, &r, Millis(0));
+    scans.journal_written(&s, &r);
     let _ = effects(&mut scans);
     scans.handle_scan_result(&s, &r, Ok(ScanReport { all_settled: false }), Millis(5));
     scans.handle_timeout(Millis(100));
@@ -92,7 +92,7 @@ fn a_scan_that_outlives_the_two_minute_budget_gives_up_and_keeps_the_row() {
     let (s, r) = (session(), run("run-1"));
     let mut scans = ExactScans::new();
     scans.run_ended(s.clone(), r.clone(), Millis(0));
-    scans.journal_written(&s, &r, Millis(0));
+    scans.journal_written(&s, &r);
     let _ = effects(&mut scans);
     assert_eq!(scans.poll_timeout(), Some(Millis(120_000)));
     scans.handle_timeout(Millis(119_999));

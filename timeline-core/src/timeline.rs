@@ -60,17 +60,19 @@
 //!
 //! let mut t = Timeline::new(ClientMode::Phone);
 //! t.open_target(TargetId::new("session-1").unwrap(), Millis(0));
+//! let mut in_flight = Vec::new();
 //! while let Some(effect) = t.poll_effect() {
 //!     match effect {
 //!         Effect::LoadLatestWindow { tag, page_size, .. } => {
 //!             // Send run.chatLoad; later feed the answer to
 //!             // t.handle_latest_window(&tag, answer, now).
 //!             assert_eq!(page_size, 12);
-//!             let _ = tag;
+//!             in_flight.push(tag);
 //!         }
 //!         _ => {}
 //!     }
 //! }
+//! assert_eq!(in_flight.len(), 1, "one latest window asked for");
 //! // When nothing else happens, wake up at the deadline.
 //! assert_eq!(t.poll_timeout(), Some(Millis(115_000)));
 //! ```
