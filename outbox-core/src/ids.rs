@@ -46,6 +46,15 @@ pub fn base_session(session: &SessionId) -> SessionId {
     }
 }
 
+/// The sessions of the scope of `session`: its base session and the base's alias. A
+/// scope has no other member, so its members are found by key, never by a scan.
+pub fn scope_members(session: &SessionId) -> [SessionId; 2] {
+    let base = base_session(session);
+    let alias =
+        SessionId::new(format!("{}{ALIAS_SUFFIX}", base.as_str())).unwrap_or_else(|_| base.clone());
+    [base, alias]
+}
+
 /// True when `a` and `b` share one outbox scope.
 pub fn same_scope(a: &SessionId, b: &SessionId) -> bool {
     base_session(a) == base_session(b)
@@ -54,6 +63,18 @@ pub fn same_scope(a: &SessionId, b: &SessionId) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // OB-06
+    #[test]
+    fn the_scope_members_are_the_base_and_its_alias() {
+        for id in ["s1", "s1::skills-agent", "::skills-agent"] {
+            let session = SessionId::new(id).unwrap();
+            let [base, alias] = scope_members(&session);
+            assert_eq!(base, base_session(&session));
+            assert!(same_scope(&alias, &session) && same_scope(&base, &session));
+            assert_ne!(base, alias);
+        }
+    }
 
     // OB-06
     #[test]

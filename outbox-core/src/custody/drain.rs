@@ -28,16 +28,11 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Wakes every session of the scope of `session`.
     pub(super) fn wake_scope(&mut self, session: &SessionId, now: Millis) {
-        let base = base_session(session);
-        let mut members: Vec<SessionId> = self
-            .sessions
-            .keys()
-            .filter(|s| base_session(s) == base)
-            .cloned()
+        // The registered members of the scope, and `session` itself in any case.
+        let members: Vec<SessionId> = crate::ids::scope_members(session)
+            .into_iter()
+            .filter(|s| s == session || self.sessions.contains_key(s))
             .collect();
-        if !members.contains(session) {
-            members.push(session.clone());
-        }
         for s in members {
             self.wake(&s, now);
         }

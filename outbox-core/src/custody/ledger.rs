@@ -140,13 +140,10 @@ impl<S: OutboxStore> Custody<S> {
         op: &OperationId,
         now: Millis,
     ) -> Result<(), StoreError> {
-        let base = base_session(session);
+        let [base, alias] = crate::ids::scope_members(session);
         let mut scope = vec![base.clone()];
-        let known = self.outbox_sessions()?;
-        for s in self.sessions.keys().chain(known.iter()) {
-            if base_session(s) == base && !scope.contains(s) {
-                scope.push(s.clone());
-            }
+        if self.sessions.contains_key(&alias) || self.has_outbox(&alias)? {
+            scope.push(alias);
         }
         let current = self.ledger_of(&base, op)?;
         let record = match transition(current.as_ref(), LedgerRecord::new(LedgerStatus::Sent, now))

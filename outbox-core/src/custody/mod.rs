@@ -948,12 +948,17 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     /// Every session with a saved outbox (read once).
-    fn outbox_sessions(&mut self) -> Result<BTreeSet<SessionId>, StoreError> {
+    fn outbox_sessions(&mut self) -> Result<&BTreeSet<SessionId>, StoreError> {
         if self.outbox_sessions.is_none() {
             let read: BTreeSet<SessionId> = self.store.outbox_sessions()?.into_iter().collect();
             self.outbox_sessions = Some(read);
         }
-        Ok(self.outbox_sessions.clone().unwrap_or_default())
+        Ok(self.outbox_sessions.get_or_insert_with(BTreeSet::new))
+    }
+
+    /// True when `session` has a saved outbox.
+    fn has_outbox(&mut self, session: &SessionId) -> Result<bool, StoreError> {
+        Ok(self.outbox_sessions()?.contains(session))
     }
 }
 

@@ -370,7 +370,8 @@ impl<S: OutboxStore> Custody<S> {
     /// sending is confirmed from history (held with the unconfirmed text when the ledger
     /// cannot be read). Each outbox is read once here and kept in memory.
     pub fn start_up(&mut self, now: Millis) -> Result<(), StoreError> {
-        for session in self.outbox_sessions()? {
+        let sessions: Vec<SessionId> = self.outbox_sessions()?.iter().cloned().collect();
+        for session in sessions {
             self.confirm_sending(&session)?;
             self.wake(&session, now);
         }

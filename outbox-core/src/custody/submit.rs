@@ -37,12 +37,9 @@ impl<S: OutboxStore> Custody<S> {
         }
         // An operation is one message in its whole scope: the same ID under another
         // alias is another message, a conflict.
-        let base = base_session(&req.session);
-        let others: Vec<SessionId> = self
-            .sessions
-            .keys()
-            .filter(|s| base_session(s) == base && *s != &req.session)
-            .cloned()
+        let others: Vec<SessionId> = crate::ids::scope_members(&req.session)
+            .into_iter()
+            .filter(|s| s != &req.session && self.sessions.contains_key(s))
             .collect();
         for other in others {
             if self.store.identity(&other, &req.operation_id)?.is_some() {
