@@ -632,14 +632,23 @@ fn a_malformed_tag_is_a_typed_error() {
     );
 }
 
-// OB-17: only operations the host created as session messages are read as one; the
-// prefix the envelope reads is the one session messages are created with.
+// OB-17: a message the host created from another session is read back as one from its
+// own operation and prompt: the sender and the body, exactly.
 #[test]
-fn the_session_message_prefix_is_shared() {
-    assert_eq!(
-        outbox_core::envelope::SESSION_MESSAGE_PREFIX,
-        outbox_core::session_message::SESSION_MESSAGE_PREFIX
-    );
+fn a_saved_session_message_reads_back_as_one() {
+    let mut b = Bench::codex(&["a", "b"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.c.send_session_message(call("a", Some("b"), "c1", AccessLevel::FullAccess), b.now)
+        .unwrap();
+    let entries = b.entries("b");
+    let [e] = entries.as_slice() else {
+        panic!("one queued message: {entries:?}")
+    };
+    let prompt = e.request.prompt_text.as_deref().expect("the envelope");
+    let (sender, body) = read_session_message(&e.operation_id, prompt).expect("a session message");
+    assert_eq!(sender.session_id, s("a"));
+    assert_eq!(sender.title, "Web \"landing\" & co");
+    assert_eq!(body, "Please run the Android build.");
 }
 
 // OB-18: titles.
