@@ -369,19 +369,7 @@ fn reopening_a_canceled_accepted_operation_reads_history_first() {
         (HistoryRead::Missing, LedgerStatus::Sending, 2),
         (HistoryRead::Unreadable, LedgerStatus::Canceled, 1),
     ] {
-        let mut b = Bench::codex(&["s1"]);
-        b.agent.default = WhenUnscripted::Accept;
-        b.submit("s1", "run", Controls::automatic());
-        let run = b.active_run("s1").unwrap();
-        b.submit("s1", "1", Controls::steer(run.clone()));
-        // The run is stopped; the steer had not been taken: canceled with its acceptance.
-        b.agent
-            .stops
-            .push_back(outbox_core::adapter::StopResult::Stopped {
-                untaken: vec![op("op-1")],
-            });
-        b.c.stop(&s("s1"), &run, Some(7), b.now);
-        b.drive();
+        let mut b = canceled_accepted_steer();
         assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Canceled));
         // The user sends it again: the history read comes first.
         b.c.send_now(&s("s1"), &q("q-1"), b.now).unwrap();
@@ -531,18 +519,7 @@ fn replace_latest_rolls_back_and_recovers_from_a_gone_thread() {
 // waits for that answer.
 #[test]
 fn a_resent_steer_carries_no_acceptance_of_its_earlier_attempt() {
-    let mut b = Bench::codex(&["s1"]);
-    b.agent.default = WhenUnscripted::Accept;
-    b.submit("s1", "run", Controls::automatic());
-    let run = b.active_run("s1").unwrap();
-    b.submit("s1", "1", Controls::steer(run.clone()));
-    b.agent
-        .stops
-        .push_back(outbox_core::adapter::StopResult::Stopped {
-            untaken: vec![op("op-1")],
-        });
-    b.c.stop(&s("s1"), &run, Some(7), b.now);
-    b.drive();
+    let mut b = canceled_accepted_steer();
     let held = b.entry("s1", "1").unwrap();
     assert_eq!((held.status, held.acceptance), (EntryStatus::Queued, None));
     assert!(
@@ -576,4 +553,22 @@ fn ledger_acceptance(b: &mut Bench, n: &str) -> bool {
     b.c.ledger_of(&s("s1"), &op(&format!("op-{n}")))
         .unwrap()
         .is_some_and(|l| l.acceptance.is_some())
+}
+
+/// A steer (`op-1`) that a turn accepted, then the run stopped before taking it: the
+/// ledger says canceled, with the acceptance.
+fn canceled_accepted_steer() -> Bench {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    let run = b.active_run("s1").unwrap();
+    b.submit("s1", "1", Controls::steer(run.clone()));
+    b.agent
+        .stops
+        .push_back(outbox_core::adapter::StopResult::Stopped {
+            untaken: vec![op("op-1")],
+        });
+    b.c.stop(&s("s1"), &run, Some(7), b.now);
+    b.drive();
+    b
 }
