@@ -76,7 +76,7 @@ pub fn hold<S: OutboxStore>(store: &mut S, keys: Keys, n: u64) {
     let session = keys.session();
     for i in 0..n {
         let mut e = crate::storage::bench_entry(1_000_000_000 + i, keys);
-        e.auto_drain = false;
+        e.state = e.state.hold(None);
         e.position = 1_000_000 + i as i64;
         let fp = outbox_core::fingerprint::request_fingerprint(&session, &e.queue_id, &e.request);
         store.claim(&session, &fp, &e).expect("claim");

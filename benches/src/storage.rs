@@ -187,7 +187,7 @@ impl OurSubmit {
 struct HandBody<'a> {
     request: &'a MessageRequest,
     controls: &'a Controls,
-    status: &'a EntryStatus,
+    status: EntryStatus,
     auto_drain: bool,
 }
 
@@ -196,8 +196,8 @@ pub fn hand_json(e: &OutboxEntry) -> String {
     serde_json::to_string(&HandBody {
         request: &e.request,
         controls: &e.controls,
-        status: &e.status,
-        auto_drain: e.auto_drain,
+        status: e.state.status(),
+        auto_drain: e.state.auto_drain(),
     })
     .expect("json")
 }

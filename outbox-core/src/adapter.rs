@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use timeline_core::key::AgentKind;
+
 use crate::entry::{Acceptance, MessageRequest};
 use crate::ids::{OperationId, RunId, SessionId};
 
@@ -20,16 +22,6 @@ pub enum ProofKind {
     ClientIdEcho,
     /// Claude: the transcript holds a user message with the saved UUID.
     TranscriptUuid,
-}
-
-/// Which agent a session runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentKind {
-    /// Codex.
-    Codex,
-    /// Claude.
-    Claude,
 }
 
 /// What an adapter supports.

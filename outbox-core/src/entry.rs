@@ -1,11 +1,83 @@
 //! The outbox entry model (OB-04, OB-05) and the texts the seed fixes.
 //!
-//! A persisted entry has two statuses, `queued` and `sending`; everything else is a flag:
-//! `autoDrain`, `error`, `holdReason`, `acceptance` (the run, thread and turn of an
-//! accepted steer), `handoff` (the stage of stop and send now) and `sessionMessage`
-//! (the origin of a message from another session). Sent, canceled and blocked are
-//! results of commands, not statuses. A saved entry that cannot be decoded is a
-//! [`StoredEntry::Blocked`], shown and never dropped.
+//! # One state per entry
+//!
+//! The seed persists an entry as a status, `queued` or `sending`, and flags: `autoDrain`,
+//! `error`, `holdReason`, `acceptance` (the run, thread and turn of an accepted steer) and
+//! `handoff` (the stage of stop and send now). Most combinations of these never occur.
+//! Here they are one value, [`EntryState`], whose variants hold only what can be true
+//! together, and custody changes it only through the named transitions below, never by
+//! setting a flag. `sessionMessage` (the origin of a message from another session) is not
+//! part of the state: it stays with the message whatever happens to it. Sent, canceled
+//! and blocked are results of commands, not states. A saved entry that cannot be decoded
+//! is a [`StoredEntry::Blocked`], shown and never dropped.
+//!
+//! | state | status | autoDrain | error, holdReason | acceptance | handoff |
+//! |---|---|---|---|---|---|
+//! | [`Ready`](EntryState::Ready): the drain sends it | queued | on | its [`Notice`] | none | its mark |
+//! | [`Held`](EntryState::Held): it waits for the user | queued | off | its notice | none | its mark |
+//! | [`Sending`](EntryState::Sending): an attempt is out or its history read pending | sending | on | its notice | none | its mark |
+//! | [`Accepted`](EntryState::Accepted): a turn accepted it | sending | on | none | the turn | its mark |
+//! | [`HandingOff`](EntryState::HandingOff): stop and send now requested | sending | off | none | the turn | `requested`, the same turn |
+//!
+//! The persisted format is the seed's, unchanged: [`EntryState::wire`] gives the six
+//! fields of the table, and a saved combination outside it (an acceptance on a queued
+//! entry, an error on an accepted one, a sending entry with auto-drain off that is not
+//! the requested hand-off of its own turn) is an [`InvalidEntryState`], so the entry
+//! reads back blocked.
+//!
+//! # Transitions
+//!
+//! Each transition returns the next state. One that does not apply to the current state
+//! returns `None`, and custody leaves the entry as it is; [`EntryState::hold`] applies to
+//! every state.
+//!
+//! | transition | from | to | rule |
+//! |---|---|---|---|
+//! | [`queued`](EntryState::queued) | (new) | `Ready` | submit (OB-03) |
+//! | [`waiting_for_approval`](EntryState::waiting_for_approval) | (new) | `Held` with a hold reason | a session message held at save (OB-16) |
+//! | [`hold_for_approval`](EntryState::hold_for_approval) | `Ready`, `Held` | `Held` with the reason, an error kept | the hold check before a drain (OB-16) |
+//! | [`mark_sending`](EntryState::mark_sending) | `Ready`, `Held` | `Sending`, notice cleared | the hand-off to the agent (OB-09) |
+//! | [`mark_confirming`](EntryState::mark_confirming) | `Ready`, `Held` | `Sending`, notice kept | a turn accepted an earlier attempt: history first (OB-08) |
+//! | [`accept`](EntryState::accept) | `Sending`, `Accepted` | `Accepted` | an accepted steer or turn (OB-08) |
+//! | [`defer`](EntryState::defer) | `Sending` | `Ready` with the reason, `Held` for a dedicated replay | deferred (OB-08) |
+//! | [`hold`](EntryState::hold) | any | `Held` with the error, hold reason kept, acceptance dropped | canceled, proven unadmitted, unconfirmed, model changed, failed sending write, stopped before delivery (OB-08, OB-09, OB-11, OB-15) |
+//! | [`pause_for_reopen`](EntryState::pause_for_reopen) | `Ready`, `Held` | `Held`, nothing else changed | the reopen check reads history (OB-12) |
+//! | [`release`](EntryState::release) | `Ready`, `Held` | `Ready`, notice cleared | send now (OB-11), reopened (OB-12) |
+//! | [`resubmit`](EntryState::resubmit) | `Ready`, `Held` | `Ready`, notice cleared, unless an error is shown | queue, then send now (OB-04) |
+//! | [`request_handoff`](EntryState::request_handoff) | `Accepted` without a mark | `HandingOff` | stop and send now requested (OB-13) |
+//! | [`take_back`](EntryState::take_back) | `HandingOff` | `Held`, marked `requested` | the agent detached it (OB-13) |
+//! | [`keep_accepted`](EntryState::keep_accepted) | `HandingOff` | `Accepted`, no mark | the agent did not detach it (OB-13) |
+//! | [`dedicate`](EntryState::dedicate) | `Ready`, `Held` with a mark | `Ready`, marked `dedicated` | run R settled (OB-13) |
+//!
+//! ```
+//! use outbox_core::entry::{EntryState, EntryStatus};
+//!
+//! // The drain hands a new entry to the agent, which defers it.
+//! let sending = EntryState::queued().mark_sending().expect("a queued entry can go out");
+//! assert_eq!(sending.status(), EntryStatus::Sending);
+//! let back = sending.defer("the run still settles".into()).expect("an attempt is out");
+//! assert!(back.is_ready());
+//! assert_eq!(back.hold_reason(), Some("the run still settles"));
+//! // A transition that does not apply gives nothing; the entry stays as it is.
+//! assert_eq!(back.take_back(), None);
+//! ```
+//!
+//! # Choices where the seed is silent
+//!
+//! These follow what custody has always written, so every saved entry reads back as it
+//! was written:
+//!
+//! - The notice (error and hold reason) stays with an entry until it is released or a
+//!   send attempt starts. A dedicated replay that was held with an error (its run
+//!   stopped before the take-back was answered) shows it while it drains; an entry that
+//!   goes sending only to be confirmed from history keeps showing why it waited.
+//! - A hand-off mark stays with the entry after its stage. A `requested` mark on a queued
+//!   entry means "dedicate it once run R is gone", whatever else happened to it since; a
+//!   `dedicated` mark makes a deferred send come back with auto-drain off and refuses a
+//!   second stop and send now.
+//! - [`EntryState`] is not `#[non_exhaustive]`: its variants are exactly the persisted
+//!   format's valid combinations, and a new one would be a format change.
 
 use serde::{Deserialize, Serialize};
 use timeline_core::time::Millis;
@@ -238,6 +310,43 @@ pub struct Handoff {
     pub acceptance: Acceptance,
 }
 
+impl Handoff {
+    /// Stop and send now requested from the turn `acceptance` names.
+    pub fn requested(acceptance: Acceptance) -> Handoff {
+        Handoff {
+            phase: HandoffPhase::Requested,
+            acceptance,
+        }
+    }
+
+    /// Dedicated to its own turn after the turn `acceptance` names settled.
+    pub fn dedicated(acceptance: Acceptance) -> Handoff {
+        Handoff {
+            phase: HandoffPhase::Dedicated,
+            acceptance,
+        }
+    }
+
+    /// The hand-off as a borrowed view.
+    pub fn as_ref(&self) -> HandoffRef<'_> {
+        HandoffRef {
+            phase: self.phase,
+            acceptance: &self.acceptance,
+        }
+    }
+}
+
+/// A hand-off seen through an [`EntryState`]: its stage and the turn it concerns. It
+/// encodes exactly as [`Handoff`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename = "Handoff", rename_all = "camelCase")]
+pub struct HandoffRef<'a> {
+    /// The stage.
+    pub phase: HandoffPhase,
+    /// The accepting run, thread and turn.
+    pub acceptance: &'a Acceptance,
+}
+
 /// The origin of a message from another session (OB-16).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -263,7 +372,8 @@ pub struct SessionMessageOrigin {
     pub approved: bool,
 }
 
-/// The persisted status (OB-05).
+/// The persisted status (OB-05): the first column of the table in the module docs,
+/// derived from an [`EntryState`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EntryStatus {
@@ -273,9 +383,483 @@ pub enum EntryStatus {
     Sending,
 }
 
-/// One outbox entry (OB-05).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What an entry shows the user about why it waits (OB-05, OB-08): an error, a hold
+/// reason, both or neither.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Notice {
+    /// Why it waits, as an error for the user.
+    pub error: Option<String>,
+    /// Why it waits, held on purpose (or why the agent deferred it).
+    pub hold_reason: Option<String>,
+}
+
+impl Notice {
+    /// True when the entry shows nothing.
+    pub fn is_empty(&self) -> bool {
+        self.error.is_none() && self.hold_reason.is_none()
+    }
+}
+
+/// Where an outbox entry is in its custody (OB-05, OB-08, OB-13); see the module docs for
+/// the table of states, their persisted fields and the transitions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryState {
+    /// Queued with auto-drain on: the drain sends it by itself. A hold reason here is why
+    /// the agent deferred the last attempt.
+    Ready {
+        /// What it shows.
+        notice: Notice,
+        /// The stop-and-send-now mark it carries.
+        handoff: Option<Handoff>,
+    },
+    /// Queued with auto-drain off: it waits for the user (held on purpose, failed,
+    /// canceled, unconfirmed), for a reopen check, or, marked `requested`, for the run it
+    /// was taken back from to settle.
+    Held {
+        /// What it shows.
+        notice: Notice,
+        /// The stop-and-send-now mark it carries.
+        handoff: Option<Handoff>,
+    },
+    /// A send attempt started and no turn accepted it yet: the send is out, or the
+    /// agent's history is read to confirm it.
+    Sending {
+        /// What it shows (only while it is confirmed from history).
+        notice: Notice,
+        /// The stop-and-send-now mark it carries.
+        handoff: Option<Handoff>,
+    },
+    /// A running turn accepted it; the delivery proof or the end of the run settles it.
+    Accepted {
+        /// The run, thread and turn.
+        acceptance: Acceptance,
+        /// The stop-and-send-now mark it carries.
+        handoff: Option<Handoff>,
+    },
+    /// Stop and send now requested: auto-drain off, the take-back of the steer from the
+    /// turn that accepted it is pending (OB-13).
+    HandingOff {
+        /// The run, thread and turn it is taken back from.
+        acceptance: Acceptance,
+    },
+}
+
+/// The persisted fields of an [`EntryState`], borrowed, as an entry's JSON holds them
+/// (OB-05). It encodes exactly like the fields of an entry written before the state
+/// existed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+pub struct StateWire<'a> {
+    /// `queued` or `sending`.
+    pub status: EntryStatus,
+    /// The drain may send it by itself.
+    pub auto_drain: bool,
+    /// Why it waits, as an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a str>,
+    /// Why it waits, held on purpose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_reason: Option<&'a str>,
+    /// The accepting run, thread and turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acceptance: Option<&'a Acceptance>,
+    /// The stop-and-send-now stage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffRef<'a>>,
+}
+
+/// The persisted fields of an entry's state as a decoder reads them, before they are
+/// checked ([`EntryState::try_from`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateFields {
+    /// `queued` or `sending`.
+    pub status: EntryStatus,
+    /// `autoDrain`.
+    pub auto_drain: bool,
+    /// `error`.
+    pub error: Option<String>,
+    /// `holdReason`.
+    pub hold_reason: Option<String>,
+    /// `acceptance`.
+    pub acceptance: Option<Acceptance>,
+    /// `handoff`.
+    pub handoff: Option<Handoff>,
+}
+
+/// A saved combination of state fields that no [`EntryState`] has (OB-05). The entry
+/// reads back blocked with this as its reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidEntryState {
+    /// An acceptance on a queued entry.
+    #[error("a queued entry holds an acceptance")]
+    QueuedWithAcceptance,
+    /// An error or hold reason on an entry a turn accepted.
+    #[error("an entry a turn accepted shows an error or a hold reason")]
+    AcceptedWithNotice,
+    /// A sending entry with auto-drain off that is not a requested stop and send now.
+    #[error("a sending entry has auto-drain off without a requested stop and send now of its accepted turn")]
+    SendingWithoutAutoDrain,
+    /// A requested stop and send now for another turn than the one that accepted it.
+    #[error(
+        "a requested stop and send now names another turn than the one that accepted the entry"
+    )]
+    HandoffOfAnotherTurn,
+}
+
+impl TryFrom<StateFields> for EntryState {
+    type Error = InvalidEntryState;
+
+    fn try_from(f: StateFields) -> Result<EntryState, InvalidEntryState> {
+        let notice = Notice {
+            error: f.error,
+            hold_reason: f.hold_reason,
+        };
+        let handoff = f.handoff;
+        match (f.status, f.auto_drain, f.acceptance) {
+            (EntryStatus::Queued, _, Some(_)) => Err(InvalidEntryState::QueuedWithAcceptance),
+            (EntryStatus::Queued, true, None) => Ok(EntryState::Ready { notice, handoff }),
+            (EntryStatus::Queued, false, None) => Ok(EntryState::Held { notice, handoff }),
+            (EntryStatus::Sending, true, None) => Ok(EntryState::Sending { notice, handoff }),
+            (EntryStatus::Sending, true, Some(acceptance)) => {
+                if !notice.is_empty() {
+                    return Err(InvalidEntryState::AcceptedWithNotice);
+                }
+                Ok(EntryState::Accepted {
+                    acceptance,
+                    handoff,
+                })
+            }
+            (EntryStatus::Sending, false, Some(acceptance)) => match handoff {
+                Some(h) if h.phase == HandoffPhase::Requested => {
+                    if h.acceptance != acceptance {
+                        return Err(InvalidEntryState::HandoffOfAnotherTurn);
+                    }
+                    if !notice.is_empty() {
+                        return Err(InvalidEntryState::AcceptedWithNotice);
+                    }
+                    Ok(EntryState::HandingOff { acceptance })
+                }
+                _ => Err(InvalidEntryState::SendingWithoutAutoDrain),
+            },
+            (EntryStatus::Sending, false, None) => Err(InvalidEntryState::SendingWithoutAutoDrain),
+        }
+    }
+}
+
+impl EntryState {
+    // ----- constructors ------------------------------------------------------------------
+
+    /// A new entry as submit saves it: queued, auto-drain on, nothing shown (OB-03).
+    pub fn queued() -> EntryState {
+        EntryState::Ready {
+            notice: Notice::default(),
+            handoff: None,
+        }
+    }
+
+    /// A new session message that a hold rule keeps back: queued, auto-drain off, with
+    /// the rule's `reason` (OB-16).
+    pub fn waiting_for_approval(reason: String) -> EntryState {
+        EntryState::Held {
+            notice: Notice {
+                error: None,
+                hold_reason: Some(reason),
+            },
+            handoff: None,
+        }
+    }
+
+    // ----- what it says ------------------------------------------------------------------
+
+    /// The persisted status.
+    pub fn status(&self) -> EntryStatus {
+        match self {
+            EntryState::Ready { .. } | EntryState::Held { .. } => EntryStatus::Queued,
+            EntryState::Sending { .. }
+            | EntryState::Accepted { .. }
+            | EntryState::HandingOff { .. } => EntryStatus::Sending,
+        }
+    }
+
+    /// True while it waits in the queue (`Ready` or `Held`).
+    pub fn is_queued(&self) -> bool {
+        self.status() == EntryStatus::Queued
+    }
+
+    /// True once a send attempt started (`Sending`, `Accepted`, `HandingOff`).
+    pub fn is_sending(&self) -> bool {
+        self.status() == EntryStatus::Sending
+    }
+
+    /// True when the drain may send it by itself: queued with auto-drain on.
+    pub fn is_ready(&self) -> bool {
+        matches!(self, EntryState::Ready { .. })
+    }
+
+    /// The persisted `autoDrain`.
+    pub fn auto_drain(&self) -> bool {
+        !matches!(
+            self,
+            EntryState::Held { .. } | EntryState::HandingOff { .. }
+        )
+    }
+
+    /// What it shows, for the states that show something.
+    pub fn notice(&self) -> Option<&Notice> {
+        match self {
+            EntryState::Ready { notice, .. }
+            | EntryState::Held { notice, .. }
+            | EntryState::Sending { notice, .. } => Some(notice),
+            EntryState::Accepted { .. } | EntryState::HandingOff { .. } => None,
+        }
+    }
+
+    /// Why it waits, as an error.
+    pub fn error(&self) -> Option<&str> {
+        self.notice().and_then(|n| n.error.as_deref())
+    }
+
+    /// Why it waits, held on purpose.
+    pub fn hold_reason(&self) -> Option<&str> {
+        self.notice().and_then(|n| n.hold_reason.as_deref())
+    }
+
+    /// The run, thread and turn that accepted it.
+    pub fn acceptance(&self) -> Option<&Acceptance> {
+        match self {
+            EntryState::Accepted { acceptance, .. } | EntryState::HandingOff { acceptance } => {
+                Some(acceptance)
+            }
+            EntryState::Ready { .. } | EntryState::Held { .. } | EntryState::Sending { .. } => None,
+        }
+    }
+
+    /// Its stop-and-send-now stage.
+    pub fn handoff(&self) -> Option<HandoffRef<'_>> {
+        match self {
+            EntryState::Ready { handoff, .. }
+            | EntryState::Held { handoff, .. }
+            | EntryState::Sending { handoff, .. }
+            | EntryState::Accepted { handoff, .. } => handoff.as_ref().map(Handoff::as_ref),
+            EntryState::HandingOff { acceptance } => Some(HandoffRef {
+                phase: HandoffPhase::Requested,
+                acceptance,
+            }),
+        }
+    }
+
+    /// The persisted fields.
+    pub fn wire(&self) -> StateWire<'_> {
+        StateWire {
+            status: self.status(),
+            auto_drain: self.auto_drain(),
+            error: self.error(),
+            hold_reason: self.hold_reason(),
+            acceptance: self.acceptance(),
+            handoff: self.handoff(),
+        }
+    }
+
+    /// The notice and mark of a queued state.
+    fn queued_parts(&self) -> Option<(&Notice, &Option<Handoff>)> {
+        match self {
+            EntryState::Ready { notice, handoff } | EntryState::Held { notice, handoff } => {
+                Some((notice, handoff))
+            }
+            EntryState::Sending { .. }
+            | EntryState::Accepted { .. }
+            | EntryState::HandingOff { .. } => None,
+        }
+    }
+
+    // ----- transitions -------------------------------------------------------------------
+
+    /// The hold check before a drain kept a session message back (OB-16): auto-drain off
+    /// with `reason`; an error it shows stays. Queued states only.
+    pub fn hold_for_approval(&self, reason: String) -> Option<EntryState> {
+        let (notice, handoff) = self.queued_parts()?;
+        Some(EntryState::Held {
+            notice: Notice {
+                error: notice.error.clone(),
+                hold_reason: Some(reason),
+            },
+            handoff: handoff.clone(),
+        })
+    }
+
+    /// The hand-off to the agent (OB-09): a new send attempt, showing nothing and holding
+    /// no acceptance yet (one of an earlier attempt would make the queue believe a turn
+    /// holds this one). Queued states only.
+    pub fn mark_sending(&self) -> Option<EntryState> {
+        let (_, handoff) = self.queued_parts()?;
+        Some(EntryState::Sending {
+            notice: Notice::default(),
+            handoff: handoff.clone(),
+        })
+    }
+
+    /// Sending while the agent's history is read, because a turn accepted an earlier
+    /// attempt and nothing settled it (OB-08): nothing is sent, and it keeps showing why
+    /// it waited. Queued states only.
+    pub fn mark_confirming(&self) -> Option<EntryState> {
+        let (notice, handoff) = self.queued_parts()?;
+        Some(EntryState::Sending {
+            notice: notice.clone(),
+            handoff: handoff.clone(),
+        })
+    }
+
+    /// A running turn accepted the attempt (OB-08): it stays sending with the
+    /// acceptance and shows nothing (an attempt that went out showed nothing already).
+    /// `Sending` and `Accepted` only.
+    pub fn accept(&self, acceptance: Acceptance) -> Option<EntryState> {
+        match self {
+            EntryState::Sending { handoff, .. } | EntryState::Accepted { handoff, .. } => {
+                Some(EntryState::Accepted {
+                    acceptance,
+                    handoff: handoff.clone(),
+                })
+            }
+            EntryState::Ready { .. } | EntryState::Held { .. } | EntryState::HandingOff { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The agent deferred the attempt (OB-08): back in the queue with `reason` as its
+    /// hold reason and auto-drain on, except a dedicated replay, which gets auto-drain
+    /// off. `Sending` only.
+    pub fn defer(&self, reason: String) -> Option<EntryState> {
+        let EntryState::Sending { notice, handoff } = self else {
+            return None;
+        };
+        let notice = Notice {
+            error: notice.error.clone(),
+            hold_reason: Some(reason),
+        };
+        let handoff = handoff.clone();
+        let dedicated = handoff
+            .as_ref()
+            .is_some_and(|h| h.phase == HandoffPhase::Dedicated);
+        Some(if dedicated {
+            EntryState::Held { notice, handoff }
+        } else {
+            EntryState::Ready { notice, handoff }
+        })
+    }
+
+    /// Back in the queue for the user, showing `error` (OB-08, OB-09, OB-11, OB-15): a
+    /// canceled or proven unadmitted attempt, an unconfirmed send, a changed model, a
+    /// failed sending write, a steer its stopped run did not take. A hold reason and the
+    /// stop-and-send-now mark stay (a requested hand-off keeps its mark); a queued entry
+    /// holds no acceptance, so what a turn accepted stays only in the ledger (the reopen
+    /// check reads it there). Applies to every state.
+    pub fn hold(&self, error: Option<String>) -> EntryState {
+        let (hold_reason, handoff) = match self {
+            EntryState::Ready { notice, handoff }
+            | EntryState::Held { notice, handoff }
+            | EntryState::Sending { notice, handoff } => {
+                (notice.hold_reason.clone(), handoff.clone())
+            }
+            EntryState::Accepted { handoff, .. } => (None, handoff.clone()),
+            EntryState::HandingOff { acceptance } => {
+                (None, Some(Handoff::requested(acceptance.clone())))
+            }
+        };
+        EntryState::Held {
+            notice: Notice { error, hold_reason },
+            handoff,
+        }
+    }
+
+    /// Auto-drain off while the reopen check reads the agent's history (OB-12); nothing
+    /// else changes. Queued states only.
+    pub fn pause_for_reopen(&self) -> Option<EntryState> {
+        let (notice, handoff) = self.queued_parts()?;
+        Some(EntryState::Held {
+            notice: notice.clone(),
+            handoff: handoff.clone(),
+        })
+    }
+
+    /// The user sends it now (OB-11), or the reopen check found it missing (OB-12):
+    /// auto-drain on, nothing shown. Queued states only.
+    pub fn release(&self) -> Option<EntryState> {
+        let (_, handoff) = self.queued_parts()?;
+        Some(EntryState::Ready {
+            notice: Notice::default(),
+            handoff: handoff.clone(),
+        })
+    }
+
+    /// The same operation submitted again to be sent (queue, then send now; OB-04):
+    /// released like [`EntryState::release`], except that an entry showing an error
+    /// stays as it is, since only the user's explicit send releases it. Queued states
+    /// only.
+    pub fn resubmit(&self) -> Option<EntryState> {
+        let (notice, _) = self.queued_parts()?;
+        if notice.error.is_some() {
+            return Some(self.clone());
+        }
+        self.release()
+    }
+
+    /// Stop and send now requested for an accepted steer (OB-13): auto-drain off, the
+    /// turn recorded for the take-back. `Accepted` without a mark only.
+    pub fn request_handoff(&self) -> Option<EntryState> {
+        match self {
+            EntryState::Accepted {
+                acceptance,
+                handoff: None,
+            } => Some(EntryState::HandingOff {
+                acceptance: acceptance.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The agent detached the steer (OB-13): queued again, auto-drain off, without its
+    /// acceptance, marked `requested` until its run settled. `HandingOff` only.
+    pub fn take_back(&self) -> Option<EntryState> {
+        let EntryState::HandingOff { acceptance } = self else {
+            return None;
+        };
+        Some(EntryState::Held {
+            notice: Notice::default(),
+            handoff: Some(Handoff::requested(acceptance.clone())),
+        })
+    }
+
+    /// The agent did not detach the steer (OB-13): it stays accepted, auto-drain on, the
+    /// request forgotten. `HandingOff` only.
+    pub fn keep_accepted(&self) -> Option<EntryState> {
+        let EntryState::HandingOff { acceptance } = self else {
+            return None;
+        };
+        Some(EntryState::Accepted {
+            acceptance: acceptance.clone(),
+            handoff: None,
+        })
+    }
+
+    /// The run it was taken back from settled (OB-13): queued for its own turn with
+    /// auto-drain on, marked `dedicated`. Queued states with a mark only.
+    pub fn dedicate(&self) -> Option<EntryState> {
+        let (notice, handoff) = self.queued_parts()?;
+        let handoff = handoff.as_ref()?;
+        Some(EntryState::Ready {
+            notice: notice.clone(),
+            handoff: Some(Handoff::dedicated(handoff.acceptance.clone())),
+        })
+    }
+}
+
+/// One outbox entry (OB-05). It encodes as the seed's entry JSON: the state's fields
+/// ([`EntryState::wire`]) in their old places; a saved entry whose state fields are no
+/// [`EntryState`] does not decode ([`InvalidEntryState`]).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "EntryWire")]
 pub struct OutboxEntry {
     /// The visible entry.
     pub queue_id: QueueId,
@@ -285,24 +869,9 @@ pub struct OutboxEntry {
     pub request: MessageRequest,
     /// The controls it was submitted (or last sent) with.
     pub controls: Controls,
-    /// Queued or sending.
-    pub status: EntryStatus,
-    /// The drain may send it by itself.
-    pub auto_drain: bool,
-    /// Why it waits, as an error for the user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Why it waits, held on purpose.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hold_reason: Option<String>,
-    /// An accepted steer's run, thread and turn.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acceptance: Option<Acceptance>,
-    /// Stop and send now in progress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handoff: Option<Handoff>,
+    /// Where it is in its custody.
+    pub state: EntryState,
     /// The origin of a session message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_message: Option<SessionMessageOrigin>,
     /// Its place: lower goes first.
     pub position: i64,
@@ -322,20 +891,121 @@ impl OutboxEntry {
             operation_id,
             request,
             controls,
-            status: EntryStatus::Queued,
-            auto_drain: true,
-            error: None,
-            hold_reason: None,
-            acceptance: None,
-            handoff: None,
+            state: EntryState::queued(),
             session_message: None,
             position,
         }
     }
 
-    /// True for an entry queued with auto-drain on and nothing holding it.
+    /// True for an entry queued with auto-drain on.
     pub fn drainable(&self) -> bool {
-        self.status == EntryStatus::Queued && self.auto_drain
+        self.state.is_ready()
+    }
+
+    /// This entry in `state`.
+    pub fn with_state(&self, state: EntryState) -> OutboxEntry {
+        OutboxEntry {
+            state,
+            ..self.clone()
+        }
+    }
+}
+
+/// An entry as its JSON holds it, borrowed (the field order of the seed's format).
+#[derive(Serialize)]
+#[serde(rename = "OutboxEntry", rename_all = "camelCase")]
+struct EntryWireRef<'a> {
+    queue_id: &'a QueueId,
+    operation_id: &'a OperationId,
+    request: &'a MessageRequest,
+    controls: &'a Controls,
+    status: EntryStatus,
+    auto_drain: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold_reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acceptance: Option<&'a Acceptance>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handoff: Option<HandoffRef<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_message: Option<&'a SessionMessageOrigin>,
+    position: i64,
+}
+
+impl Serialize for OutboxEntry {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let StateWire {
+            status,
+            auto_drain,
+            error,
+            hold_reason,
+            acceptance,
+            handoff,
+        } = self.state.wire();
+        EntryWireRef {
+            queue_id: &self.queue_id,
+            operation_id: &self.operation_id,
+            request: &self.request,
+            controls: &self.controls,
+            status,
+            auto_drain,
+            error,
+            hold_reason,
+            acceptance,
+            handoff,
+            session_message: self.session_message.as_ref(),
+            position: self.position,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// An entry as its JSON holds it, before its state fields are checked.
+#[derive(Deserialize)]
+#[serde(rename = "OutboxEntry", rename_all = "camelCase")]
+struct EntryWire {
+    queue_id: QueueId,
+    operation_id: OperationId,
+    request: MessageRequest,
+    controls: Controls,
+    status: EntryStatus,
+    auto_drain: bool,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    hold_reason: Option<String>,
+    #[serde(default)]
+    acceptance: Option<Acceptance>,
+    #[serde(default)]
+    handoff: Option<Handoff>,
+    #[serde(default)]
+    session_message: Option<SessionMessageOrigin>,
+    position: i64,
+}
+
+impl TryFrom<EntryWire> for OutboxEntry {
+    type Error = InvalidEntryState;
+
+    fn try_from(w: EntryWire) -> Result<OutboxEntry, InvalidEntryState> {
+        let state = EntryState::try_from(StateFields {
+            status: w.status,
+            auto_drain: w.auto_drain,
+            error: w.error,
+            hold_reason: w.hold_reason,
+            acceptance: w.acceptance,
+            handoff: w.handoff,
+        })?;
+        Ok(OutboxEntry {
+            queue_id: w.queue_id,
+            operation_id: w.operation_id,
+            request: w.request,
+            controls: w.controls,
+            state,
+            session_message: w.session_message,
+            position: w.position,
+        })
     }
 }
 

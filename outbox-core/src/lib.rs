@@ -33,3 +33,12 @@ pub mod runs;
 pub mod session_message;
 pub mod store;
 pub mod titles;
+
+pub use adapter::{AgentAdapter, AgentKind, AttemptId, Capabilities, HistoryRead, SendResult};
+pub use custody::{Custody, SessionInfo, SubmitRequest};
+pub use entry::{
+    Controls, EntryState, InvalidEntryState, MessageRequest, OutboxEntry, Receipt, StoredEntry,
+};
+pub use ids::{OperationId, QueueId};
+pub use store::memory::MemoryOutboxStore;
+pub use store::OutboxStore;

@@ -16,7 +16,9 @@ use timeline_core::time::Millis;
 
 use crate::adapter::AgentKind;
 use crate::custody::Custody;
-use crate::entry::{AccessLevel, Controls, MessageRequest, OutboxEntry, SessionMessageOrigin};
+use crate::entry::{
+    AccessLevel, Controls, EntryState, MessageRequest, OutboxEntry, SessionMessageOrigin,
+};
 use crate::envelope::{envelope, EnvelopeSender};
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
@@ -144,9 +146,12 @@ impl<S: OutboxStore> Custody<S> {
         let mut request = MessageRequest::text(call.body.clone(), "session-message", now);
         request.prompt_text = Some(envelope(&call.product, &sender, &call.body));
         let position = self.place(&recipient, controls.intent, None)?;
+        let state = match &hold {
+            Some(reason) => EntryState::waiting_for_approval(reason.clone()),
+            None => EntryState::queued(),
+        };
         let entry = OutboxEntry {
-            auto_drain: hold.is_none(),
-            hold_reason: hold.clone(),
+            state,
             session_message: Some(SessionMessageOrigin {
                 sender_session_id: call.sender_session.clone(),
                 sender_call_id: call.call_id.clone(),

@@ -52,8 +52,8 @@ fn a_late_accepted_of_an_old_attempt_is_ignored() {
         w.c.entries(&session).unwrap()[0]
             .entry()
             .unwrap()
-            .error
-            .as_deref(),
+            .state
+            .error(),
         Some(outbox_core::entry::UNCONFIRMED_TEXT)
     );
     w.run(Cmd::RunEnded).unwrap(); // the first attempt's run ends
@@ -106,7 +106,7 @@ fn an_answer_whose_write_fails_is_applied_later() {
     assert!(w.c.store_failure(&session).is_none());
     let e = w.c.entries(&session).unwrap()[0].entry().unwrap().clone();
     assert!(
-        e.acceptance.is_some(),
+        e.state.acceptance().is_some(),
         "the acceptance was recorded on retry"
     );
 }

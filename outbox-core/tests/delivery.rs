@@ -38,8 +38,8 @@ fn accepted_stays_sending_with_its_acceptance_until_the_echo() {
     b.agent.default = WhenUnscripted::Accept;
     b.submit("s1", "1", Controls::automatic());
     let e = b.entry("s1", "1").unwrap();
-    assert_eq!(e.status, EntryStatus::Sending);
-    assert!(e.acceptance.is_some());
+    assert_eq!(e.state.status(), EntryStatus::Sending);
+    assert!(e.state.acceptance().is_some());
     let l = b.c.store().ledger(&s("s1"), &op("op-1")).unwrap().unwrap();
     assert_eq!(
         (
@@ -80,7 +80,11 @@ fn deferred_goes_back_with_auto_drain_on() {
     );
     let e = b.entry("s1", "1").unwrap();
     assert_eq!(
-        (e.status, e.auto_drain, e.hold_reason.as_deref()),
+        (
+            e.state.status(),
+            e.state.auto_drain(),
+            e.state.hold_reason()
+        ),
         (
             EntryStatus::Queued,
             true,
@@ -118,14 +122,14 @@ fn canceled_and_proven_unadmitted_go_back_with_auto_drain_off() {
     b.submit("s1", "1", Controls::automatic());
     let e = b.entry("s1", "1").unwrap();
     assert_eq!(
-        (e.status, e.auto_drain, e.error.clone()),
+        (e.state.status(), e.state.auto_drain(), e.state.error()),
         (EntryStatus::Queued, false, None)
     );
     assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Canceled));
     b.submit("s1", "2", Controls::automatic());
     let e = b.entry("s1", "2").unwrap();
     assert_eq!(
-        (e.status, e.auto_drain, e.error.as_deref()),
+        (e.state.status(), e.state.auto_drain(), e.state.error()),
         (EntryStatus::Queued, false, Some("the actor is closed"))
     );
     // "failed cannot replace sending": the ledger keeps the attempt's record.
@@ -151,7 +155,7 @@ fn an_uncertain_send_is_settled_by_the_history_read() {
     b.submit("s1", "1", Controls::automatic());
     let e = b.entry("s1", "1").unwrap();
     assert_eq!(
-        (e.status, e.auto_drain, e.error.as_deref()),
+        (e.state.status(), e.state.auto_drain(), e.state.error()),
         (EntryStatus::Queued, false, Some(UNCONFIRMED_TEXT))
     );
     // Unreadable: held the same way.
@@ -160,8 +164,8 @@ fn an_uncertain_send_is_settled_by_the_history_read() {
     b.agent.unreadable = true;
     b.submit("s1", "1", Controls::automatic());
     let e = b.entry("s1", "1").unwrap();
-    assert_eq!(e.error.as_deref(), Some(UNCONFIRMED_TEXT));
-    assert!(!e.auto_drain);
+    assert_eq!(e.state.error(), Some(UNCONFIRMED_TEXT));
+    assert!(!e.state.auto_drain());
     // No automatic retry.
     b.advance(600_000);
     assert_eq!(b.agent.send_count(&op("op-1")), 1);
@@ -185,10 +189,13 @@ fn the_send_path_gives_up_after_31_seconds_as_uncertain() {
     let read = history_read(&effects, "s1", "op-1").expect("the history read");
     // The late reply after the deadline changes nothing.
     b.c.handle_send_result(send.attempt, SendResult::Delivered, Millis(40_000));
-    assert_eq!(b.entry("s1", "1").unwrap().status, EntryStatus::Sending);
+    assert_eq!(
+        b.entry("s1", "1").unwrap().state.status(),
+        EntryStatus::Sending
+    );
     b.c.handle_history_read(read, HistoryRead::Missing, Millis(41_000));
     assert_eq!(
-        b.entry("s1", "1").unwrap().error.as_deref(),
+        b.entry("s1", "1").unwrap().state.error(),
         Some(UNCONFIRMED_TEXT)
     );
 }
@@ -221,7 +228,7 @@ fn a_failed_sending_write_is_proven_unadmitted_and_nothing_is_sent() {
     );
     let e = b.entry("s2", "1").unwrap();
     assert_eq!(
-        (e.status, e.auto_drain, e.error.as_deref()),
+        (e.state.status(), e.state.auto_drain(), e.state.error()),
         (EntryStatus::Queued, false, Some(SENDING_WRITE_FAILED_TEXT))
     );
     assert!(b.active_run("s2").is_none());
@@ -356,7 +363,7 @@ fn start_up_confirms_sending_entries_from_history() {
     let loaded = c.load_outbox(&s("s1")).unwrap();
     let e = loaded[0].entry().unwrap();
     assert_eq!(
-        (e.status, e.auto_drain, e.error.as_deref()),
+        (e.state.status(), e.state.auto_drain(), e.state.error()),
         (EntryStatus::Queued, false, Some(UNCONFIRMED_TEXT))
     );
 }
@@ -381,7 +388,7 @@ fn reopening_a_canceled_accepted_operation_reads_history_first() {
         assert_eq!(ledger(&mut b, "1"), Some(expect_ledger), "{read:?}");
         if read == HistoryRead::Unreadable {
             assert_eq!(
-                b.entry("s1", "1").unwrap().error.as_deref(),
+                b.entry("s1", "1").unwrap().state.error(),
                 Some(UNCONFIRMED_TEXT)
             );
         }
@@ -437,7 +444,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     assert_eq!(b.agent.send_count(&op("op-1")), 1);
     b.c.stop_and_send_now(&s("s1"), &q("q-1")).unwrap();
     assert_eq!(
-        b.entry("s1", "1").unwrap().handoff.unwrap().phase,
+        b.entry("s1", "1").unwrap().state.handoff().unwrap().phase,
         HandoffPhase::Requested
     );
     b.drive();
@@ -447,7 +454,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     assert!(matches!(&last.kind, outbox_core::adapter::SendKind::Start { run: r } if r != &run));
     assert_eq!(last.operation_id, op("op-1"), "the same operation ID");
     let e = b.entry("s1", "1").unwrap();
-    assert_eq!(e.handoff.unwrap().phase, HandoffPhase::Dedicated);
+    assert_eq!(e.state.handoff().unwrap().phase, HandoffPhase::Dedicated);
 
     // A refused detach replays nothing.
     let mut b = Bench::claude(&["s1"]);
@@ -521,7 +528,10 @@ fn replace_latest_rolls_back_and_recovers_from_a_gone_thread() {
 fn a_resent_steer_carries_no_acceptance_of_its_earlier_attempt() {
     let mut b = canceled_accepted_steer();
     let held = b.entry("s1", "1").unwrap();
-    assert_eq!((held.status, held.acceptance), (EntryStatus::Queued, None));
+    assert_eq!(
+        (held.state.status(), held.state.acceptance()),
+        (EntryStatus::Queued, None)
+    );
     assert!(
         ledger_acceptance(&mut b, "1"),
         "the ledger keeps the acceptance"
@@ -537,7 +547,7 @@ fn a_resent_steer_carries_no_acceptance_of_its_earlier_attempt() {
     assert_eq!(send.operation_id, op("op-1"));
     let sending = b.entry("s1", "1").unwrap();
     assert_eq!(
-        (sending.status, sending.acceptance),
+        (sending.state.status(), sending.state.acceptance()),
         (EntryStatus::Sending, None)
     );
     // A message queued behind it waits for this attempt's answer.

@@ -23,7 +23,7 @@ use common::*;
 use fixtures::adapters::{ScriptedAdapter, Step as AgentStep, WhenUnscripted};
 use outbox_core::adapter::{AgentAdapter, Capabilities, SendResult, StopResult};
 use outbox_core::custody::{Custody, Effect, SubmitError};
-use outbox_core::entry::{Controls, EntryStatus, UNCONFIRMED_TEXT};
+use outbox_core::entry::{Controls, UNCONFIRMED_TEXT};
 use outbox_core::ids::{OperationId, SessionId};
 use outbox_core::ledger::LedgerStatus;
 use outbox_core::runs::ActiveRun;
@@ -205,9 +205,8 @@ impl World {
             .into_iter()
             .filter_map(|e| e.entry().cloned())
         {
-            if e.acceptance.as_ref().is_some_and(|a| &a.run_id == run)
-                && e.status == EntryStatus::Sending
-            {
+            // Only a sending entry holds an acceptance.
+            if e.state.acceptance().is_some_and(|a| &a.run_id == run) {
                 self.agent.history.remove(&e.operation_id);
                 out.push(e.operation_id);
             }
@@ -303,7 +302,7 @@ impl World {
             Cmd::SendNow { n } => {
                 if let Some((session, e)) = self.entry_session(&opn(n)) {
                     // The user checks the timeline before resending an unconfirmed one.
-                    if e.error.as_deref() != Some(UNCONFIRMED_TEXT) {
+                    if e.state.error() != Some(UNCONFIRMED_TEXT) {
                         let _ = self.c.send_now(&session, &e.queue_id, self.now);
                     }
                 }
@@ -405,7 +404,7 @@ impl World {
                 .into_iter()
                 .filter_map(|e| e.entry().cloned())
                 .collect();
-            let sending = entries.iter().any(|e| e.status == EntryStatus::Sending);
+            let sending = entries.iter().any(|e| e.state.is_sending());
             let drainable = entries
                 .iter()
                 .any(|e| e.drainable() && e.session_message.is_none());

@@ -142,7 +142,7 @@ fn a_recipient_with_higher_access_holds_the_message_until_approved() {
                 assert!(reason.contains(recipient.as_str()) && reason.contains(sender.as_str()));
                 assert!(b.agent.sends.is_empty());
                 let e = b.entries("b").remove(0);
-                assert!(!e.auto_drain);
+                assert!(!e.state.auto_drain());
                 let route = b.c.store().route(&e.operation_id).unwrap().unwrap();
                 assert_eq!(route.delivery, RouteDelivery::NeedsApproval);
                 // The user sends it from the queue: approved, no hold rule applies.
@@ -213,7 +213,7 @@ fn unconfirmed_access_holds_and_the_rule_is_checked_again_before_draining() {
         .find(|e| e.session_message.is_some())
         .unwrap();
     assert!(
-        !e.auto_drain && e.hold_reason.is_some(),
+        !e.state.auto_drain() && e.state.hold_reason().is_some(),
         "held at drain time"
     );
     assert_eq!(b.agent.sends.len(), sends, "not sent");

@@ -179,7 +179,11 @@ fn stop_returns_untaken_steers_and_removes_nothing() {
     b.drive();
     let steer = b.entry("s1", "steer").unwrap();
     assert_eq!(
-        (steer.status, steer.auto_drain, steer.error.as_deref()),
+        (
+            steer.state.status(),
+            steer.state.auto_drain(),
+            steer.state.error()
+        ),
         (
             EntryStatus::Queued,
             false,
@@ -256,7 +260,7 @@ fn an_interrupt_that_meets_a_newer_turn_or_a_slow_stop_stays_queued() {
         b.c.handle_timeout(t0.saturating_add(Millis(t)));
     }
     let e = b.entry("s1", "int").unwrap();
-    assert_eq!(e.status, EntryStatus::Queued);
+    assert_eq!(e.state.status(), EntryStatus::Queued);
     assert_eq!(b.agent.send_count(&op("op-int")), 0);
     assert_eq!(b.active_run("s1"), Some(run.clone()));
 
@@ -292,7 +296,10 @@ fn an_interrupt_that_meets_a_newer_turn_or_a_slow_stop_stays_queued() {
         0,
         "a newer turn keeps it queued"
     );
-    assert_eq!(b.entry("s1", "int").unwrap().status, EntryStatus::Queued);
+    assert_eq!(
+        b.entry("s1", "int").unwrap().state.status(),
+        EntryStatus::Queued
+    );
     assert_eq!(
         b.active_run("s1").unwrap().as_str(),
         "run-newer",
@@ -323,7 +330,7 @@ fn an_interrupt_with_a_changed_model_holds_the_message_and_stops_nothing() {
     assert!(effects(&mut b).is_empty(), "no stop");
     let e = b.entry("s1", "int").unwrap();
     assert_eq!(
-        (e.auto_drain, e.error.as_deref()),
+        (e.state.auto_drain(), e.state.error()),
         (false, Some(MODEL_CHANGED_TEXT))
     );
     assert_eq!(b.active_run("s1"), Some(run));

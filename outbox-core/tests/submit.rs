@@ -7,7 +7,7 @@ use common::*;
 use outbox_core::adapter::Capabilities;
 use outbox_core::custody::{ConflictKind, SubmitError, ValidationError};
 use outbox_core::entry::{
-    Attachment, Controls, EntryStatus, Intent, MessageRequest, SendMode, StoredEntry,
+    Attachment, Controls, EntryState, EntryStatus, Intent, MessageRequest, SendMode, StoredEntry,
 };
 use outbox_core::fingerprint::{admission_input_digest, request_fingerprint};
 use outbox_core::ids::RunId;
@@ -344,7 +344,7 @@ fn queue_positions_follow_the_intent() {
     );
     assert_eq!(order[2], "op-e0");
     assert_eq!(order[301], "op-e299");
-    assert_eq!(b.entries("s1")[0].status, EntryStatus::Sending);
+    assert_eq!(b.entries("s1")[0].state.status(), EntryStatus::Sending);
 }
 
 // OB-04: queueing then sending now converges on one operation.
@@ -416,7 +416,7 @@ fn a_sent_proof_under_one_alias_removes_the_operation_everywhere() {
     // The same operation saved under the base session and its alias.
     for session in ["s1", "s1::skills-agent"] {
         let e = outbox_core::entry::OutboxEntry {
-            auto_drain: false,
+            state: EntryState::queued().hold(None),
             ..outbox_core::entry::OutboxEntry::queued(
                 q("q-1"),
                 op("op-1"),

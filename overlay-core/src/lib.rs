@@ -26,3 +26,12 @@ pub mod scan;
 pub mod source;
 pub mod store;
 pub mod window;
+
+pub use live::{Delivery, LiveHub, LiveProtocol, Payload, RunEvent, RunEventKind, WindowId};
+pub use overlay::{Change, LiveSequencer};
+pub use replay::{ReplayBuffers, ReplayConfig};
+pub use scan::ExactScans;
+pub use source::{HistorySource, MemorySource, SourceError, SourceKind};
+pub use store::memory::MemoryOverlayStore;
+pub use store::{CleanupJournal, OverlayStore, RowClass, StoredBlock, StoredOverlay};
+pub use window::{anchored_window, latest_window, older_page, Target};

@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
-use timeline_core::key::{BlockKey, RunId, SessionId};
+use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::time::Millis;
 
 use crate::overlay::{self, Change};
@@ -289,21 +289,21 @@ pub struct SettleError {
     /// What the store said.
     #[source]
     pub error: StoreError,
-    /// The snapshots stored before the failure, for the live sinks.
-    pub written: Vec<StoredOverlay>,
+    /// The snapshots stored before the failure, with their targets, for the live sinks.
+    pub written: Vec<(TargetId, StoredOverlay)>,
 }
 
 /// Applies one scan: in every target of the session, the run's ordinary rows whose keys
 /// history holds (`found`) leave (epoch + 1 where any left) and the run's ephemeral rows
 /// leave. Only the run's own keys are settled: a key of `found` that a row of another run
-/// carries stays where it is. Returns the report and every snapshot stored (for the live
-/// sinks); on a store failure, the snapshots stored before it come back with the error.
+/// carries stays where it is. Returns the report and every snapshot stored with its
+/// target (for the live sinks); on a store failure, the snapshots stored before it come back with the error.
 pub fn settle_run<S: OverlayStore + ?Sized>(
     store: &mut S,
     session: &SessionId,
     run: &RunId,
     found: &HashSet<BlockKey>,
-) -> Result<(ScanReport, Vec<StoredOverlay>), SettleError> {
+) -> Result<(ScanReport, Vec<(TargetId, StoredOverlay)>), SettleError> {
     let mut written = Vec::new();
     match settle_targets(store, session, run, found, &mut written) {
         Ok(all_settled) => Ok((ScanReport { all_settled }, written)),
@@ -316,7 +316,7 @@ fn settle_targets<S: OverlayStore + ?Sized>(
     session: &SessionId,
     run: &RunId,
     found: &HashSet<BlockKey>,
-    written: &mut Vec<StoredOverlay>,
+    written: &mut Vec<(TargetId, StoredOverlay)>,
 ) -> Result<bool, StoreError> {
     for target in store.targets(session)? {
         // The run's keys in this target that history holds: the exact keys of that run.
@@ -334,7 +334,7 @@ fn settle_targets<S: OverlayStore + ?Sized>(
             if let overlay::WriteResult::Written { stored, .. } =
                 overlay::write(store, session, &target, &change)?
             {
-                written.push(stored.into());
+                written.push((target.clone(), stored.into()));
             }
         }
     }

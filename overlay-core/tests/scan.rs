@@ -316,7 +316,7 @@ fn a_settlement_that_fails_midway_returns_what_it_saved() {
         1,
         "the first target's settlement was saved"
     );
-    let saved = &err.written[0];
+    let (saved_target, saved) = &err.written[0];
     let stored_now = store
         .inner
         .targets(&s)
@@ -324,6 +324,11 @@ fn a_settlement_that_fails_midway_returns_what_it_saved() {
         .into_iter()
         .filter_map(|target| store.inner.load(&s, &target).unwrap())
         .find(|o| o.revision == saved.revision);
+    assert_eq!(
+        store.inner.load(&s, saved_target).unwrap().as_ref(),
+        Some(saved),
+        "the target named is the one stored"
+    );
     assert_eq!(
         stored_now.as_ref(),
         Some(saved),

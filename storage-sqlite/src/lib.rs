@@ -82,8 +82,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use outbox_core::entry::{
-    Acceptance, BlockedEntry, Controls, EntryStatus, Handoff, MessageRequest, OutboxEntry,
-    SessionMessageOrigin, StoredEntry,
+    Acceptance, BlockedEntry, Controls, EntryStatus, HandoffRef, MessageRequest, OutboxEntry,
+    SessionMessageOrigin, StateWire, StoredEntry,
 };
 use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
@@ -1173,32 +1173,52 @@ impl CleanupJournal for SqliteStore {
 /// ID, the operation ID and the position, which the row's own columns hold. The JSON is
 /// most of a submit's bytes, so it stays small; rows written before version 3 still
 /// carry the three fields, and the columns win when an entry is read.
+///
+/// The entry's state is stored as the six fields of [`StateWire`] (`status`, `autoDrain`,
+/// `error`, `holdReason`, `acceptance`, `handoff`), in the places and the form they have
+/// always had, so files written before the state existed read back unchanged; a
+/// combination no state has reads back blocked (the decode goes through the entry's own
+/// `Deserialize`).
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct EntryBody<'a> {
     request: &'a MessageRequest,
     controls: &'a Controls,
-    status: &'a EntryStatus,
+    status: EntryStatus,
     auto_drain: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a String>,
+    error: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    hold_reason: Option<&'a String>,
+    hold_reason: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     acceptance: Option<&'a Acceptance>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    handoff: Option<&'a Handoff>,
+    handoff: Option<HandoffRef<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     session_message: Option<&'a SessionMessageOrigin>,
 }
 
 fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
-    // Every field is named, so a field added to the entry does not compile here until it
-    // is stored too.
+    // Every field is named, so a field added to the entry (or its state's wire) does not
+    // compile here until it is stored too.
     let OutboxEntry {
         queue_id: _,
         operation_id: _,
         position: _,
+        request,
+        controls,
+        state,
+        session_message,
+    } = entry;
+    let StateWire {
+        status,
+        auto_drain,
+        error,
+        hold_reason,
+        acceptance,
+        handoff,
+    } = state.wire();
+    to_json(&EntryBody {
         request,
         controls,
         status,
@@ -1207,17 +1227,6 @@ fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
         hold_reason,
         acceptance,
         handoff,
-        session_message,
-    } = entry;
-    to_json(&EntryBody {
-        request,
-        controls,
-        status,
-        auto_drain: *auto_drain,
-        error: error.as_ref(),
-        hold_reason: hold_reason.as_ref(),
-        acceptance: acceptance.as_ref(),
-        handoff: handoff.as_ref(),
         session_message: session_message.as_ref(),
     })
     .map_err(corrupt("outbox entry"))

@@ -138,6 +138,61 @@ fn blocked_beside_entry_1(path: &Path) -> outbox_core::entry::BlockedEntry {
     blocked
 }
 
+// OB-05, ST-01: an `entry_json` whose state fields no entry state has (here an
+// acceptance on a queued entry, and a sending entry with auto-drain off that is no
+// requested stop and send now) blocks its own entry with the typed reason; the other
+// entry of the session still reads.
+#[test]
+fn state_fields_no_state_has_block_only_their_entry() {
+    use outbox_core::entry::InvalidEntryState;
+    let acceptance = serde_json::json!({
+        "runId": "run-1", "threadId": "thread-1", "turnId": "turn-1", "acceptedAt": 1
+    });
+    let cases = [
+        (
+            vec![("acceptance", acceptance)],
+            InvalidEntryState::QueuedWithAcceptance,
+        ),
+        (
+            vec![
+                ("status", serde_json::json!("sending")),
+                ("autoDrain", serde_json::json!(false)),
+            ],
+            InvalidEntryState::SendingWithoutAutoDrain,
+        ),
+    ];
+    for (changes, expected) in cases {
+        let (_dir, path) = two_entries();
+        let conn = raw(&path);
+        let json: String = conn
+            .query_row(
+                "SELECT entry_json FROM workspace_chat_outbox WHERE queue_id = 'q-2'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let mut body: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for (field, value) in changes {
+            body.as_object_mut()
+                .unwrap()
+                .insert(field.to_owned(), value);
+        }
+        conn.execute(
+            "UPDATE workspace_chat_outbox SET entry_json = ?1 WHERE queue_id = 'q-2'",
+            [body.to_string()],
+        )
+        .unwrap();
+        drop(conn);
+        let blocked = blocked_beside_entry_1(&path);
+        assert_eq!(blocked.position, 2);
+        assert!(
+            blocked.reason.starts_with(&expected.to_string()),
+            "{}",
+            blocked.reason
+        );
+    }
+}
+
 // OB-05, ST-01: an `entry_json` stored as a BLOB blocks its own entry, with the BLOB
 // shown; the other entry of the session still reads.
 #[test]

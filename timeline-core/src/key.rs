@@ -8,6 +8,17 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// Which agent a session runs: Codex or Claude. One type for every place that names an
+/// agent (capabilities, the other end of a message, envelopes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// Codex.
+    Codex,
+    /// Claude.
+    Claude,
+}
+
 /// The five block types. A block ID is unique only within its type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -75,6 +75,17 @@ pub mod time;
 pub mod timeline;
 pub mod wire;
 
+pub use anchor::Anchor;
+pub use block::Block;
+pub use cursor::BoundaryToken;
+pub use key::{AgentKind, BlockKey, BlockType, OperationId, RunId, SessionId, TargetId};
+pub use order::SourceOrder;
+pub use rows::{ActivityRow, ApprovalRequest, ApprovalResult, Decision};
+pub use seal::HostKey;
+pub use time::Millis;
+pub use timeline::{ClientMode, Effect, LoadState, Origin, PendingSend, RequestTag, Row, Timeline};
+pub use wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
+
 // The README's embedding example, compiled and run as a doctest.
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]

@@ -23,6 +23,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::key::AgentKind;
+
 /// The status of an activity row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -401,7 +403,7 @@ impl ActivityRow {
             };
         }
         let status = match fact.delivery {
-            Some(Delivery::NotSent) => RowStatus::Failed,
+            Some(MessageDelivery::NotSent) => RowStatus::Failed,
             _ if fact.running_call.is_some() => RowStatus::InProgress,
             _ => RowStatus::Completed,
         };
@@ -600,16 +602,6 @@ pub enum PeerKind {
     Agent,
 }
 
-/// The agent at the other end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PeerAgent {
-    /// Codex.
-    Codex,
-    /// Claude.
-    Claude,
-}
-
 /// The other end's kind and agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Peer {
@@ -618,13 +610,13 @@ pub struct Peer {
     /// Absent only when the call named a session that does not exist
     /// ([`OtherEnd::NoSession`]); every session that exists carries its agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<PeerAgent>,
+    pub agent: Option<AgentKind>,
 }
 
-/// Delivery of a sent message whose call ended.
+/// Delivery of a sent session message whose call ended (`deliveryOnly`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Delivery {
+pub enum MessageDelivery {
     /// Delivered into the recipient's custody.
     Sent,
     /// Waiting for the user's approval.
@@ -677,7 +669,7 @@ pub enum OtherEnd {
         /// Its title.
         title: String,
         /// The agent of that session.
-        agent: PeerAgent,
+        agent: AgentKind,
     },
     /// The call named no session of this host (none, or one that does not exist): the
     /// only end whose peer has no agent.
@@ -767,15 +759,15 @@ impl OtherEnd {
             },
             OtherEnd::ClaudeLead | OtherEnd::ClaudeSubagent { .. } => Peer {
                 kind: PeerKind::Agent,
-                agent: Some(PeerAgent::Claude),
+                agent: Some(AgentKind::Claude),
             },
             OtherEnd::OutsideClaude { .. } => Peer {
                 kind: PeerKind::Session,
-                agent: Some(PeerAgent::Claude),
+                agent: Some(AgentKind::Claude),
             },
             OtherEnd::CodexRoot | OtherEnd::CodexAgent { .. } => Peer {
                 kind: PeerKind::Agent,
-                agent: Some(PeerAgent::Codex),
+                agent: Some(AgentKind::Codex),
             },
         }
     }
@@ -839,7 +831,7 @@ pub struct MessageFact {
     pub peer: Peer,
     /// Only on a sent row whose call ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<Delivery>,
+    pub delivery: Option<MessageDelivery>,
     /// Only with `not-sent`: the first line of the reason, at most 220 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
@@ -890,7 +882,7 @@ impl MessageFact {
     pub fn sent(
         me: &str,
         to: &OtherEnd,
-        delivery: Option<Delivery>,
+        delivery: Option<MessageDelivery>,
         reason: Option<&str>,
     ) -> MessageFact {
         MessageFact {
@@ -900,7 +892,7 @@ impl MessageFact {
             to: to.words(),
             peer: to.peer(),
             failure_reason: match delivery {
-                Some(Delivery::NotSent) => {
+                Some(MessageDelivery::NotSent) => {
                     reason.map(|r| first_line_chars(r, FAILURE_REASON_MAX_CHARS))
                 }
                 _ => None,
@@ -914,7 +906,12 @@ impl MessageFact {
     /// A sent message whose queue entry the user removed: not sent, with the seed's
     /// reason.
     pub fn declined(me: &str, to: &OtherEnd) -> MessageFact {
-        MessageFact::sent(me, to, Some(Delivery::NotSent), Some(DECLINED_REASON))
+        MessageFact::sent(
+            me,
+            to,
+            Some(MessageDelivery::NotSent),
+            Some(DECLINED_REASON),
+        )
     }
 
     /// A received message (or task) at the showing end.
@@ -948,9 +945,9 @@ impl MessageFact {
             return None;
         }
         self.delivery.map(|d| match d {
-            Delivery::Sent => "Sent",
-            Delivery::NeedsApproval => "Needs approval",
-            Delivery::NotSent => "Not sent",
+            MessageDelivery::Sent => "Sent",
+            MessageDelivery::NeedsApproval => "Needs approval",
+            MessageDelivery::NotSent => "Not sent",
         })
     }
 
@@ -981,7 +978,7 @@ impl MessageFact {
             out.push(MessageRule::AgentAbsent);
         }
         if let Some(r) = &self.failure_reason {
-            if self.delivery != Some(Delivery::NotSent) {
+            if self.delivery != Some(MessageDelivery::NotSent) {
                 out.push(MessageRule::ReasonWithoutNotSent);
             }
             if r.contains(is_line_break) || r.chars().count() > FAILURE_REASON_MAX_CHARS {

@@ -5,13 +5,14 @@ use std::collections::HashSet;
 
 use fixtures::rows::{broken_samples, render_all, samples};
 use proptest::prelude::*;
+use timeline_core::key::AgentKind;
 use timeline_core::key::RunId;
 use timeline_core::order::SourceOrder;
 use timeline_core::rows::{
     approval_card, detect_language, parse_card_id, phase_label, status_row, validate, ActivityKind,
     ActivityRow, ApprovalKind, ApprovalRequest, ApprovalResult, CardStatus, Decision,
-    DecisionNotAllowed, Delivery, LanguageHint, MessageFact, MessageKind, MessageRule, OtherEnd,
-    PeerAgent, PeerKind, RowStatus, RuleViolation, SendCall, DECLINED_REASON, RUNNING_SEND_TITLE,
+    DecisionNotAllowed, LanguageHint, MessageDelivery, MessageFact, MessageKind, MessageRule,
+    OtherEnd, PeerKind, RowStatus, RuleViolation, SendCall, DECLINED_REASON, RUNNING_SEND_TITLE,
 };
 use timeline_core::time::Millis;
 
@@ -122,7 +123,7 @@ fn language_hints_are_detected_from_the_text() {
 fn codex_session(title: &str) -> OtherEnd {
     OtherEnd::Session {
         title: title.into(),
-        agent: PeerAgent::Codex,
+        agent: AgentKind::Codex,
     }
 }
 
@@ -170,7 +171,12 @@ fn words_for_the_other_end() {
 #[test]
 fn message_titles_signals_and_reasons() {
     let to = codex_session("Docs");
-    let sent = MessageFact::sent("This session", &to, Some(Delivery::NeedsApproval), None);
+    let sent = MessageFact::sent(
+        "This session",
+        &to,
+        Some(MessageDelivery::NeedsApproval),
+        None,
+    );
     assert_eq!(
         (sent.title(), sent.signal()),
         ("Message to Docs".into(), Some("Needs approval"))
@@ -189,12 +195,17 @@ fn message_titles_signals_and_reasons() {
         ("Message to Docs".into(), None)
     );
     let reason = format!("{}\nsecond line", "é".repeat(219));
-    let at = MessageFact::sent("This session", &to, Some(Delivery::NotSent), Some(&reason));
+    let at = MessageFact::sent(
+        "This session",
+        &to,
+        Some(MessageDelivery::NotSent),
+        Some(&reason),
+    );
     assert_eq!(at.failure_reason.as_deref().unwrap().chars().count(), 219);
     let long = MessageFact::sent(
         "This session",
         &to,
-        Some(Delivery::NotSent),
+        Some(MessageDelivery::NotSent),
         Some(&"é".repeat(221)),
     );
     let cut = long.failure_reason.unwrap();
@@ -203,13 +214,14 @@ fn message_titles_signals_and_reasons() {
     let exactly = MessageFact::sent(
         "This session",
         &to,
-        Some(Delivery::NotSent),
+        Some(MessageDelivery::NotSent),
         Some(&"a".repeat(220)),
     );
     assert_eq!(exactly.failure_reason.unwrap(), "a".repeat(220));
     // A sent reason without not-sent never appears.
     assert_eq!(
-        MessageFact::sent("This session", &to, Some(Delivery::Sent), Some("x")).failure_reason,
+        MessageFact::sent("This session", &to, Some(MessageDelivery::Sent), Some("x"))
+            .failure_reason,
         None
     );
     let received = MessageFact::received("This agent", &OtherEnd::ClaudeLead, MessageKind::Task);
@@ -371,16 +383,16 @@ fn an_approval_card_is_an_event_row_with_its_card_status() {
 fn the_peer_of_an_existing_session_carries_its_agent() {
     let claude = OtherEnd::Session {
         title: "Infra notes".into(),
-        agent: PeerAgent::Claude,
+        agent: AgentKind::Claude,
     };
     assert_eq!(claude.peer().kind, PeerKind::Session);
-    assert_eq!(claude.peer().agent, Some(PeerAgent::Claude));
+    assert_eq!(claude.peer().agent, Some(AgentKind::Claude));
     assert_eq!(
         codex_session("Android landing").peer().agent,
-        Some(PeerAgent::Codex)
+        Some(AgentKind::Codex)
     );
     // An untitled session exists all the same.
-    assert_eq!(codex_session(" ").peer().agent, Some(PeerAgent::Codex));
+    assert_eq!(codex_session(" ").peer().agent, Some(AgentKind::Codex));
     for end in [
         OtherEnd::ClaudeLead,
         OtherEnd::ClaudeSubagent { title: None },
@@ -396,12 +408,12 @@ fn the_peer_of_an_existing_session_carries_its_agent() {
     let unknown = MessageFact::sent(
         "This session",
         &OtherEnd::NoSession,
-        Some(Delivery::NotSent),
+        Some(MessageDelivery::NotSent),
         None,
     );
     assert_eq!(unknown.violations(), vec![]);
     // A stored fact that drops the agent of an existing session is refused.
-    let mut docs = MessageFact::sent("This session", &claude, Some(Delivery::Sent), None);
+    let mut docs = MessageFact::sent("This session", &claude, Some(MessageDelivery::Sent), None);
     assert_eq!(docs.violations(), vec![]);
     docs.peer.agent = None;
     assert_eq!(docs.violations(), [MessageRule::AgentAbsent]);
@@ -435,7 +447,7 @@ fn a_sent_row_is_titled_message_to_and_only_a_running_session_call_stays_plain()
     assert_eq!(validate(&running), vec![]);
     // The same row once the call ended.
     let ended = ActivityRow::message(
-        MessageFact::sent("This session", &teammate, Some(Delivery::Sent), None),
+        MessageFact::sent("This session", &teammate, Some(MessageDelivery::Sent), None),
         None,
     );
     assert_eq!(
@@ -467,7 +479,7 @@ fn a_context_line_never_repeats_the_title_and_a_signal_never_repeats_either() {
         MessageFact::sent(
             "This session",
             &codex_session("Docs"),
-            Some(Delivery::Sent),
+            Some(MessageDelivery::Sent),
             None,
         )
     };
@@ -548,7 +560,7 @@ proptest! {
         title in "(Docs|Sent|[g-z ]{0,12})",
         claude in any::<bool>(),
         running in prop::option::of(prop_oneof![Just(SendCall::SessionMessage), Just(SendCall::AgentMessage)]),
-        delivery in prop::option::of(prop_oneof![Just(Delivery::Sent), Just(Delivery::NeedsApproval), Just(Delivery::NotSent)]),
+        delivery in prop::option::of(prop_oneof![Just(MessageDelivery::Sent), Just(MessageDelivery::NeedsApproval), Just(MessageDelivery::NotSent)]),
         exit in prop::option::of(-2i32..3),
         result in prop::option::of(prop_oneof![
             Just(ApprovalResult::Accepted),
@@ -559,7 +571,7 @@ proptest! {
             Just(ApprovalResult::ResolvedExternally),
         ]),
     ) {
-        let agent = if claude { PeerAgent::Claude } else { PeerAgent::Codex };
+        let agent = if claude { AgentKind::Claude } else { AgentKind::Codex };
         let ends = [
             OtherEnd::Session { title: title.clone(), agent },
             OtherEnd::NoSession,

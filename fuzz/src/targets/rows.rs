@@ -17,8 +17,8 @@
 
 use timeline_core::rows::{
     approval_card, detect_language, parse_card_id, validate, ActivityKind, ActivityRow,
-    ApprovalKind, ApprovalRequest, ApprovalResult, Decision, Delivery, Detail, MessageFact,
-    MessageKind, MessageRule, OtherEnd, PeerAgent, RowStatus, RuleViolation,
+    ApprovalKind, ApprovalRequest, ApprovalResult, Decision, Detail, MessageDelivery, MessageFact,
+    MessageKind, MessageRule, OtherEnd, RowStatus, RuleViolation,
 };
 
 use crate::script::{Script, ScriptWriter};
@@ -263,7 +263,7 @@ fn other_end(s: &mut Script<'_>) -> OtherEnd {
     match pick {
         0 => OtherEnd::Session {
             title: name,
-            agent: PeerAgent::Codex,
+            agent: timeline_core::key::AgentKind::Codex,
         },
         1 => OtherEnd::NoSession,
         2 => OtherEnd::ClaudeLead,
@@ -309,9 +309,9 @@ fn message(s: &mut Script<'_>) {
     words_rules(&end);
     let delivery = match s.pick(4) {
         0 => None,
-        1 => Some(Delivery::Sent),
-        2 => Some(Delivery::NeedsApproval),
-        _ => Some(Delivery::NotSent),
+        1 => Some(MessageDelivery::Sent),
+        2 => Some(MessageDelivery::NeedsApproval),
+        _ => Some(MessageDelivery::NotSent),
     };
     let reason = s.text();
     let summary = s.text();

@@ -4,7 +4,7 @@
 use timeline_core::time::Millis;
 
 use super::{ActionError, Custody, ReadPurpose};
-use crate::entry::{EntryStatus, Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT};
+use crate::entry::{Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT};
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, OperationId, QueueId, SessionId};
 use crate::store::{OutboxStore, RouteDelivery, StoreError};
@@ -87,12 +87,11 @@ impl<S: OutboxStore> Custody<S> {
         // history is read before it is sent again (found: sent; missing: sent now;
         // unreadable: held again). The ledger cannot decide this alone: its `sending`
         // record may have lived only in the memory ledger of a machine that restarted.
-        if current.error.as_deref() == Some(UNCONFIRMED_TEXT) {
-            let waiting = OutboxEntry {
-                auto_drain: false,
-                ..current.clone()
-            };
-            self.read_after_replace(session, &current, waiting, ReadPurpose::Reopen)?;
+        if current.state.error() == Some(UNCONFIRMED_TEXT) {
+            if let Some(state) = current.state.pause_for_reopen() {
+                let waiting = current.with_state(state);
+                self.read_after_replace(session, &current, waiting, ReadPurpose::Reopen)?;
+            }
             return Ok(());
         }
         self.release_to_front(session, &current, now)?;
@@ -105,10 +104,11 @@ impl<S: OutboxStore> Custody<S> {
         current: &OutboxEntry,
         now: Millis,
     ) -> Result<(), StoreError> {
-        let mut new = current.clone();
-        new.auto_drain = true;
-        new.error = None;
-        new.hold_reason = None;
+        let Some(released) = current.state.release() else {
+            // A sending entry is not the user's to release.
+            return Ok(());
+        };
+        let mut new = current.with_state(released);
         if new.controls.intent == Intent::Enqueue {
             new.controls.intent = Intent::Automatic;
         }
@@ -135,7 +135,7 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
     ) -> Result<OutboxEntry, ActionError> {
         let current = self.entry_by_queue(session, queue_id)?;
-        if current.status == EntryStatus::Sending {
+        if current.state.is_sending() {
             return Err(ActionError::Blocked);
         }
         Ok(current)

@@ -12,7 +12,7 @@ use timeline_core::time::Millis;
 use super::SENDING_WRITE_FAILED_TEXT;
 use super::{Custody, Effect, InFlight, LaneKind, ReadPurpose, Retry, SEND_PATH_DEADLINE};
 use crate::adapter::{SendKind, SendRequest};
-use crate::entry::{EntryStatus, OutboxEntry, SendMode};
+use crate::entry::{OutboxEntry, SendMode};
 use crate::fingerprint::admission_input_digest;
 use crate::ids::{base_session, QueueId, RunId, SessionId};
 use crate::ledger::{reopen, transition, LedgerRecord, LedgerStatus, Transition};
@@ -197,10 +197,11 @@ impl<S: OutboxStore> Custody<S> {
         else {
             return Ok(None);
         };
-        let mut held = e.clone();
-        held.auto_drain = false;
-        held.hold_reason = Some(reason.clone());
-        if self.replace(session, e, held)? {
+        let Some(held) = e.state.hold_for_approval(reason.clone()) else {
+            // Not queued: nothing for the drain to hold back.
+            return Ok(Some(reason));
+        };
+        if self.replace(session, e, e.with_state(held))? {
             self.set_delivery(&e.operation_id, RouteDelivery::NeedsApproval)?;
         }
         Ok(Some(reason))
@@ -266,12 +267,14 @@ impl<S: OutboxStore> Custody<S> {
         sent
     }
 
-    /// The entry as it goes sending, and the ledger's `sending` record for it.
+    /// The entry as it goes sending, and the ledger's `sending` record for it; `None`
+    /// when `head` is not queued.
     pub(super) fn sending_record(
         &self,
         head: &OutboxEntry,
         now: Millis,
-    ) -> (OutboxEntry, LedgerRecord) {
+    ) -> Option<(OutboxEntry, LedgerRecord)> {
+        let sending = head.with_state(head.state.mark_sending()?);
         let images: Vec<&str> = head
             .request
             .attachments
@@ -282,14 +285,7 @@ impl<S: OutboxStore> Custody<S> {
         let mut record = LedgerRecord::new(LedgerStatus::Sending, now);
         record.admission_input_digest =
             Some(admission_input_digest(head.request.agent_text(), &images));
-        let mut sending = head.clone();
-        sending.status = EntryStatus::Sending;
-        sending.error = None;
-        sending.hold_reason = None;
-        // A new attempt has no acceptance yet: an acceptance of an earlier attempt
-        // would make the queue believe a turn holds this one.
-        sending.acceptance = None;
-        (sending, record)
+        Some((sending, record))
     }
 
     /// The steps before the hand-off: the ledger says sending and the entry goes
@@ -314,9 +310,11 @@ impl<S: OutboxStore> Custody<S> {
             Some(l) if l.status == LedgerStatus::Sending && l.acceptance.is_some() => {
                 // A turn accepted an earlier attempt and nothing settled it: read history
                 // instead of sending again.
-                if !self.reading(session, &head.operation_id) {
-                    let mut waiting = head.clone();
-                    waiting.status = EntryStatus::Sending;
+                let confirming = head.state.mark_confirming();
+                if let Some(state) =
+                    confirming.filter(|_| !self.reading(session, &head.operation_id))
+                {
+                    let waiting = head.with_state(state);
                     self.read_after_replace(session, &head, waiting, ReadPurpose::Confirm)?;
                 }
                 return Ok(false);
@@ -325,9 +323,10 @@ impl<S: OutboxStore> Custody<S> {
                 // The reopen check (OB-12): a canceled attempt that a turn accepted is
                 // read from history first; one that no turn accepted reopens at once.
                 if l.acceptance.is_some() {
-                    let mut waiting = head.clone();
-                    waiting.auto_drain = false;
-                    self.read_after_replace(session, &head, waiting, ReadPurpose::Reopen)?;
+                    if let Some(state) = head.state.pause_for_reopen() {
+                        let waiting = head.with_state(state);
+                        self.read_after_replace(session, &head, waiting, ReadPurpose::Reopen)?;
+                    }
                     return Ok(false);
                 }
                 if let Some(r) = reopen(l, now) {
@@ -337,7 +336,9 @@ impl<S: OutboxStore> Custody<S> {
             }
             _ => {}
         }
-        let (sending, proposed) = self.sending_record(&head, now);
+        let Some((sending, proposed)) = self.sending_record(&head, now) else {
+            return Ok(false);
+        };
         let record = match transition(current.as_ref(), proposed) {
             Transition::Apply(r) => r,
             Transition::Keep => {
@@ -365,10 +366,8 @@ impl<S: OutboxStore> Custody<S> {
                     Err(_) => false,
                 };
                 if !in_memory {
-                    let mut failed = head.clone();
-                    failed.auto_drain = false;
-                    failed.error = Some(SENDING_WRITE_FAILED_TEXT.to_owned());
-                    self.replace(session, &head, failed)?;
+                    let failed = head.state.hold(Some(SENDING_WRITE_FAILED_TEXT.to_owned()));
+                    self.replace(session, &head, head.with_state(failed))?;
                     return Ok(false);
                 }
             }

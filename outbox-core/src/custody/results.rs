@@ -13,8 +13,7 @@ use super::{
 };
 use crate::adapter::{HistoryRead, ProofKind, SendKind, SendResult};
 use crate::entry::{
-    EntryStatus, HandoffPhase, OutboxEntry, StoredEntry, STOPPED_BEFORE_DELIVERY_TEXT,
-    UNCONFIRMED_TEXT,
+    HandoffPhase, OutboxEntry, StoredEntry, STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
 };
 use crate::ids::{base_session, OperationId, RunId, SessionId};
 use crate::ledger::{reopen, LedgerRecord, LedgerStatus};
@@ -56,11 +55,10 @@ impl<S: OutboxStore> Custody<S> {
                 }
                 let mut record = LedgerRecord::new(LedgerStatus::Sending, now);
                 record.acceptance = Some(acceptance.clone());
-                match current {
-                    Some(e) => {
-                        let mut accepted = e.clone();
-                        accepted.acceptance = Some(acceptance);
-                        self.replace_recording(&session, &e, accepted, record)?;
+                let accepted = current.and_then(|e| Some((e.state.accept(acceptance)?, e)));
+                match accepted {
+                    Some((state, e)) => {
+                        self.replace_recording(&session, &e, e.with_state(state), record)?;
                     }
                     None => self.record_ledger(&base_session(&session), &op, record)?,
                 }
@@ -69,16 +67,9 @@ impl<S: OutboxStore> Custody<S> {
                 if let Some(run) = &started {
                     self.runs.end(&session, run);
                 }
-                if let Some(e) = current {
-                    let dedicated = e
-                        .handoff
-                        .as_ref()
-                        .is_some_and(|h| h.phase == HandoffPhase::Dedicated);
-                    let mut back = e.clone();
-                    back.status = EntryStatus::Queued;
-                    back.auto_drain = !dedicated;
-                    back.hold_reason = Some(reason);
-                    self.replace(&session, &e, back)?;
+                let deferred = current.and_then(|e| Some((e.state.defer(reason)?, e)));
+                if let Some((state, e)) = deferred {
+                    self.replace(&session, &e, e.with_state(state))?;
                 }
             }
             SendResult::Canceled => {
@@ -140,7 +131,7 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), StoreError> {
         match current {
             Some(e) => {
-                let held = held(&e, error);
+                let held = e.with_state(e.state.hold(error));
                 self.replace_recording(session, &e, held, record)?;
             }
             None => self.record_ledger(&base_session(session), op, record)?,
@@ -290,7 +281,8 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     fn hold_unconfirmed(&mut self, session: &SessionId, e: &OutboxEntry) -> Result<(), StoreError> {
-        self.replace(session, e, held(e, Some(UNCONFIRMED_TEXT.to_owned())))?;
+        let held = e.state.hold(Some(UNCONFIRMED_TEXT.to_owned()));
+        self.replace(session, e, e.with_state(held))?;
         Ok(())
     }
 
@@ -324,23 +316,22 @@ impl<S: OutboxStore> Custody<S> {
         for e in accepted {
             // A detached steer waits queued for its run to stop; an entry that went
             // sending again meanwhile is never pulled back.
-            if e.handoff
-                .as_ref()
-                .is_some_and(|h| h.phase == HandoffPhase::Requested && &h.acceptance.run_id == run)
-                && e.acceptance.is_none()
-                && e.status == EntryStatus::Queued
-            {
+            let detached = e.state.is_queued()
+                && e.state.handoff().is_some_and(|h| {
+                    h.phase == HandoffPhase::Requested && &h.acceptance.run_id == run
+                });
+            if detached {
                 self.dedicate(session, &e)?;
                 continue;
             }
-            let Some(acc) = &e.acceptance else { continue };
-            if &acc.run_id != run || e.status != EntryStatus::Sending {
+            // Only a sending entry holds an acceptance.
+            if e.state.acceptance().is_none_or(|acc| &acc.run_id != run) {
                 continue;
             }
             if untaken.contains(&e.operation_id) {
                 let error = stopped.then(|| STOPPED_BEFORE_DELIVERY_TEXT.to_owned());
                 let record = LedgerRecord::new(LedgerStatus::Canceled, now);
-                let held = held(&e, error);
+                let held = e.with_state(e.state.hold(error));
                 self.replace_recording(session, &e, held, record)?;
             } else if !self.reading(session, &e.operation_id) {
                 self.read_history(session, ReadPurpose::Confirm, e);
@@ -396,16 +387,15 @@ impl<S: OutboxStore> Custody<S> {
             .state(session)?
             .accepted()
             .filter(|e| {
-                e.status == EntryStatus::Queued
-                    && e.acceptance.is_none()
-                    && e.handoff
-                        .as_ref()
+                e.state.is_queued()
+                    && e.state
+                        .handoff()
                         .is_some_and(|h| h.phase == HandoffPhase::Requested)
             })
             .cloned()
             .collect();
         for e in detached {
-            let run_active = e.handoff.as_ref().is_some_and(|h| {
+            let run_active = e.state.handoff().is_some_and(|h| {
                 self.runs
                     .active(session)
                     .is_some_and(|a| a.run_id == h.acceptance.run_id)
@@ -431,16 +421,4 @@ impl<S: OutboxStore> Custody<S> {
         }
         Ok(())
     }
-}
-
-/// `e` back in the queue, out of automatic draining, showing `error`. A queued entry
-/// holds no acceptance: what a turn accepted stays in the ledger (the reopen check reads
-/// it there).
-fn held(e: &OutboxEntry, error: Option<String>) -> OutboxEntry {
-    let mut held = e.clone();
-    held.status = EntryStatus::Queued;
-    held.auto_drain = false;
-    held.error = error;
-    held.acceptance = None;
-    held
 }

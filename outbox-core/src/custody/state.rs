@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
-use crate::entry::{BlockedEntry, EntryStatus, OutboxEntry, StoredEntry};
+use crate::entry::{BlockedEntry, EntryState, OutboxEntry, StoredEntry};
 use crate::ids::{OperationId, QueueId};
 
 type Slot = (i64, QueueId);
@@ -54,22 +54,19 @@ impl SessionState {
         self.remove(&e.queue_id);
         let slot = (e.position, e.queue_id.clone());
         self.order.insert(slot.clone());
-        match e.status {
-            EntryStatus::Queued => {
-                self.queued.insert(slot.clone());
-                *self.queued_positions.entry(e.position).or_default() += 1;
-            }
-            EntryStatus::Sending => {
-                self.sending.insert(slot.clone());
-                if e.acceptance.is_none() {
-                    self.unaccepted_sending += 1;
-                }
+        if e.state.is_queued() {
+            self.queued.insert(slot.clone());
+            *self.queued_positions.entry(e.position).or_default() += 1;
+        } else {
+            self.sending.insert(slot.clone());
+            if matches!(e.state, EntryState::Sending { .. }) {
+                self.unaccepted_sending += 1;
             }
         }
         if e.drainable() {
             self.drainable.insert(slot);
         }
-        if e.acceptance.is_some() || e.handoff.is_some() {
+        if e.state.acceptance().is_some() || e.state.handoff().is_some() {
             self.accepted.insert(e.queue_id.clone());
         }
         self.by_op
@@ -91,7 +88,7 @@ impl SessionState {
             }
         }
         self.drainable.remove(&slot);
-        if self.sending.remove(&slot) && e.acceptance.is_none() {
+        if self.sending.remove(&slot) && matches!(e.state, EntryState::Sending { .. }) {
             self.unaccepted_sending -= 1;
         }
         self.accepted.remove(queue_id);

@@ -12,7 +12,7 @@ use super::{
     STOP_RETRY, STOP_SUCCESS_CACHE,
 };
 use crate::adapter::{DetachResult, StopResult};
-use crate::entry::{Controls, EntryStatus, Handoff, HandoffPhase, OutboxEntry};
+use crate::entry::{Controls, EntryState, OutboxEntry};
 use crate::ids::{base_session, OperationId, QueueId, RunId, SessionId};
 use crate::ledger::LedgerStatus;
 use crate::store::{OutboxStore, StoreError};
@@ -31,10 +31,8 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), StoreError> {
         if self.model_changed(session, &head) {
-            let mut held = head.clone();
-            held.auto_drain = false;
-            held.error = Some(MODEL_CHANGED_TEXT.to_owned());
-            self.replace(session, &head, held)?;
+            let held = head.state.hold(Some(MODEL_CHANGED_TEXT.to_owned()));
+            self.replace(session, &head, head.with_state(held))?;
             return Ok(());
         }
         self.interrupts.insert(
@@ -214,21 +212,17 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
     ) -> Result<(), ActionError> {
         let current = self.entry_by_queue(session, queue_id)?;
-        let Some(acceptance) = current.acceptance.clone() else {
+        // Only an accepted steer without a hand-off of its own can be requested.
+        let (Some(handing_off), Some(acceptance)) = (
+            current.state.request_handoff(),
+            current.state.acceptance().cloned(),
+        ) else {
             return Err(ActionError::NotAnAcceptedSteer);
         };
-        if current.status != EntryStatus::Sending || current.handoff.is_some() {
-            return Err(ActionError::NotAnAcceptedSteer);
-        }
         if self.model_changed(session, &current) {
             return Err(ActionError::ModelChanged);
         }
-        let mut requested = current.clone();
-        requested.auto_drain = false;
-        requested.handoff = Some(Handoff {
-            phase: HandoffPhase::Requested,
-            acceptance: acceptance.clone(),
-        });
+        let requested = current.with_state(handing_off);
         if !self.replace(session, &current, requested.clone())? {
             return Err(ActionError::Blocked);
         }
@@ -275,7 +269,7 @@ impl<S: OutboxStore> Custody<S> {
         if current != snapshot {
             return Ok(());
         }
-        let Some(handoff) = snapshot.handoff.clone() else {
+        let EntryState::HandingOff { acceptance } = &snapshot.state else {
             return Ok(());
         };
         match result {
@@ -289,13 +283,14 @@ impl<S: OutboxStore> Custody<S> {
                     self.confirm_sent(&session, op, now)?;
                     return Ok(());
                 }
-                let mut detached = current.clone();
-                detached.acceptance = None;
-                detached.status = EntryStatus::Queued;
+                let Some(taken_back) = current.state.take_back() else {
+                    return Ok(());
+                };
+                let detached = current.with_state(taken_back);
                 // Revoke only the acceptance of that exact run, thread and turn, with the
                 // entry change.
                 let revoked = ledger
-                    .filter(|l| l.acceptance.as_ref() == Some(&handoff.acceptance))
+                    .filter(|l| l.acceptance.as_ref() == Some(acceptance))
                     .map(|mut l| {
                         l.acceptance = None;
                         l.updated_at = now;
@@ -310,7 +305,7 @@ impl<S: OutboxStore> Custody<S> {
                 if !written {
                     return Ok(());
                 }
-                let run = handoff.acceptance.run_id.clone();
+                let run = acceptance.run_id.clone();
                 if self.runs.active(&session).is_some_and(|a| a.run_id == run) {
                     self.stop(&session, &run, None, now);
                 } else {
@@ -319,10 +314,10 @@ impl<S: OutboxStore> Custody<S> {
                 }
             }
             DetachResult::NotDetached { reason } => {
-                let mut back = current.clone();
-                back.handoff = None;
-                back.auto_drain = true;
-                self.replace(&session, &current, back)?;
+                let Some(kept) = current.state.keep_accepted() else {
+                    return Ok(());
+                };
+                self.replace(&session, &current, current.with_state(kept))?;
                 self.effects.push_back(Effect::HandoffRefused {
                     session: session.clone(),
                     operation_id: op.clone(),
@@ -338,20 +333,12 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         e: &OutboxEntry,
     ) -> Result<(), StoreError> {
-        let Some(h) = &e.handoff else { return Ok(()) };
-        if e.status != EntryStatus::Queued {
-            // Only a detached entry is dedicated; one that is sending stays with its
-            // attempt.
+        // Only a queued entry with a hand-off mark is dedicated; one that is sending
+        // stays with its attempt.
+        let Some(state) = e.state.dedicate() else {
             return Ok(());
-        }
-        let mut dedicated = e.clone();
-        dedicated.status = EntryStatus::Queued;
-        dedicated.auto_drain = true;
-        dedicated.acceptance = None;
-        dedicated.handoff = Some(Handoff {
-            phase: HandoffPhase::Dedicated,
-            acceptance: h.acceptance.clone(),
-        });
+        };
+        let mut dedicated = e.with_state(state);
         dedicated.controls = Controls::automatic();
         self.replace(session, e, dedicated)?;
         Ok(())

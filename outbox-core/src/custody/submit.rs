@@ -6,7 +6,9 @@ use timeline_core::time::Millis;
 
 use super::{ConflictKind, Custody, LaneKind, SubmitError, SubmitRequest, ValidationError};
 use crate::adapter::{Capabilities, SendKind};
-use crate::entry::{Controls, EntryStatus, Intent, MessageRequest, OutboxEntry, Receipt, SendMode};
+use crate::entry::{
+    Controls, HandoffPhase, Intent, MessageRequest, OutboxEntry, Receipt, SendMode,
+};
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, QueueId, RunId, SessionId};
 use crate::ledger::LedgerStatus;
@@ -50,7 +52,7 @@ impl<S: OutboxStore> Custody<S> {
         // A new operation for a queue ID already queued: an edit.
         let queued = self.entry(&req.session, &req.queue_id)?;
         if let Some(current) = queued.filter(|e| e.operation_id != req.operation_id) {
-            if current.status == EntryStatus::Sending {
+            if current.state.is_sending() {
                 return Err(SubmitError::Conflict(ConflictKind::DifferentRequest));
             }
             let mut new = current.clone();
@@ -166,7 +168,11 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<Option<Receipt>, StoreError> {
         let session = req.session.clone();
         let base = base_session(&session);
-        let (sending, record) = self.sending_record(entry, now);
+        let Some((sending, record)) = self.sending_record(entry, now) else {
+            // Not queued: nothing to hand off; the plain claim saves it.
+            self.runs.end(&session, &run);
+            return Ok(None);
+        };
         match self
             .store
             .claim_sending(&session, fp, &sending, &base, &record)
@@ -228,18 +234,19 @@ impl<S: OutboxStore> Custody<S> {
         // Queue, then send now: the same operation converges on the new controls. A
         // stop and send now in progress (OB-13) owns the entry until it is dedicated.
         let handing_off = current
-            .handoff
-            .as_ref()
-            .is_some_and(|h| h.phase == crate::entry::HandoffPhase::Requested);
-        if current.status == EntryStatus::Queued && new.intent != Intent::Enqueue && !handing_off {
-            let mut updated = current.clone();
+            .state
+            .handoff()
+            .is_some_and(|h| h.phase == HandoffPhase::Requested);
+        // An entry held with an error waits for the user's explicit send
+        // ([`Custody::send_now`]); a repeated submit does not release it
+        // ([`EntryState::resubmit`](crate::entry::EntryState::resubmit)).
+        let resubmitted = current
+            .state
+            .resubmit()
+            .filter(|_| new.intent != Intent::Enqueue && !handing_off);
+        if let Some(state) = resubmitted {
+            let mut updated = current.with_state(state);
             updated.controls = new.clone();
-            // An entry held with an error waits for the user's explicit send
-            // ([`Custody::send_now`]); a repeated submit does not release it.
-            if current.error.is_none() {
-                updated.auto_drain = true;
-                updated.hold_reason = None;
-            }
             if let Some(origin) = &mut updated.session_message {
                 origin.approved = true;
             }
@@ -266,7 +273,7 @@ impl<S: OutboxStore> Custody<S> {
         let state = self.state(session)?;
         let skip = moving
             .and_then(|q| state.get(q))
-            .filter(|e| e.status == EntryStatus::Queued)
+            .filter(|e| e.state.is_queued())
             .map(|e| e.position);
         let max = state.max_position();
         let sending_max = state.max_sending();

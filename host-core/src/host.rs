@@ -1,0 +1,936 @@
+//! The host machine: see the crate docs for the loop.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use outbox_core::adapter::SendKind;
+use outbox_core::custody::{self, Custody, SessionInfo};
+use outbox_core::store::{OutboxStore, StoreError as OutboxError};
+use overlay_core::live::{Delivery, LiveHub, Payload, RelayOutcome};
+use overlay_core::live::{RunEvent, RunEventKind};
+use overlay_core::overlay::{self, Change, LiveSequencer, WriteResult};
+use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState};
+use overlay_core::scan::{self, ExactScans, ScanEffect, ScanReport};
+use overlay_core::source::HistorySource;
+use overlay_core::store::{CleanupJournal, OverlayStore, StoreError as OverlayError};
+use overlay_core::store::{StoredBlock, StoredOverlay};
+use overlay_core::window::{self, BuildError, OlderPageRequest, Target};
+use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
+use timeline_core::policy::ANCHORED_PAGE_SIZE;
+use timeline_core::seal::HostKey;
+use timeline_core::time::Millis;
+
+use crate::approvals::Approvals;
+use crate::io::{AgentCall, AgentInput, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo};
+
+/// History pages of [`EXACT_SCAN_PAGE`] items an exact scan reads back from the present
+/// of each target, at most, while keys of the run are still missing.
+pub const EXACT_SCAN_READS: usize = 20;
+/// Items per page of an exact scan's history read.
+pub const EXACT_SCAN_PAGE: usize = 100;
+
+/// How a host is set up: [`HostConfig::new`], then change what differs.
+#[non_exhaustive]
+pub struct HostConfig {
+    /// Seals cursors and anchor tokens; keep it across restarts.
+    pub key: HostKey,
+    /// Caps and timers of the replay buffers.
+    pub replay: ReplayConfig,
+    /// Fresh UUIDs for custody (run IDs, attempt bases). The host draws no randomness.
+    pub uuids: Box<dyn FnMut() -> String + Send>,
+}
+
+impl HostConfig {
+    /// A host sealing with `key`, drawing UUIDs from `uuids`, with the seed's replay
+    /// caps.
+    pub fn new(key: HostKey, uuids: Box<dyn FnMut() -> String + Send>) -> Self {
+        HostConfig {
+            key,
+            replay: ReplayConfig::default(),
+            uuids,
+        }
+    }
+}
+
+impl std::fmt::Debug for HostConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostConfig")
+            .field("replay", &self.replay)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`Host::start`] failed: nothing was changed, and starting again is safe.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The outbox could not be read.
+    #[error("the outbox could not be read at start: {0}")]
+    Outbox(#[from] OutboxError),
+}
+
+/// The history source of one timeline target.
+type Source = Box<dyn HistorySource + Send>;
+
+/// One session the host serves.
+struct Session {
+    /// Its history sources, by target (the main conversation first, then child threads).
+    sources: BTreeMap<TargetId, Source>,
+    /// Runs the exact scans must repeat after a restart (the cleanup journal's rows),
+    /// started when the session's first target opens.
+    repair: Vec<RunId>,
+}
+
+/// The host machine. See the crate docs.
+pub struct Host<O, V> {
+    custody: Custody<O>,
+    overlays: V,
+    key: HostKey,
+    sessions: HashMap<SessionId, Session>,
+    hub: LiveHub,
+    scans: ExactScans,
+    replay: ReplayBuffers,
+    sequencer: LiveSequencer,
+    approvals: Approvals,
+    /// Runs the hub was told started, by session (to tell it when they go).
+    runs: HashMap<SessionId, RunId>,
+    /// The last run of each session whose end the hub was told (so the agent's own
+    /// report of an end custody already let go is not sent twice).
+    gone: HashMap<SessionId, RunId>,
+    effects: VecDeque<Effect>,
+}
+
+impl<O, V> std::fmt::Debug for Host<O, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("sessions", &self.sessions.len())
+            .field("runs", &self.runs)
+            .field("effects", &self.effects.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
+    /// A host over an outbox store and an overlay store (two connections to one SQLite
+    /// file, or the memory stores). Call [`Host::start`] before anything else.
+    pub fn new(outbox: O, overlays: V, config: HostConfig) -> Self {
+        Host {
+            custody: Custody::new(outbox, config.uuids),
+            overlays,
+            key: config.key,
+            sessions: HashMap::new(),
+            hub: LiveHub::new(),
+            scans: ExactScans::new(),
+            replay: ReplayBuffers::new(config.replay),
+            sequencer: LiveSequencer::new(),
+            approvals: Approvals::default(),
+            runs: HashMap::new(),
+            gone: HashMap::new(),
+            effects: VecDeque::new(),
+        }
+    }
+
+    /// Reads every saved outbox (entries still sending are confirmed from the agent's
+    /// history) and the cleanup journal (its runs are scanned again when their session
+    /// opens). Call once, after the sessions are added.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError`] when the outbox cannot be read.
+    pub fn start(&mut self, now: Millis) -> Result<(), StartError> {
+        self.custody.start_up(now)?;
+        match self.overlays.pending_cleanups(None) {
+            Ok(rows) => {
+                for (session, run) in rows {
+                    let exact = self
+                        .custody
+                        .session(&session)
+                        .is_some_and(|i| i.capabilities.exact_scan);
+                    if let (true, Some(s)) = (exact, self.sessions.get_mut(&session)) {
+                        s.repair.push(run);
+                    }
+                }
+            }
+            Err(error) => self.notice(Notice::JournalFailed {
+                session: None,
+                run: None,
+                error,
+            }),
+        }
+        self.pump(now);
+        Ok(())
+    }
+
+    /// Serves a session: what its agent supports, and the history source of its main
+    /// conversation. Adding a session again replaces its info and source.
+    pub fn add_session(&mut self, session: &SessionId, info: SessionInfo, source: Source) {
+        self.custody.set_session(session, info);
+        let entry = self.sessions.entry(session.clone()).or_insert(Session {
+            sources: BTreeMap::new(),
+            repair: Vec::new(),
+        });
+        entry.sources.insert(TargetId::main(session), source);
+    }
+
+    /// Adds the history source of a child thread or subagent of `session`.
+    pub fn add_target(&mut self, session: &SessionId, target: TargetId, source: Source) {
+        if let Some(s) = self.sessions.get_mut(session) {
+            s.sources.insert(target, source);
+        }
+    }
+
+    /// The custody machine, to read (entries, runs, stats, store failures).
+    pub fn custody(&self) -> &Custody<O> {
+        &self.custody
+    }
+
+    /// The outbox entries of a session, as saved.
+    ///
+    /// # Errors
+    ///
+    /// The outbox store's error when it cannot be read.
+    pub fn entries(
+        &mut self,
+        session: &SessionId,
+    ) -> Result<Vec<outbox_core::entry::StoredEntry>, OutboxError> {
+        self.custody.entries(session)
+    }
+
+    /// The overlay store, to read.
+    pub fn overlays(&mut self) -> &mut V {
+        &mut self.overlays
+    }
+
+    // ----- the loop -------------------------------------------------------------------
+
+    /// Next effect to carry out.
+    #[must_use]
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// The earliest deadline of every machine inside; call [`Host::handle_timeout`] then.
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        [
+            self.custody.poll_timeout(),
+            self.hub.poll_timeout(),
+            self.scans.poll_timeout(),
+            self.replay.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Handles every deadline that passed. Safe to call early or twice.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        self.custody.handle_timeout(now);
+        self.scans.handle_timeout(now);
+        self.replay.handle_timeout(now);
+        self.hub.handle_timeout(now);
+        self.pump(now);
+    }
+
+    /// A client request; its [`Reply`] comes out of [`Host::poll_effect`] addressed to
+    /// `to` (at once, or for a stop or an approval once the agent answered).
+    pub fn handle_client(&mut self, to: ReplyTo, request: ClientRequest, now: Millis) {
+        let reply = match request {
+            ClientRequest::Submit(req) => Some(Reply::Submitted(self.custody.submit(req, now))),
+            ClientRequest::Edit {
+                session,
+                queue_id,
+                new_operation,
+                request,
+            } => Some(Reply::Edited(self.custody.edit(
+                &session,
+                &queue_id,
+                new_operation,
+                request,
+                now,
+            ))),
+            ClientRequest::Remove { session, queue_id } => {
+                Some(Reply::Done(self.custody.remove(&session, &queue_id, now)))
+            }
+            ClientRequest::SendNow { session, queue_id } => {
+                Some(Reply::Done(self.custody.send_now(&session, &queue_id, now)))
+            }
+            ClientRequest::StopAndSendNow { session, queue_id } => Some(Reply::Done(
+                self.custody.stop_and_send_now(&session, &queue_id),
+            )),
+            ClientRequest::Stop { session } => {
+                match self
+                    .custody
+                    .runs()
+                    .active(&session)
+                    .map(|r| r.run_id.clone())
+                {
+                    Some(run) => {
+                        self.custody.stop(&session, &run, Some(to.0), now);
+                        None
+                    }
+                    None => Some(Reply::Stop(custody::StopAnswer::Stopped)),
+                }
+            }
+            ClientRequest::LatestWindow {
+                session,
+                target,
+                page_size,
+            } => Some(Reply::LatestWindow(
+                self.window(&session, &target, page_size, None, now),
+            )),
+            ClientRequest::Anchored {
+                session,
+                target,
+                anchor,
+            } => Some(Reply::LatestWindow(self.window(
+                &session,
+                &target,
+                ANCHORED_PAGE_SIZE,
+                Some(&anchor),
+                now,
+            ))),
+            ClientRequest::OlderPage {
+                session,
+                target,
+                cursor,
+                page_size,
+                expected_boundary_token,
+            } => {
+                let req = OlderPageRequest {
+                    cursor: &cursor,
+                    page_size,
+                    expected_boundary_token: expected_boundary_token.as_ref(),
+                };
+                let page = match self
+                    .sessions
+                    .get_mut(&session)
+                    .and_then(|s| s.sources.get_mut(&target))
+                {
+                    Some(source) => {
+                        window::older_page(source.as_mut(), &self.key, req).map_err(LoadError::from)
+                    }
+                    None => Err(LoadError::UnknownTarget { session, target }),
+                };
+                Some(Reply::OlderPage(page))
+            }
+            ClientRequest::ResolveApproval {
+                request_id,
+                thread_id,
+                turn_id,
+                item_id,
+                decision,
+            } => {
+                let id = [request_id, thread_id, turn_id, item_id];
+                match self.approvals.decide(&id, decision, to) {
+                    Ok((session, request)) => {
+                        self.effects
+                            .push_back(Effect::Agent(AgentCall::ResolveApproval {
+                                session,
+                                request,
+                                decision,
+                            }));
+                        None
+                    }
+                    Err(e) => Some(Reply::Approval(Err(e))),
+                }
+            }
+            ClientRequest::Subscribe {
+                window,
+                session,
+                target,
+                protocol,
+            } => {
+                self.open_target(&session, now);
+                Some(Reply::Subscribed(self.hub.subscribe_with(
+                    &mut self.overlays,
+                    window,
+                    &session,
+                    &target,
+                    protocol,
+                )))
+            }
+            ClientRequest::Unsubscribe { window } => {
+                self.hub.unsubscribe(window);
+                Some(Reply::Done(Ok(())))
+            }
+            ClientRequest::Join { session, protocol } => {
+                self.open_target(&session, now);
+                self.hub.set_relay_protocol(&session, protocol);
+                self.hub.set_phone_interest(&session, true);
+                self.replay.subscribe(&session, now);
+                Some(Reply::Replay(self.replay.replay(&session)))
+            }
+            ClientRequest::Leave { session } => {
+                self.hub.set_phone_interest(&session, false);
+                self.replay.unsubscribe(&session, now);
+                Some(Reply::Done(Ok(())))
+            }
+        };
+        if let Some(reply) = reply {
+            self.effects.push_back(Effect::Reply { to, reply });
+        }
+        self.pump(now);
+    }
+
+    /// An answer from the agent, or something the agent did.
+    pub fn handle_agent(&mut self, input: AgentInput, now: Millis) {
+        match input {
+            AgentInput::SendResult { attempt, result } => {
+                self.custody.handle_send_result(attempt, result, now);
+            }
+            AgentInput::HistoryRead { attempt, read } => {
+                self.custody.handle_history_read(attempt, read, now);
+            }
+            AgentInput::StopResult { attempt, result } => {
+                self.custody.handle_stop_result(attempt, result, now);
+            }
+            AgentInput::TakeBack { attempt, result } => {
+                self.custody.handle_take_back(attempt, result, now);
+            }
+            AgentInput::DeliveryProof {
+                session,
+                operation_id,
+            } => self
+                .custody
+                .handle_delivery_proof(&session, &operation_id, now),
+            AgentInput::Rows {
+                session,
+                target,
+                rows,
+            } => self.publish_rows(&session, &target, rows, now),
+            AgentInput::RunActive { session, run } => self.custody.touch_run(&session, &run, now),
+            AgentInput::RunEnded {
+                session,
+                run,
+                outcome,
+                untaken,
+            } => {
+                self.custody.handle_run_ended(&session, &run, &untaken, now);
+                if self.runs.get(&session) == Some(&run) {
+                    self.run_gone(&session, &run, outcome, now);
+                } else if self.gone.get(&session) != Some(&run) {
+                    // A run this host did not start (a turn the agent began, or one
+                    // from before a restart): its end is news to the clients too.
+                    self.runs.insert(session.clone(), run.clone());
+                    self.run_gone(&session, &run, outcome, now);
+                }
+            }
+            AgentInput::ApprovalAsked {
+                session,
+                target,
+                run,
+                request,
+                summary,
+            } => {
+                match self
+                    .approvals
+                    .asked(&session, &target, run, request, summary, now)
+                {
+                    Ok(Some((row, (kind, event)))) => {
+                        self.append_replay(&session, kind, &event, now);
+                        self.publish_rows(&session, &target, vec![row], now);
+                    }
+                    Ok(None) => {}
+                    Err(e) => self.notice(Notice::Unknown(e)),
+                }
+            }
+            AgentInput::ApprovalResolved {
+                request_id,
+                thread_id,
+                turn_id,
+                item_id,
+                result,
+            } => {
+                let id = [request_id, thread_id, turn_id, item_id];
+                match self.approvals.resolved(&id, result) {
+                    Ok(done) => {
+                        if let Some((session, request_id, allowed)) = &done.stamp {
+                            self.replay.decide_approval(session, request_id, *allowed);
+                        }
+                        if let Some((to, reply)) = done.reply {
+                            self.effects.push_back(Effect::Reply { to, reply });
+                        }
+                        if let Some((session, target, row)) = done.row {
+                            self.publish_rows(&session, &target, vec![row], now);
+                        }
+                    }
+                    Err(e) => self.notice(Notice::Unknown(e)),
+                }
+            }
+        }
+        self.pump(now);
+    }
+
+    // ----- loads --------------------------------------------------------------------
+
+    /// A latest window (`anchor: None`) or an anchored one. Opening a target first
+    /// starts the restart repair of its session.
+    fn window(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        page_size: usize,
+        anchor: Option<&timeline_core::anchor::Anchor>,
+        now: Millis,
+    ) -> Result<timeline_core::wire::TimelineWindow, LoadError> {
+        self.open_target(session, now);
+        let run = self
+            .custody
+            .runs()
+            .active(session)
+            .map(|r| r.run_id.clone());
+        let t = Target {
+            session,
+            target,
+            current_run: run.as_ref(),
+        };
+        let Some(source) = self
+            .sessions
+            .get_mut(session)
+            .and_then(|s| s.sources.get_mut(target))
+        else {
+            return Err(LoadError::UnknownTarget {
+                session: session.clone(),
+                target: target.clone(),
+            });
+        };
+        let (store, key) = (&mut self.overlays, &self.key);
+        let built = match anchor {
+            None => window::latest_window(store, source.as_mut(), key, t, page_size),
+            Some(anchor) => window::anchored_window(store, source.as_mut(), key, t, anchor),
+        };
+        self.built(session, target, built, now)
+    }
+
+    /// Sends what a builder saved (also when it failed after saving) and answers.
+    fn built(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        built: Result<window::BuiltWindow, BuildError>,
+        now: Millis,
+    ) -> Result<timeline_core::wire::TimelineWindow, LoadError> {
+        match built {
+            Ok(built) => {
+                if let Some(stored) = built.settled {
+                    self.emit_blocks(session, target, &stored, now);
+                }
+                Ok(built.window)
+            }
+            Err(BuildError { error, written }) => {
+                for (s, t, stored) in written {
+                    self.emit_blocks(&s, &t, &stored, now);
+                }
+                Err(LoadError::Window(error))
+            }
+        }
+    }
+
+    /// The first open of a session's target starts the restart repair of its runs.
+    fn open_target(&mut self, session: &SessionId, now: Millis) {
+        if let Some(s) = self.sessions.get_mut(session) {
+            if !s.repair.is_empty() {
+                let runs = std::mem::take(&mut s.repair);
+                self.scans.target_opened(session, &runs, now);
+            }
+        }
+    }
+
+    // ----- live path -----------------------------------------------------------------
+
+    /// Saves the rows, then sends the saved snapshot.
+    fn publish_rows(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        mut rows: Vec<StoredBlock>,
+        now: Millis,
+    ) {
+        for row in &mut rows {
+            if let Some(run) = &row.run_id {
+                self.custody.touch_run(session, run, now);
+                if row.block.source_order.is_none() {
+                    row.block.source_order =
+                        Some(self.sequencer.source_order(run, &row.block.key()));
+                }
+            }
+        }
+        match overlay::write(&mut self.overlays, session, target, &Change::Publish(rows)) {
+            Ok(WriteResult::Written { stored, .. }) => {
+                let stored = stored.stored().clone();
+                self.emit_blocks(session, target, &stored, now);
+            }
+            Ok(WriteResult::Unchanged(_)) => {}
+            Err(error) => self
+                .effects
+                .push_back(Effect::Notice(Notice::OverlayWriteFailed {
+                    session: session.clone(),
+                    target: target.clone(),
+                    error,
+                })),
+        }
+    }
+
+    fn emit_blocks(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        stored: &StoredOverlay,
+        now: Millis,
+    ) {
+        let payload = Payload::Blocks {
+            session: session.clone(),
+            target: target.clone(),
+            overlay: stored.client_form(),
+        };
+        self.emit(payload, now);
+    }
+
+    fn emit(&mut self, payload: Payload, now: Millis) {
+        let session = match &payload {
+            Payload::Blocks { session, .. } => Some(session.clone()),
+            Payload::Run(e) => Some(e.app_session_id.clone()),
+            _ => None,
+        };
+        if let (RelayOutcome::Rejected(error), Some(session)) =
+            (self.hub.emit(payload, now), session)
+        {
+            self.effects
+                .push_back(Effect::Notice(Notice::RelayRefused { session, error }));
+        }
+    }
+
+    fn run_started(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        op: &outbox_core::ids::OperationId,
+        now: Millis,
+    ) {
+        if self.runs.get(session) == Some(run) {
+            return;
+        }
+        if let Some(old) = self.runs.get(session).cloned() {
+            self.run_gone(session, &old, RunEventKind::Aborted, now);
+        }
+        self.runs.insert(session.clone(), run.clone());
+        self.set_running(session, Some(run), now);
+        self.emit(
+            Payload::Run(RunEvent {
+                event: RunEventKind::Started,
+                app_session_id: session.clone(),
+                run_id: run.clone(),
+                timestamp: now,
+                operation_id: Some(op.clone()),
+                agent_error_info: None,
+            }),
+            now,
+        );
+    }
+
+    /// A run the hub knows ended (the agent said so, or custody let it go).
+    fn run_gone(&mut self, session: &SessionId, run: &RunId, outcome: RunEventKind, now: Millis) {
+        if self.runs.get(session) != Some(run) {
+            return;
+        }
+        self.runs.remove(session);
+        self.gone.insert(session.clone(), run.clone());
+        self.sequencer.end_run(run);
+        self.set_running(session, None, now);
+        self.emit(
+            Payload::Run(RunEvent {
+                event: outcome,
+                app_session_id: session.clone(),
+                run_id: run.clone(),
+                timestamp: now,
+                operation_id: None,
+                agent_error_info: None,
+            }),
+            now,
+        );
+        let exact = self
+            .custody
+            .session(session)
+            .is_some_and(|i| i.capabilities.exact_scan);
+        if exact && !self.scans.is_active(session, run) {
+            self.scans.run_ended(session.clone(), run.clone(), now);
+        }
+    }
+
+    fn set_running(&mut self, session: &SessionId, run: Option<&RunId>, now: Millis) {
+        let state = RunningState {
+            running: run.is_some(),
+            run_id: run.map(|r| r.as_str().to_owned()),
+        };
+        // A run ID long enough to leave a replay chunk no room is refused and the
+        // previous state stays: said, not hidden.
+        if let Err(e) = self.replay.set_running(session, state, now) {
+            self.notice(Notice::ReplayRefused {
+                session: session.clone(),
+                error: e.to_string(),
+            });
+        }
+    }
+
+    fn append_replay(
+        &mut self,
+        session: &SessionId,
+        kind: EventKind,
+        json: &serde_json::Value,
+        now: Millis,
+    ) {
+        if let Err(e) = self.replay.append_value(session, kind, json, now) {
+            // Only events the host built reach here; a refusal is a defect, reported.
+            self.notice(Notice::ReplayRefused {
+                session: session.clone(),
+                error: e.to_string(),
+            });
+        }
+    }
+
+    // ----- the pump ------------------------------------------------------------------
+
+    /// Moves what the inner machines want done into the host's effects, and carries out
+    /// what the host does itself (journal rows, exact scans), until nothing is left.
+    fn pump(&mut self, now: Millis) {
+        loop {
+            let mut progressed = false;
+            while let Some(effect) = self.custody.poll_effect() {
+                progressed = true;
+                self.custody_effect(effect, now);
+            }
+            while let Some(effect) = self.scans.poll_effect() {
+                progressed = true;
+                self.scan_effect(effect, now);
+            }
+            self.sync_runs(now);
+            while let Some(delivery) = self.hub.poll_delivery() {
+                progressed = true;
+                if let Delivery::Relay(event) = &delivery {
+                    let (session, json) = (event.session.clone(), event.json.clone());
+                    self.append_replay(&session, EventKind::Other, &json, now);
+                }
+                self.effects.push_back(Effect::Deliver(delivery));
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn custody_effect(&mut self, effect: custody::Effect, now: Millis) {
+        use custody::Effect as C;
+        let out = match effect {
+            C::Send(req) => {
+                if let SendKind::Start { run } = &req.kind {
+                    self.run_started(&req.session, run, &req.operation_id, now);
+                }
+                let text = req.request.user_text.clone();
+                self.replay.append_user_message(
+                    &req.session,
+                    &text,
+                    Some(req.operation_id.as_str()),
+                    now,
+                );
+                Effect::Agent(AgentCall::Send(req))
+            }
+            C::ReadHistory {
+                attempt,
+                session,
+                operation_id,
+                proof,
+            } => Effect::Agent(AgentCall::ReadHistory {
+                attempt,
+                session,
+                operation_id,
+                proof,
+            }),
+            C::StopRun {
+                attempt,
+                session,
+                run,
+            } => Effect::Agent(AgentCall::Stop {
+                attempt,
+                session,
+                run,
+            }),
+            C::TakeBack {
+                attempt,
+                session,
+                operation_id,
+                acceptance,
+            } => Effect::Agent(AgentCall::TakeBack {
+                attempt,
+                session,
+                operation_id,
+                acceptance,
+            }),
+            C::StopAnswer { caller, answer } => Effect::Reply {
+                to: ReplyTo(caller),
+                reply: Reply::Stop(answer),
+            },
+            C::ClearThreadLink { session } => Effect::Agent(AgentCall::ClearThreadLink { session }),
+            C::RouteDeliveryChanged {
+                operation_id,
+                sender_session,
+                delivery,
+            } => Effect::Notice(Notice::RouteDeliveryChanged {
+                operation_id,
+                sender_session,
+                delivery,
+            }),
+            C::HandoffRefused {
+                session,
+                operation_id,
+                reason,
+            } => Effect::Notice(Notice::HandoffRefused {
+                session,
+                operation_id,
+                reason,
+            }),
+            C::RunRefused {
+                session,
+                operation_id,
+                error,
+            } => Effect::Notice(Notice::RunRefused {
+                session,
+                operation_id,
+                error,
+            }),
+            C::StoreFailed(failure) => Effect::Notice(Notice::OutboxStoreFailed(failure)),
+            other => Effect::Notice(Notice::Unknown(format!("{other:?}"))),
+        };
+        self.effects.push_back(out);
+    }
+
+    /// A run the hub was told about that custody no longer holds active (a refused
+    /// start, a stale reclaim) ends for the clients too.
+    fn sync_runs(&mut self, now: Millis) {
+        let gone: Vec<(SessionId, RunId)> = self
+            .runs
+            .iter()
+            .filter(|(s, r)| self.custody.runs().active(s).map(|a| &a.run_id) != Some(*r))
+            .map(|(s, r)| (s.clone(), r.clone()))
+            .collect();
+        for (session, run) in gone {
+            self.run_gone(&session, &run, RunEventKind::Failed, now);
+        }
+    }
+
+    fn scan_effect(&mut self, effect: ScanEffect, now: Millis) {
+        match effect {
+            ScanEffect::WriteJournal { session, run } => {
+                if let Err(error) = self.overlays.add_cleanup(&session, &run) {
+                    self.journal_failed(&session, &run, error);
+                }
+                // The scans go on either way; only the restart repair needs the row.
+                self.scans.journal_written(&session, &run);
+            }
+            ScanEffect::Scan { session, run, .. } => {
+                let result = self.exact_scan(&session, &run, now);
+                self.scans.handle_scan_result(&session, &run, result, now);
+            }
+            ScanEffect::RemoveJournal { session, run } => {
+                if let Err(error) = self.overlays.remove_cleanup(&session, &run) {
+                    self.journal_failed(&session, &run, error);
+                }
+            }
+            ScanEffect::GaveUp { session, run } => self.notice(Notice::ScanGaveUp { session, run }),
+            other => self.notice(Notice::Unknown(format!("{other:?}"))),
+        }
+    }
+
+    /// One exact scan (OV-06): the run's keys that history holds settle, in every target
+    /// of the session; what was saved is sent, also when a later write failed.
+    fn exact_scan(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        now: Millis,
+    ) -> Result<ScanReport, ()> {
+        let wanted = match scan::run_keys(&mut self.overlays, session, run) {
+            Ok(keys) => keys,
+            Err(error) => {
+                self.scan_failed(session, run, error);
+                return Err(());
+            }
+        };
+        let found = match self.sessions.get_mut(session) {
+            Some(s) => find_keys(&mut s.sources, &wanted),
+            None => HashSet::new(),
+        };
+        match scan::settle_run(&mut self.overlays, session, run, &found) {
+            Ok((report, written)) => {
+                self.emit_settled(session, written, now);
+                Ok(report)
+            }
+            Err(e) => {
+                self.emit_settled(session, e.written, now);
+                self.scan_failed(session, run, e.error);
+                Err(())
+            }
+        }
+    }
+
+    fn emit_settled(
+        &mut self,
+        session: &SessionId,
+        written: Vec<(TargetId, StoredOverlay)>,
+        now: Millis,
+    ) {
+        for (target, stored) in written {
+            self.emit_blocks(session, &target, &stored, now);
+        }
+    }
+
+    fn notice(&mut self, notice: Notice) {
+        self.effects.push_back(Effect::Notice(notice));
+    }
+
+    fn journal_failed(&mut self, session: &SessionId, run: &RunId, error: OverlayError) {
+        self.notice(Notice::JournalFailed {
+            session: Some(session.clone()),
+            run: Some(run.clone()),
+            error,
+        });
+    }
+
+    fn scan_failed(&mut self, session: &SessionId, run: &RunId, error: OverlayError) {
+        self.notice(Notice::ScanFailed {
+            session: session.clone(),
+            run: run.clone(),
+            error,
+        });
+    }
+}
+
+/// The keys of `wanted` that the sources hold, reading back from the present.
+fn find_keys(
+    sources: &mut BTreeMap<TargetId, Source>,
+    wanted: &HashSet<BlockKey>,
+) -> HashSet<BlockKey> {
+    let mut found = HashSet::new();
+    for source in sources.values_mut() {
+        let mut before = None;
+        for _ in 0..EXACT_SCAN_READS {
+            if found.len() == wanted.len() {
+                return found;
+            }
+            let Ok(page) = source.read(before.as_ref(), EXACT_SCAN_PAGE) else {
+                break;
+            };
+            for item in &page.items {
+                for b in &item.blocks {
+                    let k = b.key();
+                    if wanted.contains(&k) {
+                        found.insert(k);
+                    }
+                }
+            }
+            match (page.more, page.items.last()) {
+                (true, Some(last)) => before = Some(last.position.clone()),
+                _ => break,
+            }
+        }
+    }
+    found
+}

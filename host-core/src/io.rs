@@ -1,0 +1,470 @@
+//! What goes into a [`crate::Host`] and what comes out of it.
+
+use outbox_core::adapter::{AttemptId, DetachResult, HistoryRead, ProofKind, SendRequest};
+use outbox_core::adapter::{SendResult, StopResult};
+use outbox_core::custody::{ActionError, StopAnswer, StoreFailure, SubmitError, SubmitRequest};
+use outbox_core::entry::{Acceptance, MessageRequest, Receipt};
+use outbox_core::ids::{OperationId, QueueId};
+use outbox_core::runs::RunError;
+use outbox_core::store::RouteDelivery;
+use overlay_core::live::{Delivery, LiveProtocol, RelayError, RunEventKind, WindowId};
+use overlay_core::replay::ReplayChunk;
+use overlay_core::store::{StoreError as OverlayError, StoredBlock};
+use overlay_core::window::WindowError;
+use timeline_core::anchor::Anchor;
+use timeline_core::cursor::BoundaryToken;
+use timeline_core::key::{RunId, SessionId, TargetId};
+use timeline_core::rows::{ApprovalRequest, ApprovalResult, Decision};
+use timeline_core::wire::{OlderPage, TimelineWindow};
+
+/// Names the caller of a client request; its [`Reply`] comes back with it. The embedder
+/// chooses the numbers (for example its wire request IDs) and routes replies by them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReplyTo(pub u64);
+
+/// A request from a client (a desktop window or a phone through the relay).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ClientRequest {
+    /// Save a message (OB-03): answered with [`Reply::Submitted`].
+    Submit(SubmitRequest),
+    /// Replace a queued message's text (a new operation): [`Reply::Edited`].
+    Edit {
+        /// Session.
+        session: SessionId,
+        /// The entry.
+        queue_id: QueueId,
+        /// The operation of the edited message.
+        new_operation: OperationId,
+        /// The new message.
+        request: MessageRequest,
+    },
+    /// Remove a queued message: [`Reply::Done`].
+    Remove {
+        /// Session.
+        session: SessionId,
+        /// The entry.
+        queue_id: QueueId,
+    },
+    /// Send a queued message now: [`Reply::Done`].
+    SendNow {
+        /// Session.
+        session: SessionId,
+        /// The entry.
+        queue_id: QueueId,
+    },
+    /// Stop the session's active run: [`Reply::Stop`] once the stop settles (or after 5 s,
+    /// still settling).
+    Stop {
+        /// Session.
+        session: SessionId,
+    },
+    /// Take an accepted steer back and send it as a turn of its own: [`Reply::Done`].
+    StopAndSendNow {
+        /// Session.
+        session: SessionId,
+        /// The entry.
+        queue_id: QueueId,
+    },
+    /// `run.chatLoad`: the latest window of a target: [`Reply::LatestWindow`].
+    LatestWindow {
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// Rows asked for.
+        page_size: usize,
+    },
+    /// `run.chatLoadPageBefore`: [`Reply::OlderPage`].
+    OlderPage {
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// `beforeCursor`.
+        cursor: String,
+        /// `pageSize`.
+        page_size: usize,
+        /// `expectedBoundaryToken`, as the client holds it.
+        expected_boundary_token: Option<BoundaryToken>,
+    },
+    /// A load at an anchor: [`Reply::LatestWindow`] (an anchored window has the same form).
+    Anchored {
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// The anchor.
+        anchor: Anchor,
+    },
+    /// `run.chatResolveApproval`: [`Reply::Approval`]. It carries no session ID.
+    ResolveApproval {
+        /// `requestId`.
+        request_id: String,
+        /// `threadId`.
+        thread_id: String,
+        /// `turnId`.
+        turn_id: String,
+        /// `itemId`.
+        item_id: String,
+        /// The decision.
+        decision: Decision,
+    },
+    /// A desktop window subscribes to one target: [`Reply::Subscribed`].
+    Subscribe {
+        /// The window.
+        window: WindowId,
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// What the window takes.
+        protocol: LiveProtocol,
+    },
+    /// A window closes: [`Reply::Done`].
+    Unsubscribe {
+        /// The window.
+        window: WindowId,
+    },
+    /// A phone joins a session: it holds interest, and gets the session's replay
+    /// ([`Reply::Replay`]).
+    Join {
+        /// Session.
+        session: SessionId,
+        /// What the relay's phones take.
+        protocol: LiveProtocol,
+    },
+    /// A phone leaves a session: [`Reply::Done`].
+    Leave {
+        /// Session.
+        session: SessionId,
+    },
+}
+
+/// An answer from the agent, or something the agent did.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum AgentInput {
+    /// The result of [`AgentCall::Send`].
+    SendResult {
+        /// The attempt the call named.
+        attempt: AttemptId,
+        /// The result.
+        result: SendResult,
+    },
+    /// The result of [`AgentCall::ReadHistory`].
+    HistoryRead {
+        /// The attempt the call named.
+        attempt: AttemptId,
+        /// What the read found.
+        read: HistoryRead,
+    },
+    /// The result of [`AgentCall::Stop`].
+    StopResult {
+        /// The attempt the call named.
+        attempt: AttemptId,
+        /// The result.
+        result: StopResult,
+    },
+    /// The result of [`AgentCall::TakeBack`].
+    TakeBack {
+        /// The attempt the call named.
+        attempt: AttemptId,
+        /// The result.
+        result: DetachResult,
+    },
+    /// The agent's stream proved an operation delivered (Codex: the `userMessage` echo
+    /// with its `clientId`; Claude: the replayed echo).
+    DeliveryProof {
+        /// Session.
+        session: SessionId,
+        /// The operation.
+        operation_id: OperationId,
+    },
+    /// The agent published live rows of a target (new or updated; same key replaces).
+    Rows {
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// The rows.
+        rows: Vec<StoredBlock>,
+    },
+    /// The agent still works on a run (the stale reclaim leaves it alone).
+    RunActive {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+    },
+    /// A run ended.
+    RunEnded {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+        /// Completed, failed or aborted.
+        outcome: RunEventKind,
+        /// Accepted steers the run did not take.
+        untaken: Vec<OperationId>,
+    },
+    /// The agent asks for an approval (RW-06).
+    ApprovalAsked {
+        /// Session.
+        session: SessionId,
+        /// The target whose timeline shows the card.
+        target: TargetId,
+        /// The run that asks.
+        run: Option<RunId>,
+        /// The request.
+        request: ApprovalRequest,
+        /// The context line of the card (the command, the reason).
+        summary: String,
+    },
+    /// The agent's answer to [`AgentCall::ResolveApproval`], or a request settled
+    /// elsewhere (`serverRequest/resolved` with no decision from here:
+    /// [`ApprovalResult::ResolvedExternally`]).
+    ApprovalResolved {
+        /// `requestId`.
+        request_id: String,
+        /// `threadId`.
+        thread_id: String,
+        /// `turnId`.
+        turn_id: String,
+        /// `itemId`.
+        item_id: String,
+        /// `Ok`: the result the agent took. `Err`: the agent did not take the decision
+        /// (its text); the card stays pending and may be decided again.
+        result: Result<ApprovalResult, String>,
+    },
+}
+
+/// Work for the agent. Each is answered with the [`AgentInput`] its doc names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AgentCall {
+    /// Hand a message to the agent: [`AgentInput::SendResult`].
+    Send(SendRequest),
+    /// Look for an operation in the agent's history: [`AgentInput::HistoryRead`].
+    ReadHistory {
+        /// The attempt the answer names.
+        attempt: AttemptId,
+        /// Session.
+        session: SessionId,
+        /// Operation.
+        operation_id: OperationId,
+        /// What proves delivery in this agent's history.
+        proof: ProofKind,
+    },
+    /// Stop a run: [`AgentInput::StopResult`].
+    Stop {
+        /// The attempt the answer names.
+        attempt: AttemptId,
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+    },
+    /// Take back an accepted steer: [`AgentInput::TakeBack`].
+    TakeBack {
+        /// The attempt the answer names.
+        attempt: AttemptId,
+        /// Session.
+        session: SessionId,
+        /// Operation.
+        operation_id: OperationId,
+        /// The accepting run, thread and turn.
+        acceptance: Acceptance,
+    },
+    /// Answer an approval with a decision: [`AgentInput::ApprovalResolved`].
+    ResolveApproval {
+        /// Session.
+        session: SessionId,
+        /// The request.
+        request: ApprovalRequest,
+        /// The decision (allowed by the request).
+        decision: Decision,
+    },
+    /// Replace latest found the thread gone: forget the session's thread link.
+    ClearThreadLink {
+        /// Session.
+        session: SessionId,
+    },
+}
+
+/// The answer to one [`ClientRequest`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// [`ClientRequest::Submit`].
+    Submitted(Result<Receipt, SubmitError>),
+    /// [`ClientRequest::Edit`].
+    Edited(Result<Receipt, ActionError>),
+    /// Remove, send now, stop and send now, unsubscribe, leave.
+    Done(Result<(), ActionError>),
+    /// [`ClientRequest::Stop`].
+    Stop(StopAnswer),
+    /// [`ClientRequest::LatestWindow`] and [`ClientRequest::Anchored`].
+    LatestWindow(Result<TimelineWindow, LoadError>),
+    /// [`ClientRequest::OlderPage`].
+    OlderPage(Result<OlderPage, LoadError>),
+    /// [`ClientRequest::ResolveApproval`]: the result the agent took.
+    Approval(Result<ApprovalResult, ApprovalError>),
+    /// [`ClientRequest::Subscribe`]: the saved overlay the window starts from, tagged.
+    Subscribed(Result<overlay_core::live::Subscription, OverlayError>),
+    /// [`ClientRequest::Join`]: the session's replay, in order.
+    Replay(Vec<ReplayChunk>),
+}
+
+/// Why a load failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The host knows no history source for this target.
+    #[error("no history source for target {target} of session {session}")]
+    UnknownTarget {
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+    },
+    /// The builder's error (its `errorCode` is [`WindowError::error_code`]).
+    #[error(transparent)]
+    Window(#[from] WindowError),
+}
+
+/// Why an approval decision was not taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApprovalError {
+    /// No open request has this identity (never asked, or asked before a restart).
+    #[error("no open approval request has this ID")]
+    Unknown,
+    /// "The desktop refuses a decision that is not in that list." (RW-06)
+    #[error("the decision {0:?} is not allowed for this request")]
+    NotAllowed(Decision),
+    /// Another device decided first. `result` is the decision taken, or `None` while
+    /// the agent is still taking it; the decided card follows on the live path.
+    #[error("this approval request was already resolved")]
+    AlreadyResolved {
+        /// The result taken, once the agent took it.
+        result: Option<ApprovalResult>,
+    },
+    /// The agent did not take the decision (its text); the card stays pending.
+    #[error("the agent did not take the decision: {0}")]
+    Refused(String),
+}
+
+/// Something the user should see, or the embedder should log: failures the host met
+/// outside a caller's request, and refusals from the agent side. No failure is dropped.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// The outbox store refused a change; custody retries it (see
+    /// `outbox_core::custody`).
+    OutboxStoreFailed(StoreFailure),
+    /// The overlay store refused a live write: the rows were not saved, so they were not
+    /// sent either ("the producer saves first and sends the saved snapshot"). They reach
+    /// clients from history once the agent saves them.
+    OverlayWriteFailed {
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// What the store said.
+        error: OverlayError,
+    },
+    /// The cleanup journal could not be written or read; the exact scans of the run go
+    /// on, but a restart will not repeat them. At start (no session, no run): the
+    /// journal could not be read, so no restart repair runs.
+    JournalFailed {
+        /// Session.
+        session: Option<SessionId>,
+        /// Run.
+        run: Option<RunId>,
+        /// What the store said.
+        error: OverlayError,
+    },
+    /// An exact scan could not read or settle the overlays; it counts as a miss and the
+    /// next scan of the schedule tries again (OV-06). Snapshots saved before the failure
+    /// were sent.
+    ScanFailed {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+        /// What the store said.
+        error: OverlayError,
+    },
+    /// The replay buffer refused an event or running state the host built (a defect:
+    /// reported, not hidden); the replay goes without it.
+    ReplayRefused {
+        /// Session.
+        session: SessionId,
+        /// Why.
+        error: String,
+    },
+    /// An effect of an inner machine this version of the host does not know.
+    Unknown(String),
+    /// The exact scans of a run ended with rows still unsettled; they settle at the next
+    /// latest window or restart repair.
+    ScanGaveUp {
+        /// Session.
+        session: SessionId,
+        /// Run.
+        run: RunId,
+    },
+    /// The relay refused a payload the host built (a defect: reported, not hidden).
+    RelayRefused {
+        /// Session.
+        session: SessionId,
+        /// Why.
+        error: RelayError,
+    },
+    /// The run registry refused to start a run for the queue's head.
+    RunRefused {
+        /// Session.
+        session: SessionId,
+        /// The operation that would have started it.
+        operation_id: OperationId,
+        /// The seed's text.
+        error: RunError,
+    },
+    /// A take-back was refused: the entry stays with its run.
+    HandoffRefused {
+        /// Session.
+        session: SessionId,
+        /// Operation.
+        operation_id: OperationId,
+        /// Why.
+        reason: String,
+    },
+    /// A session message's delivery changed: the sender's row shows it.
+    RouteDeliveryChanged {
+        /// The message.
+        operation_id: OperationId,
+        /// The sender's session.
+        sender_session: SessionId,
+        /// The new delivery.
+        delivery: RouteDelivery,
+    },
+}
+
+/// What the host wants done outside. Drain with [`crate::Host::poll_effect`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Effect {
+    /// Work for the agent of a session.
+    Agent(AgentCall),
+    /// Live delivery to a desktop window, the progress sink or the relay.
+    Deliver(Delivery),
+    /// The answer to a client request.
+    Reply {
+        /// Who asked.
+        to: ReplyTo,
+        /// The answer.
+        reply: Reply,
+    },
+    /// A failure or refusal to show or log.
+    Notice(Notice),
+}

@@ -1,0 +1,626 @@
+//! The host machine through its public loop, as an embedder drives it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+
+use host_core::{
+    AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, Host, HostConfig, Notice, Reply,
+    ReplyTo,
+};
+use outbox_core::store::OutboxStore;
+use outbox_core::{Capabilities, Controls, MemoryOutboxStore, MessageRequest, OperationId};
+use outbox_core::{QueueId, SendResult, SessionInfo, SubmitRequest};
+use overlay_core::store::{StoreError, Update};
+use overlay_core::{
+    CleanupJournal, Delivery, LiveProtocol, MemoryOverlayStore, MemorySource, OverlayStore,
+    RowClass, RunEventKind, SourceKind, StoredBlock, StoredOverlay, WindowId,
+};
+use timeline_core::rows::{ApprovalKind, ApprovalResult, CardStatus, Decision};
+use timeline_core::{
+    ApprovalRequest, Block, BlockKey, BlockType, BoundaryToken, HostKey, Millis, RunId, SessionId,
+    SourceOrder, TargetId,
+};
+
+/// An overlay store that refuses writes while `fail` is set.
+#[derive(Default)]
+struct Flaky {
+    inner: MemoryOverlayStore,
+    fail: bool,
+}
+
+impl OverlayStore for Flaky {
+    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, StoreError> {
+        self.inner.load(s, t)
+    }
+    fn compare_and_set(
+        &mut self,
+        s: &SessionId,
+        t: &TargetId,
+        expected: Option<u64>,
+        epoch: u64,
+        blocks: Vec<StoredBlock>,
+    ) -> Result<StoredOverlay, StoreError> {
+        if self.fail {
+            return Err(StoreError::Unavailable("the disk is full".into()));
+        }
+        self.inner.compare_and_set(s, t, expected, epoch, blocks)
+    }
+    fn update(
+        &mut self,
+        s: &SessionId,
+        t: &TargetId,
+        change: &overlay_core::Change,
+    ) -> Result<Update, StoreError> {
+        if self.fail {
+            return Err(StoreError::Unavailable("the disk is full".into()));
+        }
+        self.inner.update(s, t, change)
+    }
+    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, StoreError> {
+        self.inner.delete(s, t)
+    }
+    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, StoreError> {
+        self.inner.targets(s)
+    }
+    fn current_revision(&mut self) -> Result<u64, StoreError> {
+        self.inner.current_revision()
+    }
+}
+
+impl CleanupJournal for Flaky {
+    fn add_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<(), StoreError> {
+        self.inner.add_cleanup(s, r)
+    }
+    fn remove_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<bool, StoreError> {
+        self.inner.remove_cleanup(s, r)
+    }
+    fn pending_cleanups(
+        &mut self,
+        s: Option<&SessionId>,
+    ) -> Result<Vec<(SessionId, RunId)>, StoreError> {
+        self.inner.pending_cleanups(s)
+    }
+}
+
+fn session() -> SessionId {
+    SessionId::new("session-1").unwrap()
+}
+
+fn source() -> MemorySource {
+    MemorySource::new(
+        SourceKind::Codex {
+            thread_id: "thread-1".into(),
+            generation: 1,
+        },
+        BoundaryToken::codex_rollout("/sessions/rollout-1.jsonl"),
+    )
+}
+
+fn host_with<V: OverlayStore + CleanupJournal>(
+    overlays: V,
+    source: MemorySource,
+) -> Host<MemoryOutboxStore, V> {
+    let mut n = 0u64;
+    let uuids = Box::new(move || {
+        n += 1;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    });
+    let mut host = Host::new(
+        MemoryOutboxStore::new(),
+        overlays,
+        HostConfig::new(HostKey::from_bytes([3; 32]), uuids),
+    );
+    host.add_session(
+        &session(),
+        SessionInfo::new(Capabilities::codex()),
+        Box::new(source),
+    );
+    host.start(Millis(0)).unwrap();
+    host
+}
+
+fn host() -> Host<MemoryOutboxStore, MemoryOverlayStore> {
+    host_with(MemoryOverlayStore::new(), source())
+}
+
+fn drain<O: OutboxStore, V: OverlayStore + CleanupJournal>(host: &mut Host<O, V>) -> Vec<Effect> {
+    std::iter::from_fn(|| host.poll_effect()).collect()
+}
+
+fn request() -> ApprovalRequest {
+    ApprovalRequest {
+        request_id: "7".into(),
+        thread_id: "thread-1".into(),
+        turn_id: "turn-1".into(),
+        item_id: "item-1".into(),
+        kind: ApprovalKind::CommandExecution,
+        allowed: vec![Decision::Accept, Decision::Decline],
+    }
+}
+
+fn decide(decision: Decision) -> ClientRequest {
+    ClientRequest::ResolveApproval {
+        request_id: "7".into(),
+        thread_id: "thread-1".into(),
+        turn_id: "turn-1".into(),
+        item_id: "item-1".into(),
+        decision,
+    }
+}
+
+fn resolved(result: Result<ApprovalResult, String>) -> AgentInput {
+    AgentInput::ApprovalResolved {
+        request_id: "7".into(),
+        thread_id: "thread-1".into(),
+        turn_id: "turn-1".into(),
+        item_id: "item-1".into(),
+        result,
+    }
+}
+
+fn ask<O: OutboxStore, V: OverlayStore + CleanupJournal>(host: &mut Host<O, V>) {
+    let s = session();
+    host.handle_agent(
+        AgentInput::ApprovalAsked {
+            session: s.clone(),
+            target: TargetId::main(&s),
+            run: None,
+            request: request(),
+            summary: "rm -rf build".into(),
+        },
+        Millis(10),
+    );
+}
+
+fn approval_reply(
+    effects: &[Effect],
+    to: ReplyTo,
+) -> Option<Result<ApprovalResult, ApprovalError>> {
+    effects.iter().find_map(|e| match e {
+        Effect::Reply {
+            to: t,
+            reply: Reply::Approval(r),
+        } if *t == to => Some(r.clone()),
+        _ => None,
+    })
+}
+
+fn card_status<V: OverlayStore + CleanupJournal>(
+    host: &mut Host<MemoryOutboxStore, V>,
+) -> CardStatus {
+    let s = session();
+    let key = BlockKey::parse(BlockType::Activity, &request().card_id()).unwrap();
+    let stored = host
+        .overlays()
+        .load(&s, &TargetId::main(&s))
+        .unwrap()
+        .unwrap();
+    let row = stored.blocks.iter().find(|b| b.block.key() == key).unwrap();
+    assert_eq!(row.class, RowClass::ApprovalCard);
+    serde_json::from_value(row.block.data["approval"]["status"].clone()).unwrap()
+}
+
+// RW-06: the first decision the agent takes wins, on any device; a concurrent or later
+// one from another device is "already resolved" and sees the decided card.
+#[test]
+fn an_approval_is_decided_once_across_devices() {
+    let mut host = host();
+    ask(&mut host);
+    drain(&mut host);
+    assert_eq!(card_status(&mut host), CardStatus::Pending);
+
+    let (phone, desktop, tablet) = (ReplyTo(1), ReplyTo(2), ReplyTo(3));
+    host.handle_client(phone, decide(Decision::Accept), Millis(20));
+    host.handle_client(desktop, decide(Decision::Decline), Millis(21));
+    let effects = drain(&mut host);
+    let calls: Vec<_> = effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Agent(AgentCall::ResolveApproval { .. })))
+        .collect();
+    assert_eq!(calls.len(), 1, "one decision goes to the agent");
+    assert!(matches!(
+        calls[0],
+        Effect::Agent(AgentCall::ResolveApproval {
+            decision: Decision::Accept,
+            ..
+        })
+    ));
+    assert_eq!(
+        approval_reply(&effects, desktop),
+        Some(Err(ApprovalError::AlreadyResolved { result: None })),
+        "a concurrent decision from another device is refused"
+    );
+    assert_eq!(
+        approval_reply(&effects, phone),
+        None,
+        "the phone waits for the agent"
+    );
+
+    host.handle_agent(resolved(Ok(ApprovalResult::Accepted)), Millis(30));
+    let effects = drain(&mut host);
+    assert_eq!(
+        approval_reply(&effects, phone),
+        Some(Ok(ApprovalResult::Accepted))
+    );
+    assert_eq!(
+        card_status(&mut host),
+        CardStatus::Accepted,
+        "decided in place"
+    );
+
+    // A late decision, and a repeated answer from the agent, change nothing.
+    host.handle_client(tablet, decide(Decision::Decline), Millis(40));
+    host.handle_agent(resolved(Ok(ApprovalResult::Declined)), Millis(41));
+    let effects = drain(&mut host);
+    assert_eq!(
+        approval_reply(&effects, tablet),
+        Some(Err(ApprovalError::AlreadyResolved {
+            result: Some(ApprovalResult::Accepted)
+        }))
+    );
+    assert_eq!(card_status(&mut host), CardStatus::Accepted);
+
+    // A phone that joins later replays the request stamped with its outcome.
+    host.handle_client(
+        ReplyTo(4),
+        ClientRequest::Join {
+            session: session(),
+            protocol: LiveProtocol::Snapshots,
+        },
+        Millis(50),
+    );
+    let replay = drain(&mut host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Reply {
+                reply: Reply::Replay(chunks),
+                ..
+            } => Some(chunks),
+            _ => None,
+        })
+        .unwrap();
+    let text: String = replay.iter().map(|c| c.json.as_str()).collect();
+    assert!(text.contains(r#""type":"approval_request""#), "{text}");
+    assert!(text.contains(r#""outcome":"allowed""#), "{text}");
+}
+
+// RW-06: "The desktop refuses a decision that is not in that list."
+#[test]
+fn a_decision_outside_the_allowed_list_or_for_no_request_is_refused() {
+    let mut host = host();
+    host.handle_client(ReplyTo(1), decide(Decision::Accept), Millis(5));
+    assert_eq!(
+        approval_reply(&drain(&mut host), ReplyTo(1)),
+        Some(Err(ApprovalError::Unknown))
+    );
+    ask(&mut host);
+    drain(&mut host);
+    host.handle_client(ReplyTo(2), decide(Decision::AcceptForSession), Millis(20));
+    let effects = drain(&mut host);
+    assert_eq!(
+        approval_reply(&effects, ReplyTo(2)),
+        Some(Err(ApprovalError::NotAllowed(Decision::AcceptForSession)))
+    );
+    assert!(!effects.iter().any(|e| matches!(e, Effect::Agent(_))));
+    // The refusal did not use up the request.
+    host.handle_client(ReplyTo(3), decide(Decision::Decline), Millis(21));
+    assert!(drain(&mut host)
+        .iter()
+        .any(|e| matches!(e, Effect::Agent(AgentCall::ResolveApproval { .. }))));
+}
+
+// RW-06: a decision the agent did not take leaves the card pending for any device; a
+// request settled elsewhere shows as expired.
+#[test]
+fn a_refused_decision_reopens_the_card_and_an_external_one_expires_it() {
+    let mut host = host();
+    ask(&mut host);
+    host.handle_client(ReplyTo(1), decide(Decision::Accept), Millis(20));
+    drain(&mut host);
+    host.handle_agent(resolved(Err("the turn is gone".into())), Millis(21));
+    assert_eq!(
+        approval_reply(&drain(&mut host), ReplyTo(1)),
+        Some(Err(ApprovalError::Refused("the turn is gone".into())))
+    );
+    assert_eq!(card_status(&mut host), CardStatus::Pending);
+
+    host.handle_client(ReplyTo(2), decide(Decision::Decline), Millis(30));
+    drain(&mut host);
+    host.handle_agent(resolved(Ok(ApprovalResult::ResolvedExternally)), Millis(31));
+    assert_eq!(
+        approval_reply(&drain(&mut host), ReplyTo(2)),
+        Some(Err(ApprovalError::AlreadyResolved {
+            result: Some(ApprovalResult::ResolvedExternally)
+        }))
+    );
+    assert_eq!(card_status(&mut host), CardStatus::Expired);
+}
+
+fn row(key: &str, run: &RunId) -> StoredBlock {
+    StoredBlock {
+        block: Block::new(
+            BlockKey::parse(BlockType::AgentReply, key).unwrap(),
+            Millis(100),
+        )
+        .with_data(serde_json::json!({ "text": key })),
+        class: RowClass::Ordinary,
+        run_id: Some(run.clone()),
+    }
+}
+
+fn rows_input(rows: Vec<StoredBlock>) -> AgentInput {
+    let s = session();
+    AgentInput::Rows {
+        session: s.clone(),
+        target: TargetId::main(&s),
+        rows,
+    }
+}
+
+fn submit(
+    host: &mut Host<MemoryOutboxStore, impl OverlayStore + CleanupJournal>,
+    n: u32,
+    now: Millis,
+) -> Vec<Effect> {
+    host.handle_client(
+        ReplyTo(u64::from(n)),
+        ClientRequest::Submit(SubmitRequest {
+            session: session(),
+            queue_id: QueueId::new(format!("q-{n}")).unwrap(),
+            operation_id: OperationId::new(format!("op-{n}")).unwrap(),
+            request: MessageRequest::text(format!("message {n}"), "phone", now),
+            controls: Controls::automatic(),
+        }),
+        now,
+    );
+    drain(host)
+}
+
+fn window_subscription(host: &mut Host<MemoryOutboxStore, impl OverlayStore + CleanupJournal>) {
+    let s = session();
+    host.handle_client(
+        ReplyTo(900),
+        ClientRequest::Subscribe {
+            window: WindowId(1),
+            session: s.clone(),
+            target: TargetId::main(&s),
+            protocol: LiveProtocol::Snapshots,
+        },
+        Millis(1),
+    );
+    drain(host);
+}
+
+// OV-07 / OV-08: "the producer saves first and sends the saved snapshot": a write the
+// store refused sends nothing and says so; the next saved write is sent.
+#[test]
+fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
+    let mut host = host_with(Flaky::default(), source());
+    window_subscription(&mut host);
+    let run = RunId::new("run-1").unwrap();
+    host.overlays().fail = true;
+    host.handle_agent(rows_input(vec![row("a", &run)]), Millis(10));
+    host.handle_timeout(Millis(100));
+    let effects = drain(&mut host);
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Notice(Notice::OverlayWriteFailed { .. }))),
+        "{effects:?}"
+    );
+    assert!(!effects.iter().any(|e| matches!(e, Effect::Deliver(_))));
+
+    host.overlays().fail = false;
+    host.handle_agent(rows_input(vec![row("b", &run)]), Millis(200));
+    host.handle_timeout(Millis(300));
+    let delivered: Vec<_> = drain(&mut host)
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Deliver(Delivery::Window { payload, .. }) => Some(payload),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delivered.len(), 1);
+    let overlay_core::Payload::Blocks { overlay, .. } = &delivered[0] else {
+        panic!("blocks payload")
+    };
+    let keys: Vec<String> = overlay.blocks.iter().map(|b| b.id.to_string()).collect();
+    assert_eq!(keys, ["b"], "only what was saved");
+}
+
+// OV-06: a Codex run's end writes the journal row, scans history for the run's exact
+// keys, settles what it found, sends the saved overlay and removes the journal row.
+#[test]
+fn a_codex_run_end_settles_its_rows_found_in_history() {
+    let mut host_source = source();
+    let run = RunId::new("run-1").unwrap();
+    host_source.push(vec![row("a", &run)
+        .block
+        .with_source_order(SourceOrder::history(0, 0))]);
+    let mut host = host_with(MemoryOverlayStore::new(), host_source);
+    window_subscription(&mut host);
+    host.handle_agent(rows_input(vec![row("a", &run), row("b", &run)]), Millis(10));
+    drain(&mut host);
+    host.handle_agent(
+        AgentInput::RunEnded {
+            session: session(),
+            run: run.clone(),
+            outcome: RunEventKind::Completed,
+            untaken: Vec::new(),
+        },
+        Millis(20),
+    );
+    // Three scans at +0, +100 and +250 ms; "b" is never found.
+    for t in [20, 120, 270, 400] {
+        host.handle_timeout(Millis(t));
+    }
+    let effects = drain(&mut host);
+    let s = session();
+    let stored = host
+        .overlays()
+        .load(&s, &TargetId::main(&s))
+        .unwrap()
+        .unwrap();
+    let keys: HashSet<String> = stored
+        .blocks
+        .iter()
+        .map(|b| b.block.id.to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        HashSet::from(["b".to_owned()]),
+        "only the found key settled"
+    );
+    assert_eq!(stored.settlement_epoch, 1, "a settled row raises the epoch");
+    assert!(effects
+        .iter()
+        .any(|e| matches!(e, Effect::Notice(Notice::ScanGaveUp { .. }))));
+    assert_eq!(
+        host.overlays().pending_cleanups(None).unwrap(),
+        vec![(s.clone(), run.clone())],
+        "unsettled: the journal row stays for the restart repair"
+    );
+}
+
+// OV-06 restart repair: a journal row left at a restart is scanned again when its
+// session is first opened.
+#[test]
+fn journal_rows_left_at_a_restart_are_scanned_when_the_session_opens() {
+    let run = RunId::new("run-1").unwrap();
+    let s = session();
+    let mut overlays = MemoryOverlayStore::new();
+    overlay_core::overlay::write(
+        &mut overlays,
+        &s,
+        &TargetId::main(&s),
+        &overlay_core::Change::Publish(vec![row("a", &run)]),
+    )
+    .unwrap();
+    overlays.add_cleanup(&s, &run).unwrap();
+    let mut history = source();
+    history.push(vec![row("a", &run)
+        .block
+        .with_source_order(SourceOrder::history(0, 0))]);
+    let mut host = host_with(overlays, history);
+    assert_eq!(host.overlays().pending_cleanups(None).unwrap().len(), 1);
+    window_subscription(&mut host);
+    host.handle_timeout(Millis(5));
+    drain(&mut host);
+    assert!(
+        host.overlays().pending_cleanups(None).unwrap().is_empty(),
+        "settled"
+    );
+    let stored = host
+        .overlays()
+        .load(&s, &TargetId::main(&s))
+        .unwrap()
+        .unwrap();
+    assert!(stored.blocks.is_empty());
+}
+
+// OB-03 / OV-07: a run starts when custody hands the message to the agent as a turn, and
+// the progress sink hears of its start and end; the host's deadline is the earliest of
+// every inner machine.
+#[test]
+fn runs_reach_the_progress_sink_and_the_deadline_is_the_earliest() {
+    let mut host = host();
+    let effects = submit(&mut host, 1, Millis(1_000));
+    let send = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::Send(req)) => Some(req.clone()),
+            _ => None,
+        })
+        .expect("the message goes to the agent");
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Deliver(Delivery::Progress(ev)) if ev.event == RunEventKind::Started
+    )));
+    // Custody waits 31 s for the send; the deadline is never later than that.
+    let deadline = host
+        .poll_timeout()
+        .expect("a deadline while a send is in flight");
+    assert!(deadline <= Millis(1_000 + 31_000), "{deadline:?}");
+    let run = host
+        .custody()
+        .runs()
+        .active(&session())
+        .unwrap()
+        .run_id
+        .clone();
+    host.handle_agent(
+        AgentInput::SendResult {
+            attempt: send.attempt,
+            result: SendResult::Delivered,
+        },
+        Millis(1_100),
+    );
+    host.handle_agent(
+        AgentInput::RunEnded {
+            session: session(),
+            run,
+            outcome: RunEventKind::Completed,
+            untaken: Vec::new(),
+        },
+        Millis(1_200),
+    );
+    let effects = drain(&mut host);
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Deliver(Delivery::Progress(ev)) if ev.event == RunEventKind::Completed
+    )));
+}
+
+// OB-08: an answer for an old attempt, delivered twice and late, never makes the host
+// send the message again, and the receipt reaches the caller once.
+#[test]
+fn late_and_repeated_answers_send_nothing_twice() {
+    let mut host = host();
+    let effects = submit(&mut host, 1, Millis(1_000));
+    let receipts = effects
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Reply {
+                    to: ReplyTo(1),
+                    reply: Reply::Submitted(Ok(_))
+                }
+            )
+        })
+        .count();
+    assert_eq!(receipts, 1);
+    let send = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::Send(req)) => Some(req.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let mut sends = 1;
+    for (t, result) in [
+        (1_100, SendResult::Delivered),
+        (1_200, SendResult::Delivered),
+        (
+            40_000,
+            SendResult::AdmissionUncertain {
+                error: "late".into(),
+            },
+        ),
+    ] {
+        host.handle_agent(
+            AgentInput::SendResult {
+                attempt: send.attempt,
+                result,
+            },
+            Millis(t),
+        );
+        host.handle_timeout(Millis(t));
+        sends += drain(&mut host)
+            .iter()
+            .filter(|e| matches!(e, Effect::Agent(AgentCall::Send(_))))
+            .count();
+    }
+    assert_eq!(sends, 1);
+    assert!(host.entries(&session()).unwrap().is_empty());
+}
