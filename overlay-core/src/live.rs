@@ -297,12 +297,20 @@ pub fn validate_relay_overlay(overlay: &serde_json::Value) -> Result<(), RelayEr
 }
 
 /// Checks the `livePatch` of a relay `blocks-patch` payload: exactly `settlementEpoch`,
-/// `baseRevision`, `revision`, `upserts` and `removals`, the two lists arrays, the three
+/// `baseRevision`, `revision`, `upserts` and `removals`, and optionally `appends`, the
+/// lists arrays, the three
 /// numbers exact integers with `0 < baseRevision < revision` (a base is a relay snapshot,
 /// whose revision is above 0).
 pub fn validate_relay_patch(patch: &serde_json::Value) -> Result<(), RelayError> {
     let obj = patch.as_object().ok_or(RelayError::PatchFields)?;
-    let fields: HashSet<&str> = obj.keys().map(String::as_str).collect();
+    if obj.get("appends").is_some_and(|a| !a.is_array()) {
+        return Err(RelayError::PatchFields);
+    }
+    let fields: HashSet<&str> = obj
+        .keys()
+        .map(String::as_str)
+        .filter(|k| *k != "appends")
+        .collect();
     let expected = HashSet::from([
         "settlementEpoch",
         "baseRevision",
@@ -366,7 +374,8 @@ fn held_after_snapshot(held: Option<Version>, got: Version) -> Option<Version> {
 /// and it carries fewer rows than the snapshot.
 fn useful_patch(base: &LiveOverlay, next: &LiveOverlay) -> Option<LivePatch> {
     let patch = LivePatch::between(base, next)?;
-    (patch.upserts.len() + patch.removals.len() < next.blocks.len()).then_some(patch)
+    let changed = patch.upserts.len() + patch.removals.len() + patch.appends.len();
+    (changed < next.blocks.len()).then_some(patch)
 }
 
 #[derive(Debug)]

@@ -759,7 +759,9 @@ fn a_patching_relay_gets_patches_and_its_phone_matches_a_snapshot_phone() {
         second["baseRevision"],
         kinds[0].1["liveOverlay"]["revision"]
     );
-    assert_eq!(second["upserts"].as_array().unwrap().len(), 1, "only row a");
+    // Row a only grew: the patch carries its new text, not the row.
+    assert_eq!(second["upserts"], serde_json::json!([]));
+    assert_eq!(second["appends"].as_array().unwrap().len(), 1, "only row a");
     assert_eq!(second["removals"], serde_json::json!([]));
     let fields: Vec<&str> = kinds[1]
         .1
@@ -972,7 +974,7 @@ fn windows_that_negotiated_patches_get_coalesced_patches_and_others_snapshots() 
                     patch.base_revision,
                     sub_p.overlay.as_ref().unwrap().revision
                 );
-                assert_eq!(patch.upserts.len(), 1);
+                assert_eq!(patch.upserts.len() + patch.appends.len(), 1);
                 assert_eq!(
                     desk_p.handle_live_patch(&t, patch.clone(), Millis(2)),
                     Outcome::Applied

@@ -846,8 +846,9 @@ impl Timeline {
     /// patch from another base is ignored ([`IgnoreReason::BaseMismatch`]) and the next
     /// snapshot heals. A patch in a higher epoch asks for the latest window, like a
     /// snapshot would; a lower epoch is stale. A removal of a row the held revision does
-    /// not have means the held revision differs from the host's: nothing is applied and
-    /// the latest window is requested ([`LoadReason::RevisionConflict`]). Rows are kept
+    /// not have (or an append to a row without text) means the held revision differs
+    /// from the host's: nothing is applied and the latest window is requested
+    /// ([`LoadReason::RevisionConflict`]). Rows are kept
     /// whenever the patch is not applied.
     pub fn handle_live_patch(
         &mut self,
@@ -879,7 +880,14 @@ impl Timeline {
         if patch.base_revision != held.revision {
             return Outcome::Ignored(IgnoreReason::BaseMismatch);
         }
-        if patch.removals.iter().any(|k| !held.blocks.contains_key(k)) {
+        let appendable = |k: &BlockKey| {
+            held.blocks
+                .get(k)
+                .is_some_and(|b| b.data.get("text").is_some_and(serde_json::Value::is_string))
+        };
+        if patch.removals.iter().any(|k| !held.blocks.contains_key(k))
+            || patch.appends.iter().any(|a| !appendable(&a.key))
+        {
             return self.require_reload(LoadReason::RevisionConflict, now);
         }
         self.apply_patch(patch);
@@ -1327,6 +1335,16 @@ impl Timeline {
                 gone.extend(old.operation_id);
             }
             touched.push(k);
+        }
+        for a in patch.appends {
+            if let Some(serde_json::Value::String(text)) = held
+                .blocks
+                .get_mut(&a.key)
+                .and_then(|b| b.data.get_mut("text"))
+            {
+                text.push_str(&a.text);
+            }
+            touched.push(a.key);
         }
         for op in &came {
             self.carry(op, &mut touched);

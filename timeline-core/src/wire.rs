@@ -229,25 +229,28 @@ impl LiveOverlay {
 ///
 /// A client that holds exactly `baseRevision` in `settlementEpoch` applies it in one step:
 /// every key of `removals` leaves, every block of `upserts` is added or replaces the row
-/// with its key. The result has the same rows as the snapshot of `revision`. A patch never
+/// with its key, and every row of `appends` gets its text appended to its `data.text`. The result has the same rows as the snapshot of `revision`. A patch never
 /// crosses an epoch: a settlement always travels as a whole snapshot.
 ///
 /// ```
 /// use timeline_core::block::Block;
 /// use timeline_core::key::{BlockKey, BlockType};
 /// use timeline_core::time::Millis;
-/// use timeline_core::wire::{LiveOverlay, LivePatch};
+/// use timeline_core::wire::{LiveOverlay, LivePatch, TextAppend};
 ///
 /// let row = |id: &str, text: &str| {
 ///     Block::new(BlockKey::parse(BlockType::AgentReply, id).unwrap(), Millis(1))
 ///         .with_data(serde_json::json!({ "text": text }))
 /// };
+/// let key = |id: &str| BlockKey::parse(BlockType::AgentReply, id).unwrap();
 /// let base = LiveOverlay { settlement_epoch: 1, revision: 7, blocks: vec![row("a", "Hel"), row("b", "x")] };
-/// let next = LiveOverlay { settlement_epoch: 1, revision: 9, blocks: vec![row("a", "Hello")] };
+/// let next = LiveOverlay { settlement_epoch: 1, revision: 9, blocks: vec![row("a", "Hello"), row("c", "new")] };
 /// let patch = LivePatch::between(&base, &next).unwrap();
 /// assert_eq!((patch.base_revision, patch.revision), (7, 9));
-/// assert_eq!(patch.upserts, vec![row("a", "Hello")]);
-/// assert_eq!(patch.removals, vec![BlockKey::parse(BlockType::AgentReply, "b").unwrap()]);
+/// assert_eq!(patch.upserts, vec![row("c", "new")]);
+/// assert_eq!(patch.removals, vec![key("b")]);
+/// // "a" only grew: the patch carries the new text, not the row.
+/// assert_eq!(patch.appends, vec![TextAppend { key: key("a"), text: "lo".into() }]);
 /// assert_eq!(patch.apply_to(&base), Ok(next));
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -263,6 +266,21 @@ pub struct LivePatch {
     pub upserts: Vec<Block>,
     /// Keys of rows that leave.
     pub removals: Vec<BlockKey>,
+    /// Rows whose only change is text appended to their `data.text` (a streaming reply):
+    /// each names the row and carries only the new text. Absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub appends: Vec<TextAppend>,
+}
+
+/// Text appended to the `data.text` string of one row, every other field unchanged: how a
+/// patch carries one more token of a streaming reply without sending the whole row again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextAppend {
+    /// The row.
+    pub key: BlockKey,
+    /// What is appended to its text.
+    pub text: String,
 }
 
 /// Why [`LivePatch::apply_to`] refused a base snapshot.
@@ -275,9 +293,37 @@ pub enum PatchMismatch {
     /// The base holds another revision than `baseRevision`.
     #[error("the live patch is for another base revision")]
     Base,
-    /// A removal names a row the base does not hold: the base differs from the host's.
-    #[error("the live patch removes {0}, which the base does not hold")]
+    /// A removal or an append names a row the base does not hold: the base differs from
+    /// the host's.
+    #[error("the live patch changes {0}, which the base does not hold")]
     MissingRow(BlockKey),
+    /// An append names a row whose `data.text` is not a string.
+    #[error("the live patch appends text to {0}, which has no text")]
+    NoText(BlockKey),
+}
+
+/// The text `new` appends to `old`'s `data.text` when that is the only difference
+/// between the two rows; `None` otherwise (or when nothing was appended).
+fn appended_text<'a>(old: &Block, new: &'a Block) -> Option<&'a str> {
+    if old.block_type != new.block_type
+        || old.id != new.id
+        || old.timestamp != new.timestamp
+        || old.source_order != new.source_order
+        || old.operation_id != new.operation_id
+    {
+        return None;
+    }
+    let (old_data, new_data) = (old.data.as_object()?, new.data.as_object()?);
+    let (old_text, new_text) = (
+        old_data.get("text")?.as_str()?,
+        new_data.get("text")?.as_str()?,
+    );
+    let tail = new_text.strip_prefix(old_text).filter(|t| !t.is_empty())?;
+    let same_rest = old_data.len() == new_data.len()
+        && new_data
+            .iter()
+            .all(|(k, v)| k == "text" || old_data.get(k) == Some(v));
+    same_rest.then_some(tail)
 }
 
 /// A block's key, borrowed (no allocation while diffing).
@@ -297,12 +343,19 @@ impl LivePatch {
         let held: HashMap<_, &Block> = base.blocks.iter().map(|b| (borrowed_key(b), b)).collect();
         let mut kept = 0usize;
         let mut upserts = Vec::new();
+        let mut appends = Vec::new();
         for b in &next.blocks {
             match held.get(&borrowed_key(b)) {
                 Some(old) => {
                     kept += 1;
                     if *old != b {
-                        upserts.push(b.clone());
+                        match appended_text(old, b) {
+                            Some(text) => appends.push(TextAppend {
+                                key: b.key(),
+                                text: text.to_owned(),
+                            }),
+                            None => upserts.push(b.clone()),
+                        }
                     }
                 }
                 None => upserts.push(b.clone()),
@@ -324,6 +377,7 @@ impl LivePatch {
             revision: next.revision,
             upserts,
             removals,
+            appends,
         })
     }
 
@@ -338,8 +392,12 @@ impl LivePatch {
         }
         check_blocks(&self.upserts)?;
         let upserted: HashSet<_> = self.upserts.iter().map(borrowed_key).collect();
-        let mut removed = HashSet::with_capacity(self.removals.len());
-        for k in &self.removals {
+        let mut removed = HashSet::with_capacity(self.removals.len() + self.appends.len());
+        for k in self
+            .removals
+            .iter()
+            .chain(self.appends.iter().map(|a| &a.key))
+        {
             let borrowed = (k.block_type, k.id.as_str());
             if upserted.contains(&borrowed) || !removed.insert(borrowed) {
                 return Err(ResponseError::DuplicateKey(k.clone()));
@@ -372,16 +430,35 @@ impl LivePatch {
                 return Err(PatchMismatch::MissingRow(k.clone()));
             }
         }
+        let mut appended = Vec::with_capacity(self.appends.len());
+        for a in &self.appends {
+            let row = rows
+                .remove(&(a.key.block_type, a.key.id.as_str()))
+                .ok_or_else(|| PatchMismatch::MissingRow(a.key.clone()))?;
+            appended.push(append_to(row, a)?);
+        }
         for b in &self.upserts {
             rows.insert(borrowed_key(b), b);
         }
-        let mut blocks: Vec<Block> = rows.into_values().cloned().collect();
+        let mut blocks: Vec<Block> = rows.into_values().cloned().chain(appended).collect();
         blocks.sort_by_cached_key(Block::order_key);
         Ok(LiveOverlay {
             settlement_epoch: self.settlement_epoch,
             revision: self.revision,
             blocks,
         })
+    }
+}
+
+/// `row` with `append.text` appended to its `data.text`.
+fn append_to(row: &Block, append: &TextAppend) -> Result<Block, PatchMismatch> {
+    let mut row = row.clone();
+    match row.data.get_mut("text") {
+        Some(serde_json::Value::String(text)) => {
+            text.push_str(&append.text);
+            Ok(row)
+        }
+        _ => Err(PatchMismatch::NoText(append.key.clone())),
     }
 }
 

@@ -557,6 +557,9 @@ enum Write {
     Upsert(Vec<Block>),
     /// Remove live rows (picked among those live).
     Remove(Vec<prop::sample::Index>),
+    /// A live row's text grows by a token (a streaming reply): a patch carries it as an
+    /// append.
+    Grow(prop::sample::Index, String),
     /// A latest window settles the oldest live row: epoch + 1, every client loads it.
     Settle,
     /// Every client adds the echo of a send.
@@ -567,6 +570,7 @@ fn write() -> impl Strategy<Value = Write> {
     prop_oneof![
         6 => prop::collection::vec(fixtures::strategies::block(), 1..4).prop_map(Write::Upsert),
         3 => prop::collection::vec(any::<prop::sample::Index>(), 1..3).prop_map(Write::Remove),
+        4 => (any::<prop::sample::Index>(), "[a-z é]{0,4}").prop_map(|(i, t)| Write::Grow(i, t)),
         1 => Just(Write::Settle),
         1 => (0u8..4).prop_map(Write::Pending),
     ]
@@ -666,6 +670,20 @@ fn run_patches(
                     host.live.insert(b.key(), b.clone());
                 }
             }
+            Write::Grow(pick, token) => {
+                let keys: Vec<BlockKey> = host.live.keys().cloned().collect();
+                if !keys.is_empty() {
+                    let b = host.live.get_mut(&keys[pick.index(keys.len())]).unwrap();
+                    let text = b.data.get("text").and_then(|t| t.as_str()).unwrap_or("");
+                    let grown = format!("{text}{token}");
+                    match b.data.as_object_mut() {
+                        Some(o) => {
+                            o.insert("text".into(), serde_json::Value::String(grown));
+                        }
+                        None => b.data = serde_json::json!({ "text": grown }),
+                    }
+                }
+            }
             Write::Remove(picks) => {
                 for pick in picks {
                     let keys: Vec<BlockKey> = host.live.keys().cloned().collect();
@@ -696,7 +714,7 @@ fn run_patches(
                 }
             }
         }
-        if matches!(w, Write::Upsert(_) | Write::Remove(_)) {
+        if matches!(w, Write::Upsert(_) | Write::Remove(_) | Write::Grow(..)) {
             host.revision += 1;
             let next = host.snapshot();
             let patch = LivePatch::between(&prev, &next).unwrap();

@@ -553,6 +553,7 @@ fn patch(
         revision,
         upserts,
         removals: removals.iter().map(|id| reply(id)).collect(),
+        appends: Vec::new(),
     }
 }
 
@@ -813,6 +814,7 @@ fn a_patch_carrying_an_operation_hides_its_echo_until_the_row_leaves() {
         revision: 11,
         upserts: vec![carrier],
         removals: vec![],
+        appends: vec![],
     };
     assert_eq!(t.handle_live_patch(&s, p, Millis(2)), Outcome::Applied);
     assert_eq!(ids(&t), [(Origin::Live, "codex-item-3".into())]);
@@ -822,6 +824,7 @@ fn a_patch_carrying_an_operation_hides_its_echo_until_the_row_leaves() {
         revision: 12,
         upserts: vec![],
         removals: vec![key(BlockType::User, "codex-item-3")],
+        appends: vec![],
     };
     assert_eq!(t.handle_live_patch(&s, p, Millis(3)), Outcome::Applied);
     assert_eq!(ids(&t), [(Origin::Pending, "user-message::op-41".into())]);
