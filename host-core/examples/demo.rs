@@ -1,4 +1,5 @@
-//! End to end on a real SQLite file: one [`Host`] over two connections to the file, a
+//! End to end on a real SQLite file: one [`Host`] over two connections to the file (or to a
+//! PostgreSQL database with `--backend postgres`), a
 //! scripted Codex-like agent, a desktop window and a phone behind a lossy relay.
 //!
 //! The phone sends two messages: the first is accepted and confirmed by its echo; the
@@ -8,7 +9,12 @@
 //! Halfway the host restarts from the file. Both timelines are printed as a person reads
 //! them, with an invariant report.
 //!
-//! `cargo run -p host-core --example demo`
+//! `cargo run -p host-core --example demo` (SQLite), or on a PostgreSQL database:
+//! `DATABASE_URL=... cargo run -p host-core --example demo -- --backend postgres`
+
+// The demo is the embedding, outside the pure core: it reads its configuration and the
+// clock; the host itself never does.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,12 +23,15 @@ use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, 
 use outbox_core::adapter::SendKind;
 use outbox_core::entry::Acceptance;
 use outbox_core::ids::{ThreadId, TurnId};
+use outbox_core::OutboxStore;
 use outbox_core::{Capabilities, Controls, HistoryRead, MessageRequest, OperationId, QueueId};
 use outbox_core::{SendResult, SessionInfo, SubmitRequest};
 use overlay_core::source::{SourcePage, SourcePosition};
+use overlay_core::{CleanupJournal, OverlayStore};
 use overlay_core::{Delivery, HistorySource, LiveProtocol, MemorySource, Payload, RowClass};
 use overlay_core::{RunEventKind, SourceError, SourceKind, StoredBlock, WindowId};
-use storage_sqlite::{Settings, SqliteStore};
+use storage_postgres::PostgresStore;
+use storage_sqlite::SqliteStore;
 use timeline_core::rows::{ActivityRow, ApprovalKind};
 use timeline_core::timeline::Effect as Load;
 use timeline_core::{ApprovalRequest, Block, BlockKey, BlockType, BoundaryToken, ClientMode};
@@ -34,19 +43,17 @@ type Transcript = Arc<Mutex<MemorySource>>;
 
 // ----- the host: the drive loop and nothing else -------------------------------------
 
-fn open_host(
-    path: &std::path::Path,
+fn open_host<O: OutboxStore, V: OverlayStore + CleanupJournal>(
+    (outbox, overlays): (O, V),
     session: &SessionId,
     transcript: &Transcript,
-) -> Result<Host<SqliteStore, SqliteStore>> {
+) -> Result<Host<O, V>> {
     let mut n = 0u64;
     let uuids = Box::new(move || {
         n += 1;
         format!("00000000-0000-4000-8000-{n:012x}")
     });
     let config = HostConfig::new(HostKey::from_bytes([0x42; 32]), uuids);
-    let outbox = SqliteStore::open(path, Settings::default())?;
-    let overlays = SqliteStore::open(path, Settings::default())?;
     let mut host = Host::new(outbox, overlays, config);
     let source = Box::new(Shared(transcript.clone()));
     host.add_session(session, SessionInfo::new(Capabilities::codex()), source);
@@ -59,7 +66,7 @@ const WAIT: Millis = Millis(100);
 
 /// Steps 2 and 3 of the loop: carry out every effect; wait for the next deadline if it
 /// is near, and handle it.
-fn drive(w: &mut World) {
+fn drive<O: OutboxStore, V: OverlayStore + CleanupJournal>(w: &mut World<O, V>) {
     loop {
         while let Some(effect) = w.host.poll_effect() {
             match effect {
@@ -205,8 +212,8 @@ impl Agent {
     }
 }
 
-struct World {
-    host: Host<SqliteStore, SqliteStore>,
+struct World<O, V> {
+    host: Host<O, V>,
     agent: Agent,
     session: SessionId,
     target: TargetId,
@@ -219,7 +226,7 @@ struct World {
     now: Millis,
 }
 
-impl World {
+impl<O: OutboxStore, V: OverlayStore + CleanupJournal> World<O, V> {
     /// A client's load effects become host requests.
     fn serve(&mut self, client: usize) {
         while let Some(effect) = self.clients[client].poll_effect() {
@@ -409,10 +416,46 @@ fn words(row: &timeline_core::Row<'_>) -> String {
 }
 
 fn main() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("custody.sqlite");
-    println!("database: {}\n", path.display());
-    let session = SessionId::new("session-1")?;
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().skip(1).map(String::as_str).collect::<Vec<_>>()[..] {
+        [] | ["--backend", "sqlite"] => {
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join("custody.sqlite");
+            println!("database: {}\n", path.display());
+            let open = || -> Result<(SqliteStore, SqliteStore)> {
+                let settings = storage_sqlite::Settings::default;
+                Ok((
+                    SqliteStore::open(&path, settings())?,
+                    SqliteStore::open(&path, settings())?,
+                ))
+            };
+            run(open, "session-1")
+        }
+        ["--backend", "postgres"] => {
+            let url = std::env::var("DATABASE_URL")
+                .map_err(|_| "--backend postgres needs DATABASE_URL (a PostgreSQL 13+ database)")?;
+            println!("database: {url}\n");
+            let open = || -> Result<(PostgresStore, PostgresStore)> {
+                let settings = storage_postgres::Settings::default;
+                Ok((
+                    PostgresStore::connect(&url, settings())?,
+                    PostgresStore::connect(&url, settings())?,
+                ))
+            };
+            // A session of its own, so the demo can run again on the same database.
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+            run(open, &format!("session-{}", stamp.as_millis()))
+        }
+        _ => Err("usage: demo [--backend sqlite|postgres]".into()),
+    }
+}
+
+/// The demo on the stores `open` opens (called again for the restart).
+fn run<O: OutboxStore, V: OverlayStore + CleanupJournal>(
+    mut open: impl FnMut() -> Result<(O, V)>,
+    session: &str,
+) -> Result<()> {
+    let session = SessionId::new(session)?;
     let kind = SourceKind::Codex {
         thread_id: "thread-1".into(),
         generation: 1,
@@ -441,7 +484,7 @@ fn main() -> Result<()> {
         sends: HashMap::new(),
     };
     let mut w = World {
-        host: open_host(&path, &session, &transcript)?,
+        host: open_host(open()?, &session, &transcript)?,
         agent,
         session: session.clone(),
         target: TargetId::main(&session),
@@ -588,7 +631,7 @@ fn main() -> Result<()> {
     println!("3. the host restarts from the file");
     drop(std::mem::replace(
         &mut w.host,
-        open_host(&path, &session, &transcript)?,
+        open_host(open()?, &session, &transcript)?,
     ));
     w.host.handle_client(ReplyTo(1), subscribe(&session), w.now);
     drive(&mut w);

@@ -141,11 +141,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         match self.overlays.pending_cleanups(None) {
             Ok(rows) => {
                 for (session, run) in rows {
-                    let exact = self
+                    // The restart repair of the exact scans (a capability of its own).
+                    let repair = self
                         .custody
                         .session(&session)
-                        .is_some_and(|i| i.capabilities.exact_scan);
-                    if let (true, Some(s)) = (exact, self.sessions.get_mut(&session)) {
+                        .is_some_and(|i| i.capabilities.restart_repair);
+                    if let (true, Some(s)) = (repair, self.sessions.get_mut(&session)) {
                         s.repair.push(run);
                     }
                 }
