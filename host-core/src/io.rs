@@ -30,7 +30,7 @@ pub enum ClientRequest {
     Submit(SubmitRequest),
     /// Replace a queued message's text (a new operation): [`Reply::Edited`].
     Edit {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The entry.
         queue_id: QueueId,
@@ -41,14 +41,14 @@ pub enum ClientRequest {
     },
     /// Remove a queued message: [`Reply::Done`].
     Remove {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The entry.
         queue_id: QueueId,
     },
     /// Send a queued message now: [`Reply::Done`].
     SendNow {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The entry.
         queue_id: QueueId,
@@ -56,56 +56,56 @@ pub enum ClientRequest {
     /// Stop the session's active run: [`Reply::Stop`] once the stop settles (or after 5 s,
     /// still settling).
     Stop {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
     },
     /// Take an accepted steer back and send it as a turn of its own: [`Reply::Done`].
     StopAndSendNow {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The entry.
         queue_id: QueueId,
     },
     /// `run.chatLoad`: the latest window of a target: [`Reply::LatestWindow`].
     LatestWindow {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target: the session's main conversation or a child thread.
         target: TargetId,
         /// Rows asked for.
         page_size: usize,
     },
     /// `run.chatLoadPageBefore`: [`Reply::OlderPage`].
     OlderPage {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target: the session's main conversation or a child thread.
         target: TargetId,
-        /// `beforeCursor`.
+        /// `beforeCursor`: where the older page ends, from the previous answer.
         cursor: String,
-        /// `pageSize`.
+        /// `pageSize`: the rows asked for.
         page_size: usize,
         /// `expectedBoundaryToken`, as the client holds it.
         expected_boundary_token: Option<BoundaryToken>,
     },
     /// A load at an anchor: [`Reply::LatestWindow`] (an anchored window has the same form).
     Anchored {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target: the session's main conversation or a child thread.
         target: TargetId,
         /// The anchor.
         anchor: Anchor,
     },
     /// `run.chatResolveApproval`: [`Reply::Approval`]. It carries no session ID.
     ResolveApproval {
-        /// `requestId`.
+        /// `requestId`: the approval request.
         request_id: String,
-        /// `threadId`.
+        /// `threadId`: the thread that asked.
         thread_id: String,
-        /// `turnId`.
+        /// `turnId`: the turn that asked.
         turn_id: String,
-        /// `itemId`.
+        /// `itemId`: the item the approval is for.
         item_id: String,
         /// The decision.
         decision: Decision,
@@ -114,9 +114,9 @@ pub enum ClientRequest {
     Subscribe {
         /// The window.
         window: WindowId,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target: the session's main conversation or a child thread.
         target: TargetId,
         /// What the window takes.
         protocol: LiveProtocol,
@@ -129,14 +129,14 @@ pub enum ClientRequest {
     /// A phone joins a session: it holds interest, and gets the session's replay
     /// ([`Reply::Replay`]).
     Join {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// What the relay's phones take.
         protocol: LiveProtocol,
     },
     /// A phone leaves a session: [`Reply::Done`].
     Leave {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
     },
 }
@@ -176,32 +176,32 @@ pub enum AgentInput {
     /// The agent's stream proved an operation delivered (Codex: the `userMessage` echo
     /// with its `clientId`; Claude: the replayed echo).
     DeliveryProof {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The operation.
         operation_id: OperationId,
     },
     /// The agent published live rows of a target (new or updated; same key replaces).
     Rows {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target: the session's main conversation or a child thread.
         target: TargetId,
         /// The rows.
         rows: Vec<StoredBlock>,
     },
     /// The agent still works on a run (the stale reclaim leaves it alone).
     RunActive {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
     },
     /// A run ended.
     RunEnded {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
         /// Completed, failed or aborted.
         outcome: RunEventKind,
@@ -210,7 +210,7 @@ pub enum AgentInput {
     },
     /// The agent asks for an approval (RW-06).
     ApprovalAsked {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The target whose timeline shows the card.
         target: TargetId,
@@ -225,13 +225,13 @@ pub enum AgentInput {
     /// elsewhere (`serverRequest/resolved` with no decision from here:
     /// [`ApprovalResult::ResolvedExternally`]).
     ApprovalResolved {
-        /// `requestId`.
+        /// `requestId`: the approval request.
         request_id: String,
-        /// `threadId`.
+        /// `threadId`: the thread that asked.
         thread_id: String,
-        /// `turnId`.
+        /// `turnId`: the turn that asked.
         turn_id: String,
-        /// `itemId`.
+        /// `itemId`: the item the approval is for.
         item_id: String,
         /// `Ok`: the result the agent took. `Err`: the agent did not take the decision
         /// (its text); the card stays pending and may be decided again.
@@ -249,9 +249,9 @@ pub enum AgentCall {
     ReadHistory {
         /// The attempt the answer names.
         attempt: AttemptId,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Operation.
+        /// The operation of the message.
         operation_id: OperationId,
         /// What proves delivery in this agent's history.
         proof: ProofKind,
@@ -260,25 +260,25 @@ pub enum AgentCall {
     Stop {
         /// The attempt the answer names.
         attempt: AttemptId,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
     },
     /// Take back an accepted steer: [`AgentInput::TakeBack`].
     TakeBack {
         /// The attempt the answer names.
         attempt: AttemptId,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Operation.
+        /// The operation of the message.
         operation_id: OperationId,
         /// The accepting run, thread and turn.
         acceptance: Acceptance,
     },
     /// Answer an approval with a decision: [`AgentInput::ApprovalResolved`].
     ResolveApproval {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The request.
         request: ApprovalRequest,
@@ -287,7 +287,7 @@ pub enum AgentCall {
     },
     /// Replace latest found the thread gone: forget the session's thread link.
     ClearThreadLink {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
     },
 }
@@ -323,9 +323,9 @@ pub enum LoadError {
     /// The host knows no history source for this target.
     #[error("no history source for target {target} of session {session}")]
     UnknownTarget {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target: the session's main conversation or a child thread.
         target: TargetId,
     },
     /// The builder's error (its `errorCode` is [`WindowError::error_code`]).
@@ -367,9 +367,9 @@ pub enum Notice {
     /// sent either ("the producer saves first and sends the saved snapshot"). They reach
     /// clients from history once the agent saves them.
     OverlayWriteFailed {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target: the session's main conversation or a child thread.
         target: TargetId,
         /// What the store said.
         error: OverlayError,
@@ -378,9 +378,9 @@ pub enum Notice {
     /// on, but a restart will not repeat them. At start (no session, no run): the
     /// journal could not be read, so no restart repair runs.
     JournalFailed {
-        /// Session.
+        /// The app session it concerns.
         session: Option<SessionId>,
-        /// Run.
+        /// The run it concerns.
         run: Option<RunId>,
         /// What the store said.
         error: OverlayError,
@@ -389,9 +389,9 @@ pub enum Notice {
     /// next scan of the schedule tries again (OV-06). Snapshots saved before the failure
     /// were sent.
     ScanFailed {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
         /// What the store said.
         error: OverlayError,
@@ -399,9 +399,9 @@ pub enum Notice {
     /// The replay buffer refused an event or running state the host built (a defect:
     /// reported, not hidden); the replay goes without it.
     ReplayRefused {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Why.
+        /// Why, in words for the user or the log.
         error: String,
     },
     /// An effect of an inner machine this version of the host does not know.
@@ -409,21 +409,21 @@ pub enum Notice {
     /// The exact scans of a run ended with rows still unsettled; they settle at the next
     /// latest window or restart repair.
     ScanGaveUp {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
     },
     /// The relay refused a payload the host built (a defect: reported, not hidden).
     RelayRefused {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Why.
+        /// Why, in words for the user or the log.
         error: RelayError,
     },
     /// The run registry refused to start a run for the queue's head.
     RunRefused {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The operation that would have started it.
         operation_id: OperationId,
@@ -432,11 +432,11 @@ pub enum Notice {
     },
     /// A take-back was refused: the entry stays with its run.
     HandoffRefused {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Operation.
+        /// The operation of the message.
         operation_id: OperationId,
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: String,
     },
     /// A session message's delivery changed: the sender's row shows it.
