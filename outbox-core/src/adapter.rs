@@ -32,7 +32,7 @@ pub struct Capabilities {
     pub agent: AgentKind,
     /// `replace-latest` (and `rollbackBeforeSend`).
     pub replace_latest: bool,
-    /// `speedMode`.
+    /// Whether the agent takes `speedMode`.
     pub speed_mode: bool,
     /// The exact scan after a run (overlay settlement).
     pub exact_scan: bool,
@@ -127,7 +127,7 @@ pub enum SendResult {
     Accepted(Acceptance),
     /// The host held the message back on purpose; the next drain tries again.
     Deferred {
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: String,
     },
     /// The run was stopped before the message was confirmed.
@@ -168,7 +168,7 @@ pub enum StopResult {
     },
     /// The stop failed; the run may still be active.
     Failed {
-        /// Why.
+        /// Why, in words for the user or the log.
         error: String,
     },
     /// The stop attempt itself crashed; it is retried after 250 ms.
@@ -185,7 +185,7 @@ pub enum DetachResult {
     AlreadyDetachedForReplay,
     /// Not taken back (the agent started it, or the run is gone).
     NotDetached {
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: String,
     },
 }
@@ -194,7 +194,7 @@ pub enum DetachResult {
 pub trait AgentAdapter {
     /// What the agent supports.
     fn capabilities(&self) -> Capabilities;
-    /// Sends.
+    /// Hands the message to the agent and returns what happened (the six send results).
     fn send(&mut self, request: &SendRequest) -> SendResult;
     /// Looks for the operation in the agent's saved history.
     fn read_history(&mut self, session: &SessionId, op: &OperationId) -> HistoryRead;

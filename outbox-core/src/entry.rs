@@ -286,7 +286,7 @@ pub struct Acceptance {
     pub thread_id: ThreadId,
     /// The turn.
     pub turn_id: TurnId,
-    /// When.
+    /// When it happened.
     pub accepted_at: Millis,
 }
 
@@ -474,15 +474,15 @@ pub struct StateWire<'a> {
 pub struct StateFields {
     /// `queued` or `sending`.
     pub status: EntryStatus,
-    /// `autoDrain`.
+    /// The persisted `autoDrain` flag.
     pub auto_drain: bool,
-    /// `error`.
+    /// The persisted `error` text.
     pub error: Option<String>,
-    /// `holdReason`.
+    /// The persisted `holdReason`.
     pub hold_reason: Option<String>,
-    /// `acceptance`.
+    /// The persisted `acceptance`.
     pub acceptance: Option<Acceptance>,
-    /// `handoff`.
+    /// The persisted `handoff`.
     pub handoff: Option<Handoff>,
 }
 

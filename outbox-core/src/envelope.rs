@@ -88,7 +88,7 @@ pub enum EnvelopeError {
     /// The tag line does not follow `<session_message name="value" ...>`.
     #[error("malformed session_message tag at byte {at}: expected {expected}")]
     Syntax {
-        /// Where.
+        /// The byte offset in the text where it was found.
         at: usize,
         /// What the tokenizer expected there.
         expected: &'static str,
@@ -121,7 +121,7 @@ pub enum EnvelopeError {
     /// entity the envelope writes.
     #[error("bad escape in a session_message attribute at byte {at}")]
     Escape {
-        /// Where.
+        /// The byte offset in the text where it was found.
         at: usize,
     },
     /// `from_agent` names no known agent.

@@ -65,14 +65,14 @@ pub enum ToolResult {
     Queued,
     /// Saved, waiting for the user's approval.
     WaitingForApproval {
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: String,
     },
     /// The same call was repeated; nothing new was saved.
     AlreadySent,
-    /// Refused.
+    /// The call was refused; the message was not saved.
     Error {
-        /// Why.
+        /// Why, in words for the user or the log.
         message: String,
     },
 }

@@ -167,9 +167,9 @@ pub struct RunEvent {
 pub enum Payload {
     /// The whole saved overlay of one target after a write.
     Blocks {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target it concerns.
         target: TargetId,
         /// The saved snapshot.
         overlay: LiveOverlay,
@@ -178,16 +178,16 @@ pub enum Payload {
     Run(RunEvent),
     /// A runtime event of a session.
     Runtime {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The event.
         data: serde_json::Value,
     },
     /// The agents list of a session changed.
     AgentThreads {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// When.
+        /// When it happened.
         timestamp: Millis,
     },
 }
@@ -236,9 +236,9 @@ pub enum Delivery {
         subscription_id: u64,
         /// The shared stream counter.
         stream_revision: u64,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Target.
+        /// The timeline target it concerns.
         target: TargetId,
         /// The patch.
         patch: LivePatch,

@@ -49,34 +49,34 @@ pub const CLEANUP_BUDGET: Millis = Millis(120_000);
 pub enum ScanEffect {
     /// Write the journal row, then call [`ExactScans::journal_written`].
     WriteJournal {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
     },
     /// Scan history for the run's keys (see [`settle_run`]), then call
     /// [`ExactScans::handle_scan_result`].
     Scan {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
         /// 1, 2 or 3.
         attempt: u32,
     },
     /// Every key settled: remove the journal row.
     RemoveJournal {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
     },
     /// The scans ended without settling everything; the journal row stays for the
     /// restart repair.
     GaveUp {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
     },
 }

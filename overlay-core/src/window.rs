@@ -547,9 +547,9 @@ fn present_newer_rows<S: OverlayStore + ?Sized>(
 /// An older-page request.
 #[derive(Clone, Copy, Debug)]
 pub struct OlderPageRequest<'a> {
-    /// `beforeCursor`.
+    /// `beforeCursor`: where the older page ends, from the previous answer.
     pub cursor: &'a str,
-    /// `pageSize`.
+    /// `pageSize`: the rows asked for.
     pub page_size: usize,
     /// `expectedBoundaryToken`, as the client holds it.
     pub expected_boundary_token: Option<&'a BoundaryToken>,

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentKind {
-    /// Codex.
+    /// OpenAI Codex, driven through its app-server.
     Codex,
-    /// Claude.
+    /// Anthropic Claude Code, driven through its stream-json mode.
     Claude,
 }
 

@@ -31,9 +31,9 @@ use crate::key::AgentKind;
 pub enum RowStatus {
     /// Still running.
     InProgress,
-    /// Done.
+    /// The row's work completed.
     Completed,
-    /// Failed.
+    /// The row's work failed.
     Failed,
     /// Declined by the user.
     Declined,
@@ -53,7 +53,7 @@ pub const STATUS_WORDS: [&str; 6] = [
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DetailFormat {
-    /// Markdown.
+    /// Markdown text.
     Markdown,
     /// Plain text (wrapped as it is, unless it has a language hint).
     Plaintext,
@@ -113,7 +113,7 @@ impl Detail {
         }
     }
 
-    /// Markdown.
+    /// A markdown detail of `text`.
     pub fn markdown(text: impl Into<String>) -> Detail {
         Detail {
             text: text.into(),
@@ -212,7 +212,7 @@ pub enum ActivityKind {
     Search,
     /// A plan update.
     Plan,
-    /// Reasoning.
+    /// The agent reasons.
     Reasoning,
     /// A message between sessions or agents.
     Message,
@@ -1044,7 +1044,7 @@ pub enum Decision {
     AcceptForSession,
     /// Allow broadly.
     AcceptBroadly,
-    /// Refuse.
+    /// Refuse what is asked.
     Decline,
     /// Cancel the turn.
     Cancel,
@@ -1060,9 +1060,9 @@ pub enum ApprovalResult {
     AcceptedForSession,
     /// Allowed broadly.
     AcceptedBroadly,
-    /// Refused.
+    /// Refused by the user.
     Declined,
-    /// Cancelled.
+    /// Cancelled, with the turn.
     Cancelled,
     /// Settled elsewhere (shown as expired).
     ResolvedExternally,
@@ -1095,9 +1095,9 @@ pub enum CardStatus {
     AcceptedForSession,
     /// Allowed broadly.
     AcceptedBroadly,
-    /// Refused.
+    /// Refused by the user.
     Declined,
-    /// Cancelled.
+    /// Cancelled, with the turn.
     Cancelled,
     /// Settled elsewhere ([`ApprovalResult::ResolvedExternally`]).
     Expired,

@@ -178,18 +178,18 @@ pub enum Effect {
         tag: RequestTag,
         /// Rows to ask for.
         page_size: usize,
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: LoadReason,
     },
     /// Load an older page (`run.chatLoadPageBefore`).
     LoadOlderPage {
         /// Tag to answer with.
         tag: RequestTag,
-        /// `beforeCursor`.
+        /// `beforeCursor`: where the older page ends, from the previous answer.
         cursor: String,
-        /// `pageSize`.
+        /// `pageSize`: the rows asked for.
         page_size: usize,
-        /// `expectedBoundaryToken`.
+        /// `expectedBoundaryToken`: the history source the cursor was written for.
         expected_boundary_token: Option<BoundaryToken>,
     },
     /// Load a window at an anchor.

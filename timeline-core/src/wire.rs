@@ -86,7 +86,7 @@ pub struct OutOfRange(pub u64);
 pub struct WireInt(u64);
 
 impl WireInt {
-    /// Zero.
+    /// The wire integer 0.
     pub const ZERO: WireInt = WireInt(0);
     /// 2^53 - 1, the largest value.
     pub const MAX: WireInt = WireInt(MAX_EXACT_INTEGER);

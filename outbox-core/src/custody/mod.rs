@@ -321,9 +321,9 @@ pub enum Effect {
     ReadHistory {
         /// The attempt the answer names.
         attempt: AttemptId,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Operation.
+        /// The operation of the message.
         operation_id: OperationId,
         /// What proves delivery in this agent's history (from its capabilities).
         proof: ProofKind,
@@ -332,18 +332,18 @@ pub enum Effect {
     StopRun {
         /// The attempt the answer names.
         attempt: AttemptId,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Run.
+        /// The run it concerns.
         run: RunId,
     },
     /// Take back an accepted steer; answer with [`Custody::handle_take_back`].
     TakeBack {
         /// The attempt the answer names.
         attempt: AttemptId,
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Operation.
+        /// The operation of the message.
         operation_id: OperationId,
         /// The accepting run, thread and turn.
         acceptance: Acceptance,
@@ -357,7 +357,7 @@ pub enum Effect {
     },
     /// Replace latest found the thread gone: delete the session's thread link.
     ClearThreadLink {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
     },
     /// A session message's delivery changed: publish the sender's row again.
@@ -371,17 +371,17 @@ pub enum Effect {
     },
     /// Take-back refused: the entry stays with the run.
     HandoffRefused {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
-        /// Operation.
+        /// The operation of the message.
         operation_id: OperationId,
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: String,
     },
     /// The run registry refused to start a run for the queue's head; the entry stays
     /// queued and drains when the registry allows. The error's text is the seed's.
     RunRefused {
-        /// Session.
+        /// The app session it concerns.
         session: SessionId,
         /// The operation that would have started the run.
         operation_id: OperationId,
