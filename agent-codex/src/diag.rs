@@ -63,6 +63,18 @@ impl Diagnostics {
         self.counts.iter().map(|((w, l), n)| (*w, l.as_str(), *n))
     }
 
+    /// Adds every counter of `other` to this one's, and takes its version when it states
+    /// one.
+    pub fn absorb(&mut self, other: &Diagnostics) {
+        for ((why, label), n) in &other.counts {
+            let mine = self.counts.entry((*why, label.clone())).or_insert(0);
+            *mine = mine.saturating_add(*n);
+        }
+        if let Some(v) = &other.agent_version {
+            self.agent_version = Some(v.clone());
+        }
+    }
+
     /// Records the agent version when `version` is not blank.
     pub fn set_version(&mut self, version: &str) {
         let v = version.trim();

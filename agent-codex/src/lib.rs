@@ -12,16 +12,39 @@
 //! - [`proof`]: delivery proof by `clientId` live, in a thread read and in a rollout.
 //! - [`project`]: notifications into overlay rows and packed-history delta events.
 //! - [`rollout`]: rollout lines, typed, with torn-tail handling.
+//! - [`history`]: rollout lines into history rows (calls joined with their outputs).
+//! - [`tail`]: pages of a rollout read from its tail, sans-IO (latest, older, newer).
 //! - [`diag`]: what was skipped, counted, and the agent version.
+//! - [`driver`]: the process edge: `codex app-server` (or a stand-in) over stdio, with
+//!   deadlines; its end is seen.
+//! - [`adapter`]: the [`outbox_core::adapter::AgentAdapter`] for Codex over the driver.
+//! - [`edge`]: the file IO: rollout bytes (plain or `.jsonl.zst`) and the rollout as an
+//!   `overlay-core` history source ([`edge::RolloutSource`]).
 //!
 //! Tolerance of versions: an unknown method, notification, item type, line type or
 //! field is skipped and counted in a [`diag::Diagnostics`], never an error.
 
+pub mod adapter;
 pub mod codec;
 pub mod diag;
+pub mod driver;
 pub mod edge;
+pub mod history;
 pub mod project;
 pub mod proof;
 pub mod protocol;
 pub mod rollout;
 pub mod send;
+pub mod tail;
+pub mod time;
+
+pub use adapter::{AdapterError, AdapterEvent, CodexAdapter};
+pub use codec::{Codec, Incoming, Response};
+pub use diag::{Diagnostics, Skip};
+pub use driver::{Driver, DriverConfig, ReadLine};
+pub use edge::{read_rollout_file, rollout_holds, EdgeError, RolloutBytes, RolloutSource};
+pub use history::{CallOutput, Entry, LineRole};
+pub use project::{Projected, Projector};
+pub use proof::{Delivery, DeliveryWatch};
+pub use rollout::{RolloutLine, RolloutReader, RolloutRecord};
+pub use tail::{LinePosition, PageAfter, PageBefore, TailError, TailItem, TailPage};

@@ -280,14 +280,18 @@ impl Projector {
                 summary, content, ..
             } => {
                 let text = if summary.is_empty() { content } else { summary };
-                let data = json!({ "text": text.join("\n\n") });
-                let r = self.row(
-                    BlockKey::new(BlockType::Thinking, id),
-                    at,
-                    RowClass::Ordinary,
-                    data,
-                );
-                out.push(r);
+                let text = text.join("\n\n");
+                // Reasoning without words (encrypted only, or not streamed yet) is no
+                // row; the status row still says the run reasons.
+                if !text.trim().is_empty() {
+                    let r = self.row(
+                        BlockKey::new(BlockType::Thinking, id),
+                        at,
+                        RowClass::Ordinary,
+                        json!({ "text": text }),
+                    );
+                    out.push(r);
+                }
                 if !completed {
                     out.extend(self.status(Some(ActivityKind::Reasoning)));
                 }
@@ -390,6 +394,59 @@ impl Projector {
         self.card(id, Some(result), now).into_iter().collect()
     }
 
+    /// The delta event of a fragment of item `item_id` (none for command output, which
+    /// `item/completed` carries whole).
+    fn delta(
+        &mut self,
+        stream: DeltaStream,
+        emitted: Millis,
+        turn_id: String,
+        item_id: String,
+        delta: String,
+    ) -> Option<Projected> {
+        let kind = match stream {
+            DeltaStream::AgentMessage => DeltaKind::Text,
+            DeltaStream::ReasoningSummary | DeltaStream::ReasoningText => DeltaKind::Reasoning,
+            DeltaStream::CommandOutput => {
+                self.diagnostics
+                    .count(Skip::Ignored, "delta:commandExecution/outputDelta");
+                return None;
+            }
+        };
+        let e = SessionEvent {
+            seq: self.next_seq,
+            time: emitted.as_u64(),
+            kind: kind.event_type().to_owned(),
+            session_id: self.session.clone(),
+            turn_id: Some(turn_id),
+            block: Some(item_id),
+            text: Some(delta),
+            data: Value::Null,
+        };
+        self.next_seq = self.next_seq.saturating_add(1);
+        Some(Projected::Delta(e))
+    }
+
+    /// [`Projector::handle`] for a notification the caller owns: a delta's strings move
+    /// into its event instead of being copied (the stream's hot path).
+    pub fn handle_owned(&mut self, n: Notification, now: Millis) -> Vec<Projected> {
+        match n.body {
+            ServerNotification::ItemDelta {
+                stream,
+                turn_id,
+                item_id,
+                delta,
+                ..
+            } => {
+                let emitted = n.emitted_at_ms.map(Millis).unwrap_or(now);
+                self.delta(stream, emitted, turn_id, item_id, delta)
+                    .into_iter()
+                    .collect()
+            }
+            _ => self.handle(&n, now),
+        }
+    }
+
     /// Projects one notification.
     pub fn handle(&mut self, n: &Notification, now: Millis) -> Vec<Projected> {
         let emitted = n.emitted_at_ms.map(Millis).unwrap_or(now);
@@ -417,30 +474,13 @@ impl Projector {
                 item_id,
                 delta,
                 ..
-            } => {
-                let kind = match stream {
-                    DeltaStream::AgentMessage => DeltaKind::Text,
-                    DeltaStream::ReasoningSummary | DeltaStream::ReasoningText => {
-                        DeltaKind::Reasoning
-                    }
-                    DeltaStream::CommandOutput => {
-                        self.diagnostics
-                            .count(Skip::Ignored, "delta:commandExecution/outputDelta");
-                        return out;
-                    }
-                };
-                let mut e = SessionEvent::delta(
-                    self.next_seq,
-                    emitted.as_u64(),
-                    &self.session,
-                    kind,
-                    item_id,
-                    delta,
-                );
-                e.turn_id = Some(turn_id.clone());
-                self.next_seq = self.next_seq.saturating_add(1);
-                out.push(Projected::Delta(e));
-            }
+            } => out.extend(self.delta(
+                *stream,
+                emitted,
+                turn_id.clone(),
+                item_id.clone(),
+                delta.clone(),
+            )),
             ServerNotification::ServerRequestResolved { request_id, .. } => {
                 let external = self.cards.get(request_id).is_some_and(|c| !c.decided);
                 if external {

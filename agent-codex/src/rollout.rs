@@ -102,7 +102,10 @@ pub enum ResponseItem {
         output: String,
     },
     /// A web search.
-    WebSearchCall,
+    WebSearchCall {
+        /// The query, when the action names one.
+        query: Option<String>,
+    },
     /// A response item type known and not used here (`ghost_snapshot`,
     /// `tool_search_call`, `image_generation_call`, ...).
     Other {
@@ -121,10 +124,30 @@ pub enum TurnItem {
         id: Option<String>,
         /// The client ID (the operation ID).
         client_id: Option<String>,
+        /// Its text parts, joined by newlines.
+        text: String,
     },
     /// `AgentMessage`.
     AgentMessage {
+        /// The item ID.
+        id: Option<String>,
         /// The text.
+        text: String,
+        /// `commentary`, `final_answer`, ...
+        phase: Option<String>,
+    },
+    /// `Reasoning`, with its summary.
+    Reasoning {
+        /// The item ID.
+        id: Option<String>,
+        /// The summary parts (or, without any, the raw parts), joined by blank lines.
+        text: String,
+    },
+    /// `Plan`.
+    Plan {
+        /// The item ID.
+        id: Option<String>,
+        /// The plan text.
         text: String,
     },
     /// Any other turn item (`Reasoning`, `CommandExecution`, `Extension`, ...).
@@ -186,7 +209,39 @@ pub enum EventMsg {
         /// The item.
         item: TurnItem,
     },
-    /// An event type known and not used here (`token_count`, `exec_command_end`, ...).
+    /// An error Codex reported to the user.
+    Error {
+        /// The message.
+        message: String,
+    },
+    /// The end of a command (persisted by some versions): the outcome of call `call_id`.
+    ExecCommandEnd {
+        /// The call.
+        call_id: String,
+        /// The output (aggregated, else stdout and stderr).
+        output: String,
+        /// The exit code.
+        exit_code: Option<i64>,
+    },
+    /// The end of a patch: the outcome of call `call_id`.
+    PatchApplyEnd {
+        /// The call.
+        call_id: String,
+        /// Whether it applied.
+        success: bool,
+        /// What it printed.
+        output: String,
+    },
+    /// The end of an MCP tool call: the outcome of call `call_id`.
+    McpToolCallEnd {
+        /// The call.
+        call_id: String,
+        /// The result's text parts, or the error.
+        output: String,
+        /// True when the call failed.
+        failed: bool,
+    },
+    /// An event type known and not used here (`token_count`, ...).
     Other {
         /// Its `type`.
         event_type: String,
@@ -305,6 +360,17 @@ fn text_of(v: Option<&Value>) -> String {
     }
 }
 
+fn strings_of(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p.as_str().or_else(|| opt_str(p, "text")))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn owned(v: &Value, f: &str) -> Option<String> {
     opt_str(v, f).map(str::to_owned)
 }
@@ -393,7 +459,13 @@ pub fn parse_line(bytes: &[u8]) -> Result<RolloutLine, LineError> {
                 call_id: owned(payload, "call_id").ok_or_else(|| shape("call_id"))?,
                 output: text_of(payload.get("output")),
             },
-            "web_search_call" => ResponseItem::WebSearchCall,
+            "web_search_call" => ResponseItem::WebSearchCall {
+                query: payload
+                    .get("action")
+                    .and_then(|a| opt_str(a, "query"))
+                    .or_else(|| opt_str(payload, "query"))
+                    .map(str::to_owned),
+            },
             t if KNOWN_RESPONSE_ITEMS.contains(&t) => ResponseItem::Other {
                 item_type: t.to_owned(),
             },
@@ -442,14 +514,80 @@ pub fn parse_line(bytes: &[u8]) -> Result<RolloutLine, LineError> {
                         "UserMessage" => TurnItem::UserMessage {
                             id: owned(item, "id"),
                             client_id: owned(item, "client_id"),
+                            text: text_of(item.get("content")),
                         },
                         "AgentMessage" => TurnItem::AgentMessage {
+                            id: owned(item, "id"),
                             text: text_of(item.get("content")),
+                            phase: owned(item, "phase"),
+                        },
+                        "Reasoning" => TurnItem::Reasoning {
+                            id: owned(item, "id"),
+                            text: {
+                                let summary = strings_of(item.get("summary_text"));
+                                let parts = if summary.is_empty() {
+                                    strings_of(item.get("raw_content"))
+                                } else {
+                                    summary
+                                };
+                                parts.join("\n\n")
+                            },
+                        },
+                        "Plan" => TurnItem::Plan {
+                            id: owned(item, "id"),
+                            text: owned(item, "text").unwrap_or_default(),
                         },
                         other => TurnItem::Other {
                             item_type: other.to_owned(),
                         },
                     },
+                }
+            }
+            "error" => EventMsg::Error {
+                message: owned(payload, "message").unwrap_or_default(),
+            },
+            "exec_command_end" => EventMsg::ExecCommandEnd {
+                call_id: owned(payload, "call_id").ok_or_else(|| shape("call_id"))?,
+                output: owned(payload, "aggregated_output")
+                    .or_else(|| owned(payload, "formatted_output"))
+                    .unwrap_or_else(|| {
+                        let out = opt_str(payload, "stdout").unwrap_or_default();
+                        let err = opt_str(payload, "stderr").unwrap_or_default();
+                        format!("{out}{err}")
+                    }),
+                exit_code: payload.get("exit_code").and_then(Value::as_i64),
+            },
+            "patch_apply_end" => EventMsg::PatchApplyEnd {
+                call_id: owned(payload, "call_id").ok_or_else(|| shape("call_id"))?,
+                success: payload
+                    .get("success")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+                output: {
+                    let out = opt_str(payload, "stdout").unwrap_or_default();
+                    let err = opt_str(payload, "stderr").unwrap_or_default();
+                    format!("{out}{err}")
+                },
+            },
+            "mcp_tool_call_end" => {
+                let result = payload.get("result").unwrap_or(&Value::Null);
+                let (output, failed) = match (result.get("Ok"), result.get("Err")) {
+                    (Some(ok), _) => (
+                        text_of(ok.get("content")),
+                        ok.get("isError").and_then(Value::as_bool).unwrap_or(false),
+                    ),
+                    (None, Some(err)) => (
+                        err.as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| err.to_string()),
+                        true,
+                    ),
+                    (None, None) => (String::new(), false),
+                };
+                EventMsg::McpToolCallEnd {
+                    call_id: owned(payload, "call_id").ok_or_else(|| shape("call_id"))?,
+                    output,
+                    failed,
                 }
             }
             t if KNOWN_EVENTS.contains(&t) => EventMsg::Other {
@@ -547,9 +685,15 @@ impl RolloutReader {
     }
 
     fn take(&mut self, line: &[u8], out: &mut Vec<RolloutLine>) {
+        out.extend(self.line(line));
+    }
+
+    /// Reads one line (without its newline; a trailing `\r` is dropped): the typed line,
+    /// or `None` for a blank line and for a line that is counted as malformed.
+    pub fn line(&mut self, line: &[u8]) -> Option<RolloutLine> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
-            return;
+            return None;
         }
         match parse_line(line) {
             Ok(l) => {
@@ -571,12 +715,17 @@ impl RolloutReader {
                     }
                     _ => {}
                 }
-                out.push(l);
+                Some(l)
             }
-            Err(LineError::NotJson) => self.diagnostics.count(Skip::Malformed, "line:not-json"),
-            Err(LineError::Shape { label, .. }) => self
-                .diagnostics
-                .count(Skip::Malformed, format!("line:{label}")),
+            Err(LineError::NotJson) => {
+                self.diagnostics.count(Skip::Malformed, "line:not-json");
+                None
+            }
+            Err(LineError::Shape { label, .. }) => {
+                self.diagnostics
+                    .count(Skip::Malformed, format!("line:{label}"));
+                None
+            }
         }
     }
 }

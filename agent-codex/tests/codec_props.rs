@@ -1,8 +1,9 @@
 //! Properties of the codec and the rollout reader on arbitrary input: nothing the server
 //! or a file holds makes them panic, and every line is either typed or counted.
 
-use agent_codex::codec::{Codec, LineError};
+use agent_codex::codec::{Codec, Incoming, LineError};
 use agent_codex::diag::Skip;
+use agent_codex::protocol::{Notification, ServerNotification};
 use agent_codex::rollout::RolloutReader;
 use proptest::prelude::*;
 
@@ -82,6 +83,77 @@ proptest! {
                 prop_assert_eq!(c.diagnostics().total(Skip::Malformed), 1)
             }
             Err(e) => prop_assert!(false, "a JSON-RPC line refused as {e:?}"),
+        }
+    }
+
+    // The fast path of delta lines answers exactly what the general reader answers
+    // (a JSON tree, then the typed notification), whatever the line's shape: fields
+    // missing or mistyped, extra fields, escapes, an `id`, an odd `emittedAtMs`, an
+    // array where an object belongs.
+    #[test]
+    fn delta_lines_read_as_the_general_reader_reads_them(
+        method in prop::sample::select(&[
+            "item/agentMessage/delta",
+            "item/reasoning/summaryTextDelta",
+            "item/reasoning/textDelta",
+            "item/commandExecution/outputDelta",
+            "item/plan/delta",
+            "item/future/newDelta",
+        ][..]),
+        fields in prop::collection::vec(
+            prop::option::weighted(
+                0.93,
+                prop_oneof![
+                    6 => r#"[a-zA-Z \\"\n\u{e9}\u{1f600}]{0,8}"#.prop_map(serde_json::Value::from),
+                    1 => json_value(),
+                ],
+            ),
+            5,
+        ),
+        emitted in prop_oneof![
+            Just(None),
+            (0u64..1 << 53).prop_map(|n| Some(serde_json::Value::from(n))),
+            Just(Some(serde_json::json!(-1))),
+            Just(Some(serde_json::json!(1.5))),
+            Just(Some(serde_json::json!("7"))),
+        ],
+        id in prop::option::of(prop_oneof![Just(serde_json::Value::Null), (0i64..3).prop_map(serde_json::Value::from)]),
+        params_as_array in prop::bool::weighted(0.1),
+    ) {
+        let keys = ["threadId", "turnId", "itemId", "delta", "summaryIndex"];
+        let present: Vec<(&str, serde_json::Value)> = keys
+            .iter()
+            .zip(fields)
+            .filter_map(|(k, v)| v.map(|v| (*k, v)))
+            .collect();
+        let params = if params_as_array {
+            serde_json::Value::Array(present.iter().map(|(_, v)| v.clone()).collect())
+        } else {
+            serde_json::Value::Object(present.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+        };
+        let mut line = serde_json::json!({ "method": method, "params": params.clone() });
+        if let Some(e) = &emitted {
+            line["emittedAtMs"] = e.clone();
+        }
+        if let Some(i) = &id {
+            line["id"] = i.clone();
+        }
+        let got = Codec::new().handle_line(line.to_string().as_bytes());
+        // The general reader, by hand.
+        let is_request = id.as_ref().is_some_and(|i| !i.is_null());
+        if is_request {
+            prop_assert!(!matches!(got, Ok(Incoming::Notification(_))), "{got:?}");
+        } else {
+            let body = ServerNotification::from_parts(method, &params);
+            let expected = body.map(|body| Notification {
+                emitted_at_ms: emitted.as_ref().and_then(serde_json::Value::as_u64),
+                body,
+            });
+            match (got, expected) {
+                (Ok(Incoming::Notification(n)), Ok(e)) => prop_assert_eq!(n, e),
+                (Err(LineError::Shape { shape, .. }), Err(e)) => prop_assert_eq!(shape, e),
+                (g, e) => prop_assert!(false, "got {g:?}, expected {e:?}"),
+            }
         }
     }
 }

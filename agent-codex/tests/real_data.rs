@@ -113,13 +113,17 @@ fn every_shared_codex_file_is_covered_and_copied_verbatim() {
     }
     for rel in found.difference(&expected) {
         // A file the census does not know: read end to end (lines typed or counted,
-        // never a panic); a compressed one waits for zstd support.
-        if rel.ends_with(".zst") {
-            eprintln!("{rel}: compressed, not read yet");
-            continue;
-        }
-        let bytes = std::fs::read(shared.join(rel)).expect("read the shared file");
-        let batch = RolloutReader::new().read_to_end(&bytes);
+        // never a panic), a compressed one decompressed.
+        let (batch, _) =
+            agent_codex::edge::read_rollout_file(&shared.join(rel)).expect("read the shared file");
+        let bytes = if rel.ends_with(".zst") {
+            zstd::stream::decode_all(
+                std::fs::File::open(shared.join(rel)).expect("open the shared file"),
+            )
+            .expect("decompress the shared file")
+        } else {
+            std::fs::read(shared.join(rel)).expect("read the shared file")
+        };
         let mut codec = Codec::new();
         let refused = bytes
             .split(|b| *b == b'\n')
@@ -826,11 +830,48 @@ fn the_edge_reads_a_real_rollout_file() {
         reader.diagnostics().agent_version.as_deref(),
         Some("0.58.0")
     );
-    let zst = path.with_extension("jsonl.zst");
-    assert!(matches!(
-        agent_codex::edge::read_rollout_file(&zst),
-        Err(agent_codex::edge::EdgeError::Compressed(_))
-    ));
+}
+
+/// Every real rollout, compressed here as Codex compresses a cold one: reading the
+/// `.jsonl.zst` gives the same lines, the same diagnostics and the same history pages
+/// (same positions, same rows) as the plain file, and the same boundary token.
+#[test]
+fn a_compressed_rollout_reads_as_the_plain_one() {
+    use agent_codex::edge::RolloutSource;
+    use overlay_core::source::HistorySource;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    for rel in ROLLOUTS {
+        let plain_bytes = read(rel);
+        let name = Path::new(rel).file_name().expect("name");
+        let plain = dir.path().join(name);
+        std::fs::write(&plain, &plain_bytes).expect("write plain");
+        let zst = dir.path().join(format!("{}.zst", name.to_string_lossy()));
+        let packed = zstd::stream::encode_all(plain_bytes.as_slice(), 3).expect("compress");
+        assert!(packed.len() < plain_bytes.len(), "{rel}: compressed");
+        std::fs::write(&zst, packed).expect("write zst");
+
+        let (a, ra) = agent_codex::edge::read_rollout_file(&plain).unwrap();
+        let (b, rb) = agent_codex::edge::read_rollout_file(&zst).unwrap();
+        assert_eq!(a, b, "{rel}: the same lines");
+        assert_eq!(ra.diagnostics(), rb.diagnostics(), "{rel}");
+
+        let mut sa = RolloutSource::open(&plain, 1).unwrap();
+        let mut sb = RolloutSource::open(&zst, 1).unwrap();
+        assert_eq!(sa.boundary_token(), sb.boundary_token(), "{rel}");
+        assert_eq!(sa.kind(), sb.kind(), "{rel}");
+        let mut before = None;
+        loop {
+            let pa = sa.read(before.as_ref(), 7).unwrap();
+            let pb = sb.read(before.as_ref(), 7).unwrap();
+            assert_eq!(pa, pb, "{rel}: the same page");
+            before = match (pa.more, pa.items.last()) {
+                (true, Some(last)) => Some(last.position.clone()),
+                _ => break,
+            };
+        }
+        assert!(agent_codex::edge::rollout_holds(&zst, "cli").is_ok());
+    }
 }
 
 proptest! {

@@ -1,0 +1,319 @@
+//! The process edge: a child process speaking newline-delimited JSON over stdio
+//! (`codex app-server`, or any command that stands in for it), driven synchronously.
+//!
+//! - [`Driver::spawn`] starts the command with piped stdin, stdout and stderr. A thread
+//!   reads stdout line by line into a channel; another keeps the last
+//!   [`STDERR_TAIL_BYTES`] of stderr, so an exit can say what the process said last.
+//! - [`Driver::write_line`] writes one line; it tells "nothing was written" (the process
+//!   had already ended, or the pipe refused the first byte) from "the write broke part
+//!   way", which the send-failure table classes differently (OB-09).
+//! - [`Driver::read_line`] waits for the next line until a deadline: a line, the
+//!   deadline, or the process's end ([`ReadLine::Exited`]).
+//!
+//! Invariant: once stdout has ended, every later read answers `Exited` at once; a
+//! dropped driver kills and reaps its child.
+
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // the process edge
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How much of the child's stderr is kept for the exit message.
+pub const STDERR_TAIL_BYTES: usize = 8 * 1024;
+
+/// How to start the agent process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverConfig {
+    /// The program (`codex`).
+    pub program: OsString,
+    /// Its arguments (`app-server`).
+    pub args: Vec<OsString>,
+    /// Environment variables set for it, on top of the inherited ones.
+    pub env: Vec<(OsString, OsString)>,
+    /// Its working directory (the host's when `None`).
+    pub cwd: Option<PathBuf>,
+    /// How long an answer to a request may take (the seed's 30 s reply deadline).
+    pub reply_timeout: Duration,
+}
+
+impl DriverConfig {
+    /// `codex app-server`, found on `PATH`, with a 30 s reply deadline.
+    pub fn codex() -> DriverConfig {
+        DriverConfig::command("codex", ["app-server"])
+    }
+
+    /// Any command with a 30 s reply deadline.
+    pub fn command<I, S>(program: impl Into<OsString>, args: I) -> DriverConfig
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        DriverConfig {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
+            cwd: None,
+            reply_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Adds an environment variable.
+    pub fn with_env(
+        mut self,
+        key: impl Into<OsString>,
+        value: impl Into<OsString>,
+    ) -> DriverConfig {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the reply deadline.
+    pub fn with_reply_timeout(mut self, timeout: Duration) -> DriverConfig {
+        self.reply_timeout = timeout;
+        self
+    }
+}
+
+/// Why the process could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The OS refused to start it.
+    #[error("starting {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// It started without the pipes it needs.
+    #[error("{0} started without a piped stdin, stdout or stderr")]
+    Pipes(String),
+}
+
+/// Why a line was not written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// Nothing was written: the process had ended, or the pipe refused the first byte.
+    #[error("nothing was written: {0}")]
+    NotWritten(String),
+    /// The write broke after it started (some bytes may have reached the process).
+    #[error("the write broke part way: {0}")]
+    Broken(String),
+}
+
+/// What a read found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadLine {
+    /// A line, without its newline.
+    Line(Vec<u8>),
+    /// The deadline passed first.
+    Timeout,
+    /// The process ended (its stdout closed).
+    Exited {
+        /// The exit status and the end of what it wrote to stderr.
+        reason: String,
+    },
+}
+
+enum FromStdout {
+    Line(Vec<u8>),
+    Closed(Option<String>),
+}
+
+/// A running agent process. See the module doc.
+#[derive(Debug)]
+pub struct Driver {
+    program: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<FromStdout>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    exited: Option<String>,
+}
+
+impl std::fmt::Debug for FromStdout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FromStdout::Line(l) => write!(f, "Line({} bytes)", l.len()),
+            FromStdout::Closed(e) => write!(f, "Closed({e:?})"),
+        }
+    }
+}
+
+fn keep_tail(buf: &Mutex<Vec<u8>>, bytes: &[u8]) {
+    if let Ok(mut b) = buf.lock() {
+        b.extend_from_slice(bytes);
+        let excess = b.len().saturating_sub(STDERR_TAIL_BYTES);
+        b.drain(..excess);
+    }
+}
+
+impl Driver {
+    /// Starts the process.
+    pub fn spawn(config: &DriverConfig) -> Result<Driver, SpawnError> {
+        let program = config.program.to_string_lossy().into_owned();
+        let mut cmd = Command::new(&config.program);
+        cmd.args(&config.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &config.env {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = &config.cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd.spawn().map_err(|source| SpawnError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(SpawnError::Pipes(program));
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut line = Vec::new();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) => {
+                        // The receiver may be gone (the driver was dropped): nothing
+                        // is left to tell.
+                        tx.send(FromStdout::Closed(None)).ok();
+                        return;
+                    }
+                    Ok(_) => {
+                        if line.last() == Some(&b'\n') {
+                            line.pop();
+                        }
+                        if tx.send(FromStdout::Line(line)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tx.send(FromStdout::Closed(Some(e.to_string()))).ok();
+                        return;
+                    }
+                }
+            }
+        });
+        let tail = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&tail);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    return;
+                }
+                keep_tail(&keep, buf.get(..n).unwrap_or_default());
+            }
+        });
+        Ok(Driver {
+            program,
+            child,
+            stdin: Some(stdin),
+            lines: rx,
+            stderr: tail,
+            exited: None,
+        })
+    }
+
+    /// True until the process is known to have ended.
+    pub fn is_running(&mut self) -> bool {
+        self.exited.is_none() && matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Writes one line (`line` ends with its newline).
+    pub fn write_line(&mut self, line: &[u8]) -> Result<(), WriteError> {
+        if let Some(reason) = &self.exited {
+            return Err(WriteError::NotWritten(reason.clone()));
+        }
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Err(WriteError::NotWritten(format!(
+                "{} ended: {status}",
+                self.program
+            )));
+        }
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(WriteError::NotWritten("stdin is closed".to_owned()));
+        };
+        let first = match stdin.write(line) {
+            Ok(0) => return Err(WriteError::NotWritten("the pipe took no byte".to_owned())),
+            Ok(n) => n,
+            Err(e) => return Err(WriteError::NotWritten(e.to_string())),
+        };
+        let rest = line.get(first..).unwrap_or_default();
+        stdin
+            .write_all(rest)
+            .and_then(|()| stdin.flush())
+            .map_err(|e| WriteError::Broken(e.to_string()))
+    }
+
+    /// The next line, waiting until `deadline`.
+    pub fn read_line(&mut self, deadline: Instant) -> ReadLine {
+        if let Some(reason) = &self.exited {
+            return ReadLine::Exited {
+                reason: reason.clone(),
+            };
+        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match self.lines.recv_timeout(wait) {
+            Ok(FromStdout::Line(l)) => ReadLine::Line(l),
+            Err(RecvTimeoutError::Timeout) => ReadLine::Timeout,
+            Ok(FromStdout::Closed(error)) => self.ended(error),
+            Err(RecvTimeoutError::Disconnected) => self.ended(None),
+        }
+    }
+
+    fn ended(&mut self, error: Option<String>) -> ReadLine {
+        self.stdin = None;
+        // stdout is closed: the process is ending; wait for its status.
+        let status = match self.child.wait() {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("status unknown ({e})"),
+        };
+        let stderr = self
+            .stderr
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+            .unwrap_or_default();
+        let mut reason = format!("{} ended ({status})", self.program);
+        if let Some(e) = error {
+            reason.push_str(&format!("; reading its output failed: {e}"));
+        }
+        if !stderr.is_empty() {
+            reason.push_str(&format!("; it said: {stderr}"));
+        }
+        self.exited = Some(reason.clone());
+        ReadLine::Exited { reason }
+    }
+
+    /// Stops the process (kill, then reap).
+    pub fn kill(&mut self) {
+        self.stdin = None;
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // Killing a process that ended between the check and the kill fails
+            // harmlessly; the wait below reaps it either way.
+            self.child.kill().ok();
+        }
+        if let Ok(status) = self.child.wait() {
+            self.exited
+                .get_or_insert_with(|| format!("{} was stopped ({status})", self.program));
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
