@@ -25,6 +25,13 @@ impl Tally {
     /// Adds one to `label` (cut to [`MAX_LABEL_CHARS`]; past [`MAX_LABELS`] distinct
     /// labels, to [`OTHER_LABEL`]).
     pub fn add(&mut self, label: &str) {
+        // A label seen before, short enough to be kept whole: no allocation.
+        if label.len() <= MAX_LABEL_CHARS {
+            if let Some(n) = self.0.get_mut(label) {
+                *n = n.saturating_add(1);
+                return;
+            }
+        }
         let label: String = label.chars().take(MAX_LABEL_CHARS).collect();
         let key = if self.0.contains_key(&label) || self.0.len() < MAX_LABELS {
             label

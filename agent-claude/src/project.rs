@@ -76,6 +76,8 @@ pub enum Output {
     TurnEnded(ResultFrame),
     /// Claude asks the host (a tool permission).
     Permission(ControlRequest),
+    /// Claude withdrew the request with this ID (`control_cancel_request`).
+    PermissionWithdrawn(String),
 }
 
 /// What a content block index of the current message feeds.
@@ -98,7 +100,9 @@ pub struct Projector {
     next_live: u64,
     placed: HashMap<BlockKey, (Millis, u64)>,
     message_id: Option<String>,
-    targets: HashMap<u64, Target>,
+    /// Content block index → what its deltas feed (a message has a handful of
+    /// blocks: a list is faster than a map).
+    targets: Vec<(u64, Target)>,
     messages: HashMap<String, MessageRows>,
     tools: HashMap<String, ToolCall>,
     subagent_frames: u64,
@@ -115,7 +119,7 @@ impl Projector {
             next_live: 0,
             placed: HashMap::new(),
             message_id: None,
-            targets: HashMap::new(),
+            targets: Vec::new(),
             messages: HashMap::new(),
             tools: HashMap::new(),
             subagent_frames: 0,
@@ -197,8 +201,18 @@ impl Projector {
                 self.out.push_back(Output::TurnEnded(r.clone()));
             }
             StreamLine::ControlRequest(c) => self.out.push_back(Output::Permission(c.clone())),
+            StreamLine::ControlCancel(id) => {
+                self.out.push_back(Output::PermissionWithdrawn(id.clone()));
+            }
             _ => {}
         }
+    }
+
+    /// Where a row with `key` is placed: the time and live sequence it got when it
+    /// first appeared in this run (given now if it is new). Rows the host adds to the
+    /// run (an approval card) take their place from here too.
+    pub fn placement(&mut self, key: BlockKey, now: Millis) -> (Millis, u64) {
+        self.place(key, now)
     }
 
     fn place(&mut self, key: BlockKey, now: Millis) -> (Millis, u64) {
@@ -242,14 +256,15 @@ impl Projector {
                     },
                     _ => return,
                 };
-                self.targets.insert(*index, target);
+                self.targets.retain(|(i, _)| i != index);
+                self.targets.push((*index, target));
             }
             StreamEvent::BlockDelta { index, delta } => {
                 let text = match delta {
                     Delta::Text(t) | Delta::Thinking(t) | Delta::InputJson(t) => t,
                     _ => return,
                 };
-                let Some(t) = self.targets.get(index) else {
+                let Some((_, t)) = self.targets.iter().find(|(i, _)| i == index) else {
                     return;
                 };
                 let ev = SessionEvent::delta(
@@ -264,7 +279,7 @@ impl Projector {
                 self.out.push_back(Output::Event(ev));
             }
             StreamEvent::BlockStop { index } => {
-                self.targets.remove(index);
+                self.targets.retain(|(i, _)| i != index);
             }
             StreamEvent::MessageStop => self.message_id = None,
             _ => {}

@@ -87,6 +87,23 @@ pub fn evidence(line: &StreamLine) -> Option<Evidence> {
     }
 }
 
+/// True when `line` is a transcript `user` entry whose `uuid` is `uuid` (compared
+/// without case).
+pub fn is_user_entry(line: &[u8], uuid: &MessageUuid) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(rename = "type", default)]
+        kind: Option<String>,
+        #[serde(default)]
+        uuid: Option<String>,
+    }
+    serde_json::from_slice::<Entry>(line).is_ok_and(|e| {
+        e.kind.as_deref() == Some("user")
+            && e.uuid
+                .is_some_and(|u| u.eq_ignore_ascii_case(uuid.as_str()))
+    })
+}
+
 /// The history read after an uncertain send: [`HistoryRead::Found`] when the transcript
 /// holds a user entry with the UUID, else [`HistoryRead::Missing`]. (A transcript that
 /// could not be read is the caller's [`HistoryRead::Unreadable`].)

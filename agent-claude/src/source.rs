@@ -1,10 +1,13 @@
-//! A Claude transcript as an `overlay-core` history source: the windows and older pages
-//! of a Claude target are read from a [`Transcript`], positioned by item UUID (the
-//! `before` of a Claude cursor, TL-09) and named by the session or subagent ID (TL-10).
+//! A Claude transcript read so far (in memory) as an `overlay-core` history source: the
+//! windows and older pages of a Claude target are read from the conversation of a
+//! [`Transcript`], positioned by item UUID (the `before` of a Claude cursor, TL-09) and
+//! named by the session or subagent ID (TL-10). A transcript file read from its end is
+//! [`crate::file::TranscriptFile`]; the two answer every read alike
+//! (`tests/file_source.rs`).
 //!
-//! Invariant: a position the saved history does not hold (gone, or before the last
-//! compaction) is [`SourceError::PositionGone`], which the builders answer with an empty
-//! page and `reloadRequired`.
+//! Invariant: a position the conversation does not hold (gone, on an abandoned branch,
+//! or before the last compaction) is [`SourceError::PositionGone`], which the builders
+//! answer with an empty page and `reloadRequired`.
 
 use overlay_core::source::{
     HistorySource, SourceError, SourceItem, SourceKind, SourcePage, SourcePosition,

@@ -13,6 +13,13 @@
 //! have the wrong shape, is counted as malformed and its error kept for the log. Every
 //! line is counted exactly once.
 //!
+//! Speed: a `stream_event` line that starts with its type (as Claude writes every one)
+//! is read by a fast path that looks only at the fields a stream event has (`event`,
+//! `session_id`, `parent_tool_use_id`) and borrows its strings from the line; it gives
+//! the same typed line and the same counts as the general path
+//! (`the_event_fast_path_reads_like_the_general_path`). Field auditing takes the general
+//! path for every line.
+//!
 //! ```
 //! use agent_claude::stream::{MessageUuid, StreamDecoder, StreamLine, UserMessage};
 //!
@@ -26,6 +33,9 @@
 //! assert!(user.is_replay);
 //! assert_eq!(user.uuid.as_deref(), Some(uuid.as_str()));
 //! ```
+
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use timeline_core::key::OperationId;
@@ -157,6 +167,8 @@ pub enum StreamLine {
     Lifecycle(Lifecycle),
     /// `control_request`: Claude asks the host (a tool permission, for example).
     ControlRequest(ControlRequest),
+    /// `control_cancel_request`: Claude withdraws a request it made (the `request_id`).
+    ControlCancel(String),
 }
 
 /// `system`/`init`.
@@ -229,8 +241,8 @@ pub struct UserFrame {
 /// `stream_event`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventFrame {
-    /// The Claude session.
-    pub session_id: Option<String>,
+    /// The Claude session (shared by the events of one session: no copy per event).
+    pub session_id: Option<Arc<str>>,
     /// The tool call of a subagent this event belongs to, if any.
     pub parent_tool_use_id: Option<String>,
     /// The event.
@@ -353,11 +365,13 @@ pub struct ControlRequest {
     pub tool_use_id: Option<String>,
     /// The tool's arguments.
     pub input: Option<serde_json::Value>,
+    /// The permission rules Claude suggests for an "allow for this session" answer.
+    pub permission_suggestions: Option<serde_json::Value>,
 }
 
 /// The union of every top-level field the decoder reads; one pass, no buffering.
 #[derive(Deserialize)]
-struct RawLine {
+struct RawLine<'a> {
     #[serde(rename = "type", default)]
     kind: Option<String>,
     #[serde(default)]
@@ -370,8 +384,8 @@ struct RawLine {
     parent_tool_use_id: Option<String>,
     #[serde(default)]
     message: Option<Message>,
-    #[serde(default)]
-    event: Option<RawEvent>,
+    #[serde(default, borrow)]
+    event: Option<RawEvent<'a>>,
     #[serde(default, rename = "isReplay")]
     is_replay: Option<bool>,
     #[serde(default, rename = "isSynthetic")]
@@ -420,35 +434,101 @@ struct RawControl {
     tool_use_id: Option<String>,
     #[serde(default)]
     input: Option<serde_json::Value>,
+    #[serde(default)]
+    permission_suggestions: Option<serde_json::Value>,
+}
+
+/// A string of the line, borrowed when it has no escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl Text<'_> {
+    fn into_string(self) -> String {
+        self.0.into_owned()
+    }
+
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn own(t: Option<Text<'_>>) -> Option<String> {
+    t.map(Text::into_string)
 }
 
 #[derive(Deserialize)]
-struct RawEvent {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
+struct RawEvent<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Text<'a>>,
     #[serde(default)]
     index: Option<u64>,
+    /// Boxed: only `content_block_start` has one, and a small event moves cheaply.
     #[serde(default)]
-    content_block: Option<ContentBlock>,
-    #[serde(default)]
-    delta: Option<RawDelta>,
-    #[serde(default)]
-    message: Option<Message>,
+    content_block: Option<Box<ContentBlock>>,
+    #[serde(default, borrow)]
+    delta: Option<RawDelta<'a>>,
+    #[serde(default, borrow)]
+    message: Option<EventMessage<'a>>,
+}
+
+/// The `message` of a `message_start` event: only its ID is read.
+#[derive(Deserialize)]
+struct EventMessage<'a> {
+    #[serde(default, borrow)]
+    id: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
-struct RawDelta {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    thinking: Option<String>,
-    #[serde(default)]
-    partial_json: Option<String>,
-    #[serde(default)]
-    stop_reason: Option<String>,
+struct RawDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Text<'a>>,
 }
+
+/// A `stream_event` line as the fast path reads it: only the fields a stream event
+/// uses.
+#[derive(Deserialize)]
+struct EventLine<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    event: Option<RawEvent<'a>>,
+    #[serde(default, borrow)]
+    session_id: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    parent_tool_use_id: Option<Text<'a>>,
+}
+
+/// How a `stream_event` line starts when Claude writes it (its type first).
+const EVENT_PREFIX: &[u8] = br#"{"type":"stream_event""#;
 
 /// Top-level fields of known lines that the decoder knows (read or deliberately
 /// ignored); with auditing on, any other field is counted in
@@ -525,12 +605,7 @@ pub const KNOWN_FIELDS: &[&str] = &[
 ];
 
 /// Line types that are known and skipped on purpose.
-const SKIPPED_TYPES: &[&str] = &[
-    "rate_limit_event",
-    "control_response",
-    "keep_alive",
-    "control_cancel_request",
-];
+const SKIPPED_TYPES: &[&str] = &["rate_limit_event", "control_response", "keep_alive"];
 
 /// System subtypes the decoder knows besides `init`.
 const SYSTEM_SUBTYPES: &[&str] = &[
@@ -552,6 +627,8 @@ const SYSTEM_SUBTYPES: &[&str] = &[
 pub struct StreamDecoder {
     diagnostics: Diagnostics,
     audit: bool,
+    /// The session of the last stream event, shared with the next ones.
+    session: Option<Arc<str>>,
 }
 
 impl StreamDecoder {
@@ -583,8 +660,20 @@ impl StreamDecoder {
             d.blank = d.blank.saturating_add(1);
             return None;
         }
+        if !self.audit && line.trim_ascii_start().starts_with(EVENT_PREFIX) {
+            if let Ok(fast) = serde_json::from_slice::<EventLine<'_>>(line) {
+                if fast.kind.as_ref().map(Text::as_str) == Some("stream_event") {
+                    let session = share(
+                        &mut self.session,
+                        fast.session_id.as_ref().map(Text::as_str),
+                    );
+                    return event_line(fast.event, session, fast.parent_tool_use_id, d);
+                }
+            }
+        }
+        let value: serde_json::Value;
         let raw: RawLine = if self.audit {
-            let value: serde_json::Value = match serde_json::from_slice(line) {
+            value = match serde_json::from_slice(line) {
                 Ok(v) => v,
                 Err(e) => {
                     d.malformed(&e.to_string());
@@ -631,6 +720,7 @@ fn is_known_type(kind: Option<&str>) -> bool {
                 | "result"
                 | "command_lifecycle"
                 | "control_request"
+                | "control_cancel_request"
         )
     ) || kind.is_some_and(|k| SKIPPED_TYPES.contains(&k))
 }
@@ -711,28 +801,14 @@ fn classify(raw: RawLine, d: &mut Diagnostics) -> Option<StreamLine> {
                 timestamp: raw.timestamp,
             }))
         }
-        "stream_event" => {
-            let Some(ev) = raw.event else {
-                d.malformed("stream_event without event");
-                return None;
-            };
-            let ev_kind = ev.kind.clone().unwrap_or_default();
-            let event = match stream_event(ev, d) {
-                Ok(e) => e,
-                Err(label) => {
-                    // The line is known; the event inside it is not.
-                    d.unknown_parts.add(&label);
-                    d.skipped.add(&format!("stream_event/{ev_kind}"));
-                    return None;
-                }
-            };
-            d.parsed.add(&format!("stream_event/{ev_kind}"));
-            Some(StreamLine::Event(EventFrame {
-                session_id: raw.session_id,
-                parent_tool_use_id: raw.parent_tool_use_id,
-                event,
-            }))
-        }
+        "stream_event" => event_line(raw.event, None, None, d).map(|line| match line {
+            StreamLine::Event(mut e) => {
+                e.session_id = raw.session_id.map(Arc::from);
+                e.parent_tool_use_id = raw.parent_tool_use_id;
+                StreamLine::Event(e)
+            }
+            other => other,
+        }),
         "result" => {
             d.parsed.add(&format!(
                 "result/{}",
@@ -782,7 +858,16 @@ fn classify(raw: RawLine, d: &mut Diagnostics) -> Option<StreamLine> {
                 tool_name: req.tool_name,
                 tool_use_id: req.tool_use_id,
                 input: req.input,
+                permission_suggestions: req.permission_suggestions,
             }))
+        }
+        "control_cancel_request" => {
+            let Some(request_id) = raw.request_id else {
+                d.malformed("control_cancel_request without request_id");
+                return None;
+            };
+            d.parsed.add("control_cancel_request");
+            Some(StreamLine::ControlCancel(request_id))
         }
         k if SKIPPED_TYPES.contains(&k) => {
             d.skipped.add(k);
@@ -795,16 +880,73 @@ fn classify(raw: RawLine, d: &mut Diagnostics) -> Option<StreamLine> {
     }
 }
 
+/// `session` as a shared string: the cached one when it is the same.
+fn share(cache: &mut Option<Arc<str>>, session: Option<&str>) -> Option<Arc<str>> {
+    let session = session?;
+    match cache {
+        Some(c) if **c == *session => Some(Arc::clone(c)),
+        _ => {
+            let fresh: Arc<str> = Arc::from(session);
+            *cache = Some(Arc::clone(&fresh));
+            Some(fresh)
+        }
+    }
+}
+
+/// A `stream_event` line's event, counted.
+fn event_line(
+    event: Option<RawEvent<'_>>,
+    session_id: Option<Arc<str>>,
+    parent_tool_use_id: Option<Text<'_>>,
+    d: &mut Diagnostics,
+) -> Option<StreamLine> {
+    let Some(ev) = event else {
+        d.malformed("stream_event without event");
+        return None;
+    };
+    let label = event_label(ev.kind.as_ref().map_or("", Text::as_str));
+    let event = match stream_event(ev, d) {
+        Ok(e) => e,
+        Err(part) => {
+            // The line is known; the event inside it is not.
+            d.unknown_parts.add(&part);
+            d.skipped.add(&label);
+            return None;
+        }
+    };
+    d.parsed.add(&label);
+    Some(StreamLine::Event(EventFrame {
+        session_id,
+        parent_tool_use_id: own(parent_tool_use_id),
+        event,
+    }))
+}
+
+/// The tally label of a stream event of type `kind`.
+fn event_label(kind: &str) -> Cow<'static, str> {
+    match kind {
+        "message_start" => Cow::Borrowed("stream_event/message_start"),
+        "content_block_start" => Cow::Borrowed("stream_event/content_block_start"),
+        "content_block_delta" => Cow::Borrowed("stream_event/content_block_delta"),
+        "content_block_stop" => Cow::Borrowed("stream_event/content_block_stop"),
+        "message_delta" => Cow::Borrowed("stream_event/message_delta"),
+        "message_stop" => Cow::Borrowed("stream_event/message_stop"),
+        "ping" => Cow::Borrowed("stream_event/ping"),
+        "error" => Cow::Borrowed("stream_event/error"),
+        other => Cow::Owned(format!("stream_event/{other}")),
+    }
+}
+
 /// The typed event, or the label of the unknown part.
-fn stream_event(ev: RawEvent, d: &mut Diagnostics) -> Result<StreamEvent, String> {
-    let kind = ev.kind.unwrap_or_default();
+fn stream_event(ev: RawEvent<'_>, d: &mut Diagnostics) -> Result<StreamEvent, String> {
+    let kind = ev.kind.map_or(Cow::Borrowed(""), |k| k.0);
     let index = ev.index;
     let need_index = || index.ok_or_else(|| format!("stream_event/{kind}/without-index"));
-    Ok(match kind.as_str() {
+    Ok(match kind.as_ref() {
         "message_start" => StreamEvent::MessageStart {
             message_id: ev
                 .message
-                .and_then(|m| m.id)
+                .and_then(|m| own(m.id))
                 .ok_or_else(|| "stream_event/message_start/without-id".to_owned())?,
         },
         "content_block_start" => {
@@ -816,7 +958,7 @@ fn stream_event(ev: RawEvent, d: &mut Diagnostics) -> Result<StreamEvent, String
             }
             StreamEvent::BlockStart {
                 index: need_index()?,
-                block,
+                block: *block,
             }
         }
         "content_block_delta" => {
@@ -824,11 +966,11 @@ fn stream_event(ev: RawEvent, d: &mut Diagnostics) -> Result<StreamEvent, String
             let delta = ev
                 .delta
                 .ok_or_else(|| "stream_event/content_block_delta/without-delta".to_owned())?;
-            let dk = delta.kind.unwrap_or_default();
-            let delta = match dk.as_str() {
-                "text_delta" => Delta::Text(delta.text.unwrap_or_default()),
-                "thinking_delta" => Delta::Thinking(delta.thinking.unwrap_or_default()),
-                "input_json_delta" => Delta::InputJson(delta.partial_json.unwrap_or_default()),
+            let text = |t: Option<Text<'_>>| own(t).unwrap_or_default();
+            let delta = match delta.kind.as_ref().map_or("", Text::as_str) {
+                "text_delta" => Delta::Text(text(delta.text)),
+                "thinking_delta" => Delta::Thinking(text(delta.thinking)),
+                "input_json_delta" => Delta::InputJson(text(delta.partial_json)),
                 "signature_delta" => Delta::Signature,
                 "citations_delta" => Delta::Citations,
                 other => return Err(format!("delta/{other}")),
@@ -839,7 +981,7 @@ fn stream_event(ev: RawEvent, d: &mut Diagnostics) -> Result<StreamEvent, String
             index: need_index()?,
         },
         "message_delta" => StreamEvent::MessageDelta {
-            stop_reason: ev.delta.and_then(|d| d.stop_reason),
+            stop_reason: ev.delta.and_then(|d| own(d.stop_reason)),
         },
         "message_stop" => StreamEvent::MessageStop,
         "ping" => StreamEvent::Ping,
@@ -851,6 +993,7 @@ fn stream_event(ev: RawEvent, d: &mut Diagnostics) -> Result<StreamEvent, String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diag::Tally;
 
     #[test]
     fn uuids_are_checked() {
@@ -878,6 +1021,44 @@ mod tests {
         assert_eq!(v["uuid"], "6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b");
         assert_eq!(v["message"]["content"], "a \"quoted\"\nline");
         assert_eq!(v["priority"], "next");
+    }
+
+    // The fast path of `stream_event` lines reads them as the general path does: the
+    // same typed line and the same counts, escapes and unknown parts included.
+    #[test]
+    fn the_event_fast_path_reads_like_the_general_path() {
+        let lines = [
+            r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_1","content":[],"usage":{"x":1}}},"session_id":"s","parent_tool_use_id":null,"uuid":"u"}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"Bash","input":{}}},"session_id":"s"}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\u2019ll \"q\""}},"session_id":"s","parent_tool_use_id":"toolu_9"}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"future_delta"}}}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}}"#,
+            r#"{"type":"stream_event","event":{"type":"future_event"}}"#,
+            r#"{"type":"stream_event"}"#,
+            r#"{"type":"stream_event","event":{"type":"message_delta","delta":{"stop_reason":"end_turn"}}}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_stop","index":0}}"#,
+            r#"{"type":"stream_event","event":5}"#,
+        ];
+        let mut fast = StreamDecoder::new();
+        let mut general = StreamDecoder::new().audit_fields(true);
+        for line in lines {
+            assert_eq!(
+                fast.decode(line.as_bytes()),
+                general.decode(line.as_bytes()),
+                "{line}"
+            );
+        }
+        let mut a = fast.diagnostics().clone();
+        let mut b = general.diagnostics().clone();
+        a.unknown_fields = Tally::default();
+        b.unknown_fields = Tally::default();
+        a.first_malformed = None;
+        b.first_malformed = None;
+        assert_eq!(a, b);
+        assert_eq!(a.malformed, 2);
+        assert_eq!(a.parsed.get("stream_event/content_block_delta"), 2);
+        assert_eq!(a.skipped.get("stream_event/content_block_delta"), 2);
     }
 
     #[test]

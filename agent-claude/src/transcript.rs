@@ -1,11 +1,13 @@
 //! The Claude transcript reader (sans-IO): `~/.claude/projects/<slug>/<sessionId>.jsonl`
 //! and the subagent files beside it, read from bytes into items a timeline pages.
 //!
-//! - [`Transcript::feed`] takes the bytes read so far and returns how many it consumed:
-//!   every complete line, and a last line without its newline only when it is a
-//!   complete JSON value. A torn last line (the file is being written) is left for the
-//!   next read; the caller keeps the unconsumed tail and feeds it again with what
-//!   follows.
+//! - [`Transcript::feed`] takes the unread bytes of the file and returns how many it
+//!   used: every line that ends with a newline. The last line without its newline is
+//!   left for the next read, whatever it looks like (a torn `{"type":"user","mes` is
+//!   not counted malformed: the caller keeps the unused tail and feeds it again with
+//!   what follows). A complete line that is not an entry is counted malformed and
+//!   skipped. [`Transcript::finish`] says the file is complete: its last line without a
+//!   newline is read as a line (an entry, or one counted malformed line).
 //! - Claude writes one line per content block; lines that share `message.id` become one
 //!   [`ItemKind::Reply`] (its text in one reply row, its reasoning in one thinking row,
 //!   each tool call one activity row). A tool result (`tool_result` in a later user
@@ -14,33 +16,63 @@
 //!   chain lines without rows (`progress`, `attachment`) are skipped and counted; a line
 //!   of an unknown type is skipped and counted as unknown; a line that is not JSON is
 //!   counted as malformed. Nothing is fatal ([`Diagnostics`]).
-//! - Saved history starts at the last compaction (the seed: "Saved Claude history
-//!   starts after the last compaction, because the SDK returns only that part"):
-//!   [`Transcript::page_before`] pages only from the last `compact_boundary` on, newest
-//!   first, by the UUID of an item ([`Item::position`]); that UUID is the `before`
-//!   of a Claude cursor (TL-09). Every user UUID of the file stays a delivery proof.
 //!
-//! Invariants: feeding a file in any split gives the same items and diagnostics as
-//! feeding it whole (`tests/transcript_props.rs`); every line is counted once; one
-//! `message.id` is one item.
+//! ## Which items are the conversation
+//!
+//! Every chain line names its parent (`parentUuid`); a user who edits a prompt and runs
+//! it again, or rewinds, starts a second branch from an older line, and the old branch
+//! stays in the file. The conversation is the branch that leads to the newest item
+//! (FORMATS.md §1.5, the reconstruction of Anthropic's SDK): from the newest item,
+//! follow each item's parent up to the root. Items are linked through the lines they
+//! are made of, so the tool results and the rowless `progress` lines between the lines
+//! of one reply never look like a branch. Three choices, each tested:
+//!
+//! - The newest item is the newest one that is not a sidechain, unless the file is a
+//!   subagent file (its first entry is a sidechain entry): Claude Code 1.0 wrote a
+//!   subagent's lines into the main file, and they are not part of the main
+//!   conversation.
+//! - `logicalParentUuid` is not followed: a compaction (`compact_boundary`, whose parent
+//!   is null) is a root, so the saved history starts at the last compaction on the live
+//!   branch (the seed: "Saved Claude history starts after the last compaction, because
+//!   the SDK returns only that part").
+//! - A parent is followed only when it was read before its child (Claude writes a parent
+//!   first); a line whose parent is not in the file starts a root too.
+//!
+//! Every user UUID of the file, on any branch, stays a delivery proof: a message that an
+//! edit later replaced was still delivered.
+//!
+//! Pages ([`Transcript::page_before`], [`Transcript::page_after`]) walk the conversation
+//! newest first by the UUID of an item ([`Item::position`]); that UUID is the `before` of
+//! a Claude cursor (TL-09). An item is placed by the byte offset of its first line in the
+//! file ([`Item::offset`], the ordinal of `[0, 1, ordinal, entryIndex]`, TL-05), so a
+//! reader that starts in the middle of the file ([`crate::tail`]) places it the same way.
+//!
+//! Invariants: feeding a file in any split gives the same items, conversation and
+//! diagnostics as feeding it whole (`tests/transcript_props.rs`); every line is counted
+//! once; one `message.id` is one item.
 //!
 //! ```
 //! use agent_claude::transcript::Transcript;
 //!
 //! let file = concat!(
 //!     r#"{"type":"user","uuid":"u1","timestamp":"2026-01-01T00:00:00Z","message":{"role":"user","content":"hi"}}"#, "\n",
-//!     r#"{"type":"assistant","uuid":"a1","timestamp":"2026-01-01T00:00:01Z","message":{"id":"msg_1","content":[{"type":"thinking","thinking":"hm"}]}}"#, "\n",
-//!     r#"{"type":"assistant","uuid":"a2","timestamp":"2026-01-01T00:00:02Z","message":{"id":"msg_1","content":[{"type":"text","text":"hello"}]}}"#, "\n",
+//!     r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","timestamp":"2026-01-01T00:00:01Z","message":{"id":"msg_1","content":[{"type":"thinking","thinking":"hm"}]}}"#, "\n",
+//!     r#"{"type":"assistant","uuid":"a2","parentUuid":"a1","timestamp":"2026-01-01T00:00:02Z","message":{"id":"msg_1","content":[{"type":"text","text":"hello"}]}}"#, "\n",
 //!     r#"{"type":"assistant","uuid":"a3","#, // torn: still being written
 //! );
 //! let mut t = Transcript::new();
 //! let used = t.feed(file.as_bytes());
 //! assert_eq!(&file[used..], r#"{"type":"assistant","uuid":"a3","#);
 //! assert_eq!(t.items().len(), 2, "one prompt, one reply for msg_1");
+//! assert_eq!(t.diagnostics().malformed, 0, "a torn line is not malformed");
 //! assert!(t.has_user_message("u1"));
+//!
+//! // The file is known complete: the torn line is one malformed line.
+//! t.finish(&file.as_bytes()[used..]);
+//! assert_eq!(t.diagnostics().malformed, 1);
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use timeline_core::block::Block;
@@ -73,7 +105,8 @@ pub const METADATA_TYPES: &[&str] = &[
     "pr-link",
 ];
 
-/// Chain lines that project to no row: skipped on purpose.
+/// Chain lines that project to no row: skipped on purpose (their place in the chain is
+/// kept, so a child of one links through it).
 pub const ROWLESS_CHAIN_TYPES: &[&str] = &["progress", "attachment"];
 
 /// System subtypes that show as a system row; other system lines are read and hidden.
@@ -81,11 +114,16 @@ const SHOWN_SYSTEM: &[&str] = &["compact_boundary", "api_error", "error"];
 
 /// One saved item: what one page position stands for.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Item {
     /// The UUID of its first line: its position.
     pub position: String,
-    /// When its first line was written (the previous item's time when unreadable).
+    /// When its first line was written (the previous line's time when unreadable).
     pub timestamp: Millis,
+    /// The byte offset of its first line in the file: the item's ordinal.
+    pub offset: u64,
+    /// True when its first line is a sidechain entry (`isSidechain`).
+    pub sidechain: bool,
     /// What it is.
     pub kind: ItemKind,
 }
@@ -195,7 +233,8 @@ fn join(parts: &[String]) -> String {
 }
 
 impl Item {
-    /// The rows of this item, placed at `[0, 1, ordinal, entryIndex]` (TL-05).
+    /// The rows of this item, placed at `[0, 1, ordinal, entryIndex]` (TL-05); the
+    /// readers of this crate pass [`Item::offset`] as the ordinal.
     pub fn blocks(&self, ordinal: u64) -> Vec<Block> {
         let at = self.timestamp;
         let mut out = Vec::new();
@@ -250,6 +289,11 @@ impl Item {
         }
         out
     }
+
+    /// The rows of this item at its own offset.
+    pub fn rows(&self) -> Vec<Block> {
+        self.blocks(self.offset)
+    }
 }
 
 /// The union of every entry field the reader uses.
@@ -261,6 +305,10 @@ struct RawEntry {
     subtype: Option<String>,
     #[serde(default)]
     uuid: Option<String>,
+    #[serde(default, rename = "parentUuid")]
+    parent_uuid: Option<String>,
+    #[serde(default, rename = "isSidechain")]
+    is_sidechain: Option<bool>,
     #[serde(default, rename = "sessionId")]
     session_id: Option<String>,
     #[serde(default, rename = "agentId")]
@@ -283,41 +331,96 @@ struct RawEntry {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PageError {
-    /// The `before` message is not in the saved history (gone, or before the last
-    /// compaction): answer with an empty page and `reloadRequired`.
+    /// The `before` message is not in the saved history (gone, on an abandoned branch,
+    /// or before the last compaction): answer with an empty page and `reloadRequired`.
     #[error("the transcript no longer holds the message {0:?}")]
     PositionGone(String),
 }
 
-/// A page of items, newest first.
+/// A page of items.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Page<'a> {
-    /// `(ordinal, item)`, newest first.
+    /// `(ordinal, item)`: newest first from [`Transcript::page_before`], oldest first
+    /// from [`Transcript::page_after`]; the ordinal is the item's [`Item::offset`].
     pub items: Vec<(u64, &'a Item)>,
-    /// True when older items exist.
+    /// True when the conversation goes on past the last item in the direction read.
     pub more: bool,
 }
 
+/// Where a line leads when its children follow their `parentUuid` to an item; fixed
+/// when the line is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// The start of a chain (`parentUuid` null or absent).
+    Root,
+    /// An item.
+    Item(usize),
+    /// A line this reader has not read: not in the file (a root for a whole file), or
+    /// before the part a window read holds (unknown).
+    Unread,
+}
+
+/// What the reader keeps per item besides the item itself.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    /// Where the item's first line points.
+    parent: Link,
+    /// A tool-result item some of whose calls were not read: in a window read, it may
+    /// belong to a reply before the window.
+    orphan: bool,
+    /// Its index in the conversation, when it is on it.
+    on_path: Option<usize>,
+}
+
+/// Where a window page starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Anchor<'a> {
+    /// The newest items.
+    Latest,
+    /// The items older than the item holding this UUID.
+    Before(&'a str),
+    /// The items newer than the item holding this UUID.
+    After(&'a str),
+}
+
+/// The answer of a walk over a window of the file.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Walk {
+    /// The page: item indices newest first, and whether older items exist.
+    Page(Vec<usize>, bool),
+    /// The window does not show enough of the file to answer: read further back.
+    NeedMore,
+    /// The conversation does not hold the anchor.
+    Gone,
+}
+
 /// A transcript read so far.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Transcript {
     items: Vec<Item>,
-    /// Every chain UUID read → the item it belongs to (the first one wins).
-    by_uuid: HashMap<String, usize>,
+    nodes: Vec<Node>,
+    /// Every chain line read (and every item position) → where its children lead.
+    lines: HashMap<String, Link>,
     /// `message.id` → its reply item.
     by_message: HashMap<String, usize>,
     /// `toolu_…` → (reply item, tool index).
     by_tool: HashMap<String, (usize, usize)>,
-    /// UUIDs of user entries (delivery proofs).
-    user_uuids: std::collections::HashSet<String>,
-    /// The item of the last `compact_boundary`: saved history starts there.
-    visible_from: usize,
+    /// UUIDs of user entries (delivery proofs), on every branch.
+    user_uuids: HashSet<String>,
+    /// The conversation: item indices from its root to its newest item.
+    path: Vec<usize>,
+    /// True when the first entry of the file is a sidechain entry (a subagent file).
+    sidechain_file: Option<bool>,
+    /// The newest item that is not a sidechain item.
+    last_main: Option<usize>,
+    /// The file offset of the first byte not read yet.
+    read_to: u64,
+    /// This reader starts at the file's first byte: a line it has not read is not in
+    /// the file.
+    from_start: bool,
     session_id: Option<String>,
     agent_id: Option<String>,
     last_time: Millis,
-    /// The last line was taken without its newline: a newline that opens the next
-    /// read ends that line and is not a line of its own.
-    owes_newline: bool,
     diagnostics: Diagnostics,
 }
 
@@ -325,59 +428,89 @@ impl Transcript {
     /// An empty transcript (a file that does not exist reads as this: an empty
     /// conversation).
     pub fn new() -> Transcript {
-        Transcript::default()
+        Transcript::starting_at(0, None)
     }
 
-    /// Reads `bytes`, the unread part of the file, and returns how many bytes it used
-    /// (see the module doc for the torn last line).
-    pub fn feed(&mut self, bytes: &[u8]) -> usize {
-        if bytes.is_empty() {
-            return 0;
+    /// A reader of the part of a file that starts at `offset` (a line start), for a
+    /// file whose first entry is a sidechain entry when `sidechain_file`. What it reads
+    /// is placed as the whole file's reader places it; what its part cannot show (a
+    /// parent before `offset`) is [`Link::Unread`].
+    pub(crate) fn window(offset: u64, sidechain_file: bool) -> Transcript {
+        Transcript::starting_at(offset, Some(sidechain_file))
+    }
+
+    fn starting_at(offset: u64, sidechain_file: Option<bool>) -> Transcript {
+        Transcript {
+            items: Vec::new(),
+            nodes: Vec::new(),
+            lines: HashMap::new(),
+            by_message: HashMap::new(),
+            by_tool: HashMap::new(),
+            user_uuids: HashSet::new(),
+            path: Vec::new(),
+            sidechain_file,
+            last_main: None,
+            read_to: offset,
+            from_start: offset == 0,
+            session_id: None,
+            agent_id: None,
+            last_time: Millis(0),
+            diagnostics: Diagnostics::default(),
         }
+    }
+
+    /// Reads `bytes`, the unread part of the file, and returns how many bytes it used:
+    /// every line that ends with a newline. The rest (a last line still being written)
+    /// is for the next call, together with what follows it.
+    pub fn feed(&mut self, bytes: &[u8]) -> usize {
         let mut consumed = 0usize;
         let mut rest = bytes;
-        if std::mem::take(&mut self.owes_newline) {
-            let skip = if bytes.starts_with(b"\r\n") {
-                2
-            } else {
-                usize::from(bytes.starts_with(b"\n"))
-            };
-            rest = bytes.get(skip..).unwrap_or_default();
-            consumed = skip;
-        }
         while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
             let (line, tail) = rest.split_at(nl);
-            self.line(line);
+            let at = self.read_to.saturating_add(consumed as u64);
+            self.line(line, at);
             consumed = consumed.saturating_add(nl + 1);
             rest = tail.get(1..).unwrap_or_default();
         }
-        // A last line without its newline is taken only when it is a whole JSON object
-        // (a cut object never parses; a bare value such as a number could still grow).
-        if rest.trim_ascii_end().last() == Some(&b'}')
-            && serde_json::from_slice::<serde::de::IgnoredAny>(rest).is_ok()
-        {
-            self.line(rest);
-            consumed = consumed.saturating_add(rest.len());
-            self.owes_newline = true;
-        }
+        self.read_to = self.read_to.saturating_add(consumed as u64);
+        self.refresh_path();
         consumed
     }
 
-    /// Every item read, oldest first (including those before the last compaction).
+    /// Reads `bytes`, the unread part of a file that is complete: like
+    /// [`Transcript::feed`], and a last line without its newline is read as a line
+    /// too (one malformed line when it is not a whole entry). Returns `bytes.len()`.
+    pub fn finish(&mut self, bytes: &[u8]) -> usize {
+        let used = self.feed(bytes);
+        let rest = bytes.get(used..).unwrap_or_default();
+        if !rest.is_empty() {
+            self.line(rest, self.read_to);
+            self.read_to = self.read_to.saturating_add(rest.len() as u64);
+            self.refresh_path();
+        }
+        bytes.len()
+    }
+
+    /// The file offset of the first byte not read yet.
+    pub fn read_to(&self) -> u64 {
+        self.read_to
+    }
+
+    /// Every item read, oldest first, on every branch (including those before the last
+    /// compaction and the sidechain items of an old main file).
     pub fn items(&self) -> &[Item] {
         &self.items
     }
 
-    /// The items of the saved history (from the last compaction on), with ordinals.
+    /// The conversation (see the module doc), oldest first, with ordinals.
     pub fn visible_items(&self) -> impl DoubleEndedIterator<Item = (u64, &Item)> {
-        self.items
+        self.path
             .iter()
-            .enumerate()
-            .skip(self.visible_from)
-            .map(|(i, it)| (i as u64, it))
+            .filter_map(|&i| self.items.get(i))
+            .map(|it| (it.offset, it))
     }
 
-    /// The rows of the saved history, oldest first.
+    /// The rows of the conversation, oldest first.
     pub fn blocks(&self) -> Vec<Block> {
         self.visible_items()
             .flat_map(|(o, it)| it.blocks(o))
@@ -400,79 +533,227 @@ impl Transcript {
         self.agent_id.as_deref()
     }
 
-    /// True when a `user` entry with this UUID was read (the Claude delivery proof).
+    /// True when the file's first entry is a sidechain entry (a subagent file); `None`
+    /// before an entry was read.
+    pub fn is_sidechain_file(&self) -> Option<bool> {
+        self.sidechain_file
+    }
+
+    /// True when a `user` entry with this UUID was read, on any branch (the Claude
+    /// delivery proof).
     pub fn has_user_message(&self, uuid: &str) -> bool {
         self.user_uuids.contains(uuid) || self.user_uuids.contains(&uuid.to_ascii_lowercase())
     }
 
-    /// The index of the item holding the chain line `uuid`.
+    /// The index (in [`Transcript::items`]) of the item holding the chain line `uuid`.
     pub fn item_of(&self, uuid: &str) -> Option<usize> {
-        self.by_uuid.get(uuid).copied()
+        match self.lines.get(uuid) {
+            Some(Link::Item(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The place in the conversation of the item holding `uuid`.
+    fn place(&self, uuid: &str) -> Result<usize, PageError> {
+        self.item_of(uuid)
+            .and_then(|i| self.nodes.get(i))
+            .and_then(|n| n.on_path)
+            .ok_or_else(|| PageError::PositionGone(uuid.to_owned()))
     }
 
     /// Up to `limit` items older than the item holding `before` (`None`: the newest),
-    /// newest first, from the saved history only. A `before` the saved history does not
+    /// newest first, from the conversation only. A `before` the conversation does not
     /// hold is [`PageError::PositionGone`].
     pub fn page_before(&self, before: Option<&str>, limit: usize) -> Result<Page<'_>, PageError> {
         let end = match before {
-            None => self.items.len(),
-            Some(uuid) => match self.item_of(uuid) {
-                Some(i) if i >= self.visible_from => i,
-                _ => return Err(PageError::PositionGone(uuid.to_owned())),
-            },
+            None => self.path.len(),
+            Some(uuid) => self.place(uuid)?,
         };
-        let start = end.saturating_sub(limit).max(self.visible_from);
+        let start = end.saturating_sub(limit);
         let items = self
-            .items
+            .path
             .get(start..end)
             .unwrap_or_default()
             .iter()
-            .enumerate()
             .rev()
-            .map(|(i, it)| ((start + i) as u64, it))
+            .filter_map(|&i| self.items.get(i))
+            .map(|it| (it.offset, it))
             .collect();
         Ok(Page {
             items,
-            more: start > self.visible_from,
+            more: start > 0,
         })
     }
 
     /// Up to `limit` items newer than the item holding `after`, oldest first, and
     /// whether newer ones follow.
     pub fn page_after(&self, after: &str, limit: usize) -> Result<Page<'_>, PageError> {
-        let start = match self.item_of(after) {
-            Some(i) if i >= self.visible_from => i.saturating_add(1),
-            _ => return Err(PageError::PositionGone(after.to_owned())),
-        };
-        let end = start.saturating_add(limit).min(self.items.len());
+        let start = self.place(after)?.saturating_add(1);
+        let end = start.saturating_add(limit).min(self.path.len());
         let items = self
-            .items
+            .path
             .get(start..end)
             .unwrap_or_default()
             .iter()
-            .enumerate()
-            .map(|(i, it)| ((start + i) as u64, it))
+            .filter_map(|&i| self.items.get(i))
+            .map(|it| (it.offset, it))
             .collect();
         Ok(Page {
             items,
-            more: end < self.items.len(),
+            more: end < self.path.len(),
         })
     }
 
-    /// Appends an item whose first line has UUID `item.position`. Positions are unique:
-    /// a UUID already used (Claude writes each once; hand-made files may not) becomes
-    /// `<uuid>#<ordinal>`.
-    fn push_item(&mut self, mut item: Item) -> usize {
-        let idx = self.items.len();
-        if self.by_uuid.contains_key(&item.position) {
-            item.position = format!("{}#{idx}", item.position);
+    /// The newest item of the conversation.
+    fn head(&self) -> Option<usize> {
+        match self.sidechain_file {
+            Some(true) => self.items.len().checked_sub(1),
+            _ => self.last_main,
         }
-        self.by_uuid.insert(item.position.clone(), idx);
+    }
+
+    /// Brings the conversation up to date: from the newest item up to the first item
+    /// already on it (parents are read before children, so this equals a walk from
+    /// scratch).
+    fn refresh_path(&mut self) {
+        let head = self.head();
+        if head == self.path.last().copied() {
+            return;
+        }
+        let mut segment = Vec::new();
+        let mut junction = None;
+        let mut cur = head;
+        while let Some(i) = cur {
+            let Some(node) = self.nodes.get(i) else {
+                break;
+            };
+            if let Some(p) = node.on_path {
+                junction = Some(p);
+                break;
+            }
+            segment.push(i);
+            cur = match node.parent {
+                Link::Item(p) => Some(p),
+                Link::Root | Link::Unread => None,
+            };
+        }
+        let keep = junction.map_or(0, |p| p.saturating_add(1));
+        for &i in self.path.get(keep..).unwrap_or_default() {
+            if let Some(n) = self.nodes.get_mut(i) {
+                n.on_path = None;
+            }
+        }
+        self.path.truncate(keep);
+        for i in segment.into_iter().rev() {
+            if let Some(n) = self.nodes.get_mut(i) {
+                n.on_path = Some(self.path.len());
+            }
+            self.path.push(i);
+        }
+    }
+
+    /// The page of a window read: walks the conversation from its newest item like
+    /// [`Transcript::page_before`] and [`Transcript::page_after`] do, but says
+    /// [`Walk::NeedMore`] wherever the window cannot show what a read of the whole file
+    /// shows (a parent before the window, a tool result whose call may be before it, no
+    /// main item at all). Pages of [`Anchor::After`] come oldest first.
+    pub(crate) fn walk(&self, anchor: Anchor<'_>, limit: usize) -> Walk {
+        let whole = self.from_start;
+        let Some(head) = self.head() else {
+            return match (whole, anchor) {
+                (false, _) => Walk::NeedMore,
+                (true, Anchor::Latest) => Walk::Page(Vec::new(), false),
+                (true, _) => Walk::Gone,
+            };
+        };
+        let target = match anchor {
+            Anchor::Latest => None,
+            Anchor::Before(uuid) | Anchor::After(uuid) => match self.item_of(uuid) {
+                Some(i) => Some(i),
+                None if whole => return Walk::Gone,
+                None => return Walk::NeedMore,
+            },
+        };
+        let after = matches!(anchor, Anchor::After(_));
+        // Before: skip down to the target, then collect. After: collect (keeping the
+        // `limit + 1` nearest) down to the target.
+        let mut skipping = target.is_some() && !after;
+        let mut out: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+        let mut dropped = false;
+        let mut cur = Some(head);
+        while let Some(i) = cur {
+            let Some(node) = self.nodes.get(i) else {
+                break;
+            };
+            if after && Some(i) == target {
+                let more = dropped || out.len() > limit;
+                return Walk::Page(out.into_iter().rev().take(limit).collect(), more);
+            }
+            if !whole && node.orphan {
+                // Its result may belong to a reply before the window, and the item
+                // that leads here may be the rest of that reply.
+                return Walk::NeedMore;
+            }
+            if skipping {
+                skipping = Some(i) != target;
+            } else if !after && out.len() == limit {
+                return Walk::Page(out.into(), true);
+            } else {
+                out.push_back(i);
+                if after && out.len() > limit.saturating_add(1) {
+                    out.pop_front();
+                    dropped = true;
+                }
+            }
+            cur = match node.parent {
+                Link::Item(p) => Some(p),
+                Link::Root => None,
+                Link::Unread if whole => None,
+                Link::Unread => return Walk::NeedMore,
+            };
+        }
+        if skipping || after {
+            Walk::Gone
+        } else {
+            Walk::Page(out.into(), false)
+        }
+    }
+
+    /// Takes the items out (for a window read that built its page).
+    pub(crate) fn into_items(self) -> Vec<Item> {
+        self.items
+    }
+
+    /// Where the children of a line whose parent is `parent` lead.
+    fn resolve(&self, parent: Option<&str>) -> Link {
+        match parent.filter(|p| !p.trim().is_empty()) {
+            None => Link::Root,
+            Some(p) => self.lines.get(p).copied().unwrap_or(Link::Unread),
+        }
+    }
+
+    /// Appends an item whose first line has UUID `item.position` and parent `parent`.
+    /// Positions are unique: a UUID already used (Claude writes each once; hand-made
+    /// files may not) becomes `<uuid>#<offset>`.
+    fn push_item(&mut self, mut item: Item, parent: Link, orphan: bool) -> usize {
+        let idx = self.items.len();
+        if self.lines.contains_key(&item.position) {
+            item.position = format!("{}#{}", item.position, item.offset);
+        }
+        self.lines.insert(item.position.clone(), Link::Item(idx));
+        if !item.sidechain {
+            self.last_main = Some(idx);
+        }
         self.items.push(item);
+        self.nodes.push(Node {
+            parent,
+            orphan,
+            on_path: None,
+        });
         idx
     }
 
-    fn line(&mut self, line: &[u8]) {
+    fn line(&mut self, line: &[u8], offset: u64) {
         let d = &mut self.diagnostics;
         d.lines = d.lines.saturating_add(1);
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -490,8 +771,16 @@ impl Transcript {
             d.version(v);
         }
         let kind = raw.kind.clone().unwrap_or_default();
-        if METADATA_TYPES.contains(&kind.as_str()) || ROWLESS_CHAIN_TYPES.contains(&kind.as_str()) {
+        if METADATA_TYPES.contains(&kind.as_str()) {
             d.skipped.add(&kind);
+            return;
+        }
+        if ROWLESS_CHAIN_TYPES.contains(&kind.as_str()) {
+            d.skipped.add(&kind);
+            if let Some(uuid) = raw.uuid.filter(|u| !u.trim().is_empty()) {
+                let link = self.resolve(raw.parent_uuid.as_deref());
+                self.lines.entry(uuid).or_insert(link);
+            }
             return;
         }
         if !matches!(kind.as_str(), "user" | "assistant" | "system") {
@@ -502,6 +791,9 @@ impl Transcript {
             d.malformed(&format!("a {kind} entry without uuid"));
             return;
         };
+        if self.sidechain_file.is_none() {
+            self.sidechain_file = Some(raw.is_sidechain == Some(true));
+        }
         if self.session_id.is_none() {
             self.session_id.clone_from(&raw.session_id);
         }
@@ -514,14 +806,28 @@ impl Transcript {
             .and_then(parse_timestamp)
             .unwrap_or(self.last_time);
         self.last_time = at;
+        let head = Head {
+            uuid,
+            at,
+            offset,
+            parent: self.resolve(raw.parent_uuid.as_deref()),
+            sidechain: raw.is_sidechain == Some(true),
+        };
         match kind.as_str() {
-            "user" => self.user(raw, uuid, at),
-            "assistant" => self.assistant(raw, uuid, at),
-            _ => self.system(raw, uuid, at),
+            "user" => self.user(raw, head),
+            "assistant" => self.assistant(raw, head),
+            _ => self.system(raw, head),
         }
     }
 
-    fn user(&mut self, raw: RawEntry, uuid: String, at: Millis) {
+    fn user(&mut self, raw: RawEntry, head: Head) {
+        let Head {
+            uuid,
+            at,
+            offset,
+            parent,
+            sidechain,
+        } = head;
         self.diagnostics.parsed.add("user");
         self.user_uuids.insert(uuid.clone());
         let content = raw.message.map(|m| m.content).unwrap_or_default();
@@ -534,6 +840,7 @@ impl Transcript {
         if content.has_tool_results() {
             // Join each result to its call; the line belongs to the call's item.
             let mut home = None;
+            let mut orphans = 0usize;
             for b in content.blocks() {
                 if let ContentBlock::ToolResult {
                     tool_use_id,
@@ -545,6 +852,7 @@ impl Transcript {
                         .filter(|id| !id.trim().is_empty())
                         .and_then(|id| self.by_tool.get(id));
                     let Some(&(item, tool)) = call else {
+                        orphans = orphans.saturating_add(1);
                         self.diagnostics
                             .unknown_parts
                             .add("tool_result/without-call");
@@ -563,16 +871,27 @@ impl Transcript {
                     }
                 }
             }
+            // In a window read, a result whose call was not read may belong to a reply
+            // before the window: where this line leads is unknown there.
+            let unsure = orphans > 0 && !self.from_start;
             match home {
                 Some(item) => {
-                    self.by_uuid.entry(uuid).or_insert(item);
+                    let link = if unsure {
+                        Link::Unread
+                    } else {
+                        Link::Item(item)
+                    };
+                    self.lines.entry(uuid).or_insert(link);
                 }
                 None => {
-                    self.push_item(Item {
+                    let item = Item {
                         position: uuid.clone(),
                         timestamp: at,
+                        offset,
+                        sidechain,
                         kind: ItemKind::Hidden { uuid },
-                    });
+                    };
+                    self.push_item(item, parent, unsure);
                 }
             }
             return;
@@ -584,14 +903,24 @@ impl Transcript {
             },
             _ => ItemKind::Hidden { uuid: uuid.clone() },
         };
-        self.push_item(Item {
+        let item = Item {
             position: uuid,
             timestamp: at,
+            offset,
+            sidechain,
             kind,
-        });
+        };
+        self.push_item(item, parent, false);
     }
 
-    fn assistant(&mut self, raw: RawEntry, uuid: String, at: Millis) {
+    fn assistant(&mut self, raw: RawEntry, head: Head) {
+        let Head {
+            uuid,
+            at,
+            offset,
+            parent,
+            sidechain,
+        } = head;
         self.diagnostics.parsed.add("assistant");
         let message = raw.message.unwrap_or_default();
         let message_id = message
@@ -602,19 +931,22 @@ impl Transcript {
         let idx = match self.by_message.get(&message_id) {
             Some(&i) => i,
             None => {
-                let i = self.push_item(Item {
+                let item = Item {
                     position: uuid.clone(),
                     timestamp: at,
+                    offset,
+                    sidechain,
                     kind: ItemKind::Reply(Reply {
                         message_id: message_id.clone(),
                         ..Reply::default()
                     }),
-                });
+                };
+                let i = self.push_item(item, parent, false);
                 self.by_message.insert(message_id, i);
                 i
             }
         };
-        self.by_uuid.entry(uuid.clone()).or_insert(idx);
+        self.lines.entry(uuid.clone()).or_insert(Link::Item(idx));
         let Some(ItemKind::Reply(reply)) = self.items.get_mut(idx).map(|i| &mut i.kind) else {
             return;
         };
@@ -652,21 +984,43 @@ impl Transcript {
         }
     }
 
-    fn system(&mut self, raw: RawEntry, uuid: String, at: Millis) {
+    fn system(&mut self, raw: RawEntry, head: Head) {
+        let Head {
+            uuid,
+            at,
+            offset,
+            parent,
+            sidechain,
+        } = head;
         let subtype = raw.subtype.unwrap_or_default();
         self.diagnostics.parsed.add(&format!("system/{subtype}"));
         let text = raw.content.and_then(|c| c.as_str().map(str::to_owned));
-        let idx = self.push_item(Item {
+        let item = Item {
             position: uuid.clone(),
             timestamp: at,
+            offset,
+            sidechain,
             kind: ItemKind::System {
                 uuid,
-                subtype: subtype.clone(),
+                subtype,
                 text,
             },
-        });
-        if subtype == "compact_boundary" {
-            self.visible_from = idx;
-        }
+        };
+        self.push_item(item, parent, false);
     }
+}
+
+impl Default for Transcript {
+    fn default() -> Transcript {
+        Transcript::new()
+    }
+}
+
+/// What every entry line gives its item.
+struct Head {
+    uuid: String,
+    at: Millis,
+    offset: u64,
+    parent: Link,
+    sidechain: bool,
 }

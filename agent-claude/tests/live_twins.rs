@@ -2,7 +2,14 @@
 //! row only when the page holds a row with the same key. Claude's stream-json
 //! `assistant` and `user` frames carry the same `message` objects the transcript saves,
 //! so the real transcripts, replayed as frames, must project to exactly the reply,
-//! thinking and tool keys the transcript reader gives.
+//! thinking and tool keys the transcript reader gives for the conversation.
+//!
+//! Claude Code 1.0 wrote a subagent's lines into the main transcript (`isSidechain`);
+//! live, those frames carry `parent_tool_use_id` and belong to the subagent's own
+//! target, so the replay of a main file leaves them out, as the reader's conversation
+//! does.
+
+#![allow(clippy::disallowed_methods)] // reads the real data
 
 use std::collections::BTreeSet;
 
@@ -39,9 +46,14 @@ fn replayed_transcripts_give_the_saved_keys() {
         assert_eq!(t.feed(&bytes), bytes.len());
         let saved = agent_keys(t.blocks().into_iter().map(|b| b.key()));
 
+        let subagent_file = t.is_sidechain_file() == Some(true);
         let mut dec = StreamDecoder::new();
         let mut p = Projector::new("s", 0);
         for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let v: serde_json::Value = serde_json::from_slice(line).expect("JSON");
+            if !subagent_file && v["isSidechain"] == true {
+                continue;
+            }
             if let Some(l) = dec.decode(line) {
                 p.handle_line(&l, Millis(1));
             }

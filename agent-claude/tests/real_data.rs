@@ -7,6 +7,8 @@
 //! else from `../../shared/real-data/`; a file found in neither fails the test saying
 //! so. The expected numbers were counted independently with `jq` over the same files.
 
+#![allow(clippy::disallowed_methods)] // a test of real files reads them
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 

@@ -1,6 +1,7 @@
 //! Properties of the transcript reader and the stream decoder on any input: reading a
-//! file in any split equals reading it whole (the torn-line contract), every line is
-//! counted once, and no byte sequence panics.
+//! file in any split equals reading it whole (the torn-line contract), conversation
+//! included; every line is counted once; `finish` reads every byte; and no byte
+//! sequence panics.
 
 use agent_claude::stream::StreamDecoder;
 use agent_claude::transcript::Transcript;
@@ -12,6 +13,11 @@ const LINES: &[&str] = &[
     r#"{"type":"assistant","uuid":"a2","message":{"id":"m1","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}]}}"#,
     r#"{"type":"user","uuid":"u2","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a\nb"}]}}"#,
     r#"{"type":"assistant","uuid":"a3","message":{"id":"m1","content":[{"type":"text","text":"done"}]}}"#,
+    r#"{"type":"user","uuid":"e1","parentUuid":"a1","message":{"role":"user","content":"edited"}}"#,
+    r#"{"type":"user","uuid":"e2","parentUuid":"u1","isSidechain":true,"message":{"role":"user","content":"side"}}"#,
+    r#"{"type":"assistant","uuid":"a4","parentUuid":"p1","message":{"id":"m2","content":[{"type":"text","text":"after progress"}]}}"#,
+    r#"{"type":"progress","uuid":"p1","parentUuid":"u2"}"#,
+    r#"{"a":1}}"#,
     r#"{"type":"progress","uuid":"p1","data":{}}"#,
     r#"{"type":"summary","summary":"x"}"#,
     r#"{"type":"system","subtype":"compact_boundary","uuid":"c1","content":"Conversation compacted"}"#,
@@ -58,10 +64,26 @@ proptest! {
             pending.drain(..n);
         }
         prop_assert_eq!(split.items(), whole.items());
+        let conversation = |t: &Transcript| t.visible_items().map(|(_, i)| i.position.clone()).collect::<Vec<_>>();
+        prop_assert_eq!(conversation(&split), conversation(&whole));
         prop_assert_eq!(split.diagnostics(), whole.diagnostics());
         prop_assert_eq!(pending.len(), bytes.len() - used);
         let d = whole.diagnostics();
         prop_assert_eq!(d.accounted(), d.lines);
+    }
+
+    // `finish` reads every byte: one more line when the file does not end with a
+    // newline, and every line is counted once.
+    #[test]
+    fn finish_reads_every_byte(bytes in file()) {
+        let mut t = Transcript::new();
+        let used = t.feed(&bytes);
+        let lines_fed = t.diagnostics().lines;
+        prop_assert_eq!(t.finish(&bytes[used..]), bytes.len() - used);
+        prop_assert_eq!(t.read_to(), bytes.len() as u64);
+        let extra = u64::from(used < bytes.len());
+        prop_assert_eq!(t.diagnostics().lines, lines_fed + extra);
+        prop_assert_eq!(t.diagnostics().accounted(), t.diagnostics().lines);
     }
 
     // No byte sequence panics the decoder or the reader; every line is counted once.
