@@ -155,6 +155,7 @@ pub struct MemorySource {
     /// Reads counted, for tests of the read budget.
     pub reads: usize,
     /// When set, every read fails with this error.
+    #[cfg(feature = "testing")]
     pub fail_with: Option<SourceError>,
 }
 
@@ -167,6 +168,7 @@ impl MemorySource {
             items: Vec::new(),
             next: 0,
             reads: 0,
+            #[cfg(feature = "testing")]
             fail_with: None,
         }
     }
@@ -233,6 +235,7 @@ impl HistorySource for MemorySource {
         limit: usize,
     ) -> Result<SourcePage, SourceError> {
         self.reads += 1;
+        #[cfg(feature = "testing")]
         if let Some(e) = &self.fail_with {
             return Err(e.clone());
         }
@@ -260,6 +263,7 @@ impl HistorySource for MemorySource {
         limit: usize,
     ) -> Result<SourcePage, SourceError> {
         self.reads += 1;
+        #[cfg(feature = "testing")]
         if let Some(e) = &self.fail_with {
             return Err(e.clone());
         }

@@ -35,8 +35,11 @@ const DASHES: [usize; 4] = [8, 13, 18, 23];
 /// assert_eq!(back.as_deref(), Ok(id));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Public API only with the `testing` feature; the crate's own code uses it either way.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub struct IdColumn<'a>(pub &'a str);
 
+#[cfg(any(test, feature = "testing"))]
 impl IdColumn<'_> {
     /// The value stored for the ID.
     pub fn value(&self) -> Value {
@@ -83,6 +86,7 @@ fn uuid_bytes(text: &[u8]) -> Option<[u8; UUID_BYTES]> {
 /// The ID behind a value [`IdColumn`] stored: text as it is; a BLOB as the UTF-8 text
 /// of all but its last 16 bytes followed by those 16 bytes as a canonical UUID. Any
 /// other value is an error that says what was found.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub fn read_id(value: ValueRef<'_>) -> Result<String, String> {
     match value {
         ValueRef::Text(text) => {

@@ -38,8 +38,20 @@ impl<S: OutboxStore> Custody<S> {
         }
     }
 
-    /// True while a lane of `session` is busy (for tests of lost wake-ups).
+    /// Whether the normal and the steer lane of `session` are busy (for tests of lost
+    /// wake-ups).
+    #[cfg(feature = "testing")]
     pub fn lane_busy(&self, session: &SessionId) -> (bool, bool) {
+        self.busy_lanes(session)
+    }
+
+    /// Whether the normal and the steer lane of `session` are busy.
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn lane_busy(&self, session: &SessionId) -> (bool, bool) {
+        self.busy_lanes(session)
+    }
+
+    fn busy_lanes(&self, session: &SessionId) -> (bool, bool) {
         self.lanes
             .get(session)
             .map_or((false, false), |l| (l.normal.busy, l.steer.busy))

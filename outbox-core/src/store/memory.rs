@@ -66,10 +66,13 @@ pub struct MemoryOutboxStore {
     /// The route of each (sender session, sender call).
     route_calls: HashMap<(SessionId, CallId), OperationId>,
     /// When set, every write fails with `Unavailable` (to test the ledger fallback).
+    #[cfg(feature = "testing")]
     pub fail_writes: bool,
     /// When set, every ledger read fails with `Unavailable`.
+    #[cfg(feature = "testing")]
     pub fail_ledger_reads: bool,
     /// When set, every ledger write (and `confirm_sent`) fails with `Unavailable`.
+    #[cfg(feature = "testing")]
     pub fail_ledger_writes: bool,
 }
 
@@ -100,6 +103,7 @@ impl MemoryOutboxStore {
     }
 
     fn writable(&self) -> Result<(), StoreError> {
+        #[cfg(feature = "testing")]
         if self.fail_writes {
             return Err(StoreError::unavailable("writes are failing"));
         }
@@ -108,6 +112,7 @@ impl MemoryOutboxStore {
 
     fn ledger_writable(&self) -> Result<(), StoreError> {
         self.writable()?;
+        #[cfg(feature = "testing")]
         if self.fail_ledger_writes {
             return Err(StoreError::unavailable("ledger writes are failing"));
         }
@@ -410,6 +415,7 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, StoreError> {
+        #[cfg(feature = "testing")]
         if self.fail_ledger_reads {
             return Err(StoreError::unavailable("ledger reads are failing"));
         }
