@@ -452,3 +452,69 @@ fn an_uncertain_start_is_never_resent_by_itself() {
     w.quiesce().unwrap();
     assert_eq!(w.agent.send_count(&opn(1)), 1);
 }
+
+// OB-14, pinned from the model: a run of `s1` goes stale while `s1::skills-agent` queues
+// behind it; the reclaim runs at the next start in `s1` and must wake the alias too,
+// whose queue waited on that run (it was left waiting with nothing to wake it).
+#[test]
+fn a_reclaim_at_a_start_wakes_the_aliases_that_waited_on_the_run() {
+    let mut w = World::new();
+    let cmds = [
+        Cmd::Script(2),
+        Cmd::Submit {
+            session: 0,
+            n: 5,
+            kind: 3,
+        },
+        Cmd::Submit {
+            session: 1,
+            n: 1,
+            kind: 0,
+        },
+        Cmd::Script(5),
+        Cmd::Submit {
+            session: 0,
+            n: 0,
+            kind: 0,
+        },
+        Cmd::RunEnded {
+            session: 1,
+            drop_untaken: false,
+        },
+        Cmd::Submit {
+            session: 0,
+            n: 1,
+            kind: 0,
+        },
+        Cmd::Script(2),
+        Cmd::Script(4),
+        Cmd::StopAndSendNow { n: 0 },
+        Cmd::Submit {
+            session: 0,
+            n: 0,
+            kind: 0,
+        },
+        Cmd::Advance(19_476),
+        Cmd::Submit {
+            session: 1,
+            n: 0,
+            kind: 0,
+        },
+        Cmd::Submit {
+            session: 1,
+            n: 2,
+            kind: 0,
+        },
+        Cmd::Advance(25_525),
+        Cmd::Submit {
+            session: 0,
+            n: 0,
+            kind: 2,
+        },
+    ];
+    for c in cmds {
+        w.run(c).unwrap();
+    }
+    assert_eq!(w.agent.send_count(&opn(2)), 1, "the alias's queue drained");
+    w.quiesce().unwrap();
+}

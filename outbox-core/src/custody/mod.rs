@@ -716,13 +716,19 @@ impl<S: OutboxStore> Custody<S> {
         sessions
     }
 
-    /// The stale reclaim before a start in `session`'s scope: other sessions whose run
-    /// went are woken; the caller's own pass goes on by itself.
+    /// The stale reclaim before a start in `session`'s scope: every session of a scope
+    /// whose run went is woken, the caller's own session excepted (its pass goes on by
+    /// itself). A run of the caller's own scope blocked the other members of that scope
+    /// too (an alias such as `s1::skills-agent` waits on the run of `s1`), so they are
+    /// woken as well.
     fn reclaim_before_start(&mut self, session: &SessionId, now: Millis) {
-        let base = crate::ids::base_session(session);
-        for other in self.reclaim_stale(now) {
-            if crate::ids::base_session(&other) != base {
-                self.wake_scope(&other, now);
+        for reclaimed in self.reclaim_stale(now) {
+            let members: Vec<SessionId> = crate::ids::scope_members(&reclaimed)
+                .into_iter()
+                .filter(|s| s != session && (s == &reclaimed || self.sessions.contains_key(s)))
+                .collect();
+            for member in members {
+                self.wake(&member, now);
             }
         }
     }
