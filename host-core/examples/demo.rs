@@ -32,7 +32,7 @@ use overlay_core::{Delivery, HistorySource, LiveProtocol, MemorySource, Payload,
 use overlay_core::{RunEventKind, SourceError, SourceKind, StoredBlock, WindowId};
 use storage_postgres::PostgresStore;
 use storage_sqlite::SqliteStore;
-use timeline_core::rows::{ActivityRow, ApprovalKind};
+use timeline_core::rows::ApprovalKind;
 use timeline_core::timeline::Effect as Load;
 use timeline_core::{ApprovalRequest, Block, BlockKey, BlockType, BoundaryToken, ClientMode};
 use timeline_core::{Decision, HostKey, LiveOverlay, Millis, RunId, SessionId, SourceOrder};
@@ -391,28 +391,13 @@ impl HistorySource for Shared {
     }
 }
 
-/// A row as a person reads it.
+/// A row as a person reads it, with where it comes from.
 fn words(row: &timeline_core::Row<'_>) -> String {
-    let b = &row.block;
-    let text = b.data["text"].as_str().unwrap_or_default();
-    let said = match b.block_type {
-        BlockType::User => format!("You: {text}"),
-        BlockType::AgentReply => format!("Agent: {text}"),
-        BlockType::Activity => match serde_json::from_value::<ActivityRow>(b.data.clone()) {
-            Ok(a) => format!(
-                "[{}] {} {}",
-                a.title,
-                a.subtitle.unwrap_or_default(),
-                a.display
-                    .signal
-                    .map(|s| format!("({s})"))
-                    .unwrap_or_default()
-            ),
-            Err(_) => format!("[activity {}]", b.id),
-        },
-        other => format!("[{}]", other.as_str()),
-    };
-    format!("{:<8} {said}", format!("{:?}", row.origin).to_lowercase())
+    let origin = format!("{:?}", row.origin).to_lowercase();
+    format!(
+        "{origin:<8} {}",
+        timeline_core::rows::plain_text(row.block)
+    )
 }
 
 fn main() -> Result<()> {

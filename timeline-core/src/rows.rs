@@ -1276,3 +1276,41 @@ pub fn approval_card(
         }),
     }
 }
+
+// ----- a row as one line of plain text ----------------------------------------------------
+
+/// A row as one line a person reads, for logs, terminals and tests: who said what
+/// (`You: …`, `Agent: …`), an activity row's title with its context line and signal
+/// (`ls — src (Exit 0)`), reasoning and notices marked as such. Only the first line of a
+/// text is kept. The words are the row's own (RW-01): nothing is made up beyond the
+/// speaker's name and the separators.
+pub fn plain_text(block: &crate::block::Block) -> String {
+    use crate::key::BlockType;
+    let text = first_line(
+        block
+            .data
+            .get("text")
+            .and_then(|t| t.as_str())
+            .unwrap_or(""),
+    );
+    match block.block_type {
+        BlockType::User => format!("You: {text}"),
+        BlockType::AgentReply => format!("Agent: {text}"),
+        BlockType::Thinking => format!("(thinking) {text}"),
+        BlockType::System => format!("[{text}]"),
+        BlockType::Activity => match serde_json::from_value::<ActivityRow>(block.data.clone()) {
+            Ok(row) => {
+                let mut line = row.title;
+                if let Some(sub) = row.subtitle.filter(|s| !s.is_empty()) {
+                    line.push_str(" — ");
+                    line.push_str(first_line(&sub));
+                }
+                if let Some(signal) = row.display.signal {
+                    line.push_str(&format!(" ({signal})"));
+                }
+                line
+            }
+            Err(_) => format!("[activity {}]", block.id),
+        },
+    }
+}

@@ -631,3 +631,42 @@ proptest! {
         }
     }
 }
+
+// RW-01 / RW-07: a row as one line of plain text keeps the row's own words: the
+// speaker, the title, the first line of the context line and the signal.
+#[test]
+fn rows_as_plain_text_snapshot() {
+    use timeline_core::block::Block;
+    use timeline_core::key::{BlockKey, BlockType};
+    let block = |t: BlockType, id: &str, data: serde_json::Value| {
+        Block::new(BlockKey::parse(t, id).unwrap(), Millis(1)).with_data(data)
+    };
+    let mut lines = vec![
+        timeline_core::rows::plain_text(&block(
+            BlockType::User,
+            "u",
+            serde_json::json!({ "text": "Run the tests\nand report" }),
+        )),
+        timeline_core::rows::plain_text(&block(
+            BlockType::AgentReply,
+            "a",
+            serde_json::json!({ "text": "412 passed" }),
+        )),
+        timeline_core::rows::plain_text(&block(
+            BlockType::System,
+            "s",
+            serde_json::json!({ "text": "Context compacted" }),
+        )),
+        timeline_core::rows::plain_text(&block(
+            BlockType::Thinking,
+            "t",
+            serde_json::json!({ "text": "Planning" }),
+        )),
+    ];
+    for sample in samples() {
+        let data = serde_json::to_value(&sample.row).unwrap();
+        let line = timeline_core::rows::plain_text(&block(BlockType::Activity, sample.name, data));
+        lines.push(format!("{:<40} {line}", sample.name));
+    }
+    insta::assert_snapshot!("rows_as_plain_text", lines.join("\n"));
+}
