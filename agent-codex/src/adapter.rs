@@ -27,7 +27,7 @@
 //!   table of [`crate::send`]: nothing written is proven unadmitted, and after the write
 //!   an error answer, a broken pipe, the reply deadline or the process's end is
 //!   uncertain (except the refusals the table proves). Only the echo proves delivery:
-//!   [`CodexAdapter::pump`] reports it ([`AdapterEvent::Delivery`]).
+//!   [`CodexAdapter::pump`] reports it ([`AdapterEvent::Verdict`]).
 //! - [`AgentAdapter::read_history`]: the rollout of the session's thread (the path the
 //!   thread names, or the one the host set), searched for the operation's client ID; a
 //!   rollout that cannot be read is `Unreadable`.
@@ -64,7 +64,7 @@ use timeline_core::time::Millis;
 use crate::codec::{AnswerError, Codec, Incoming, LineError, Response, RpcError};
 use crate::diag::Diagnostics;
 use crate::driver::{Driver, DriverConfig, ReadLine, SpawnError, WriteError};
-use crate::proof::{Delivery, DeliveryWatch};
+use crate::proof::{DeliveryWatch, Verdict};
 use crate::protocol::{
     ApprovalAsk, ClientRequest, Notification, RequestId, ServerNotification, ServerRequest, Thread,
     UserInput,
@@ -143,7 +143,7 @@ pub enum AdapterEvent {
         /// The operation.
         operation_id: OperationId,
         /// Delivered in a turn, or not delivered (its turn was interrupted first).
-        delivery: Delivery,
+        delivery: Verdict,
     },
     /// The process ended.
     Exited {
@@ -190,7 +190,7 @@ pub struct CodexAdapter {
     /// Accepted operations not proven either way yet.
     watches: Vec<(OperationId, DeliveryWatch)>,
     /// Operations the live stream proved (delivered or not).
-    settled: BTreeMap<OperationId, Delivery>,
+    settled: BTreeMap<OperationId, Verdict>,
     events: VecDeque<AdapterEvent>,
     exit_reported: bool,
 }
@@ -418,7 +418,7 @@ impl CodexAdapter {
             let landed_here = |r: &RunState| {
                 !r.accepted.is_empty()
                     && r.accepted.iter().all(|op| {
-                        matches!(settled.get(op), Some(Delivery::Delivered { turn_id }) if *turn_id == turn.id)
+                        matches!(settled.get(op), Some(Verdict::Delivered { turn_id }) if *turn_id == turn.id)
                     })
             };
             for run in self.runs.values_mut() {
@@ -428,11 +428,11 @@ impl CodexAdapter {
             }
         }
         for (op, watch) in &mut self.watches {
-            if watch.state() != &Delivery::Pending {
+            if watch.state() != &Verdict::Pending {
                 continue;
             }
             let state = watch.handle(n).clone();
-            if state != Delivery::Pending {
+            if state != Verdict::Pending {
                 self.settled.insert(op.clone(), state.clone());
                 self.events.push_back(AdapterEvent::Delivery {
                     operation_id: op.clone(),
@@ -440,8 +440,7 @@ impl CodexAdapter {
                 });
             }
         }
-        self.watches
-            .retain(|(_, w)| w.state() == &Delivery::Pending);
+        self.watches.retain(|(_, w)| w.state() == &Verdict::Pending);
     }
 
     /// Writes `request` and waits for its answer, handling every other line meanwhile.
@@ -683,7 +682,7 @@ impl AgentAdapter for CodexAdapter {
                     r.accepted
                         .iter()
                         .filter(|op| {
-                            matches!(me.settled.get(*op), Some(Delivery::NotDelivered { .. }))
+                            matches!(me.settled.get(*op), Some(Verdict::NotDelivered { .. }))
                         })
                         .cloned()
                         .collect()

@@ -45,6 +45,6 @@ pub use driver::{Driver, DriverConfig, ReadLine};
 pub use edge::{read_rollout_file, rollout_holds, EdgeError, RolloutBytes, RolloutSource};
 pub use history::{CallOutput, Entry, LineRole};
 pub use project::{Projected, Projector};
-pub use proof::{Delivery, DeliveryWatch};
+pub use proof::{DeliveryWatch, Verdict};
 pub use rollout::{RolloutLine, RolloutReader, RolloutRecord};
 pub use tail::{LinePosition, PageAfter, PageBefore, TailError, TailItem, TailPage};

@@ -15,9 +15,10 @@ use outbox_core::adapter::HistoryRead;
 use crate::protocol::{ServerNotification, Thread, ThreadItem, TurnStatus};
 use crate::rollout::{EventMsg, RolloutLine, RolloutRecord, TurnItem};
 
-/// What the live stream says about one operation.
+/// What the live stream says about the delivery of one operation (the verdict of a
+/// [`DeliveryWatch`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub enum Verdict {
     /// No proof either way yet.
     Pending,
     /// Codex recorded the message in this turn.
@@ -37,7 +38,7 @@ pub enum Delivery {
 pub struct DeliveryWatch {
     operation_id: String,
     thread_id: String,
-    state: Delivery,
+    state: Verdict,
 }
 
 impl DeliveryWatch {
@@ -46,19 +47,19 @@ impl DeliveryWatch {
         DeliveryWatch {
             operation_id: operation_id.to_owned(),
             thread_id: thread_id.to_owned(),
-            state: Delivery::Pending,
+            state: Verdict::Pending,
         }
     }
 
     /// What is known so far.
-    pub fn state(&self) -> &Delivery {
+    pub fn state(&self) -> &Verdict {
         &self.state
     }
 
     /// Takes the next notification; returns the state once it is settled. A settled
     /// state never changes.
-    pub fn handle(&mut self, n: &ServerNotification) -> &Delivery {
-        if self.state != Delivery::Pending {
+    pub fn handle(&mut self, n: &ServerNotification) -> &Verdict {
+        if self.state != Verdict::Pending {
             return &self.state;
         }
         match n {
@@ -76,14 +77,14 @@ impl DeliveryWatch {
             } if *thread_id == self.thread_id
                 && client_id.as_deref() == Some(self.operation_id.as_str()) =>
             {
-                self.state = Delivery::Delivered {
+                self.state = Verdict::Delivered {
                     turn_id: turn_id.clone(),
                 };
             }
             ServerNotification::TurnCompleted { thread_id, turn }
                 if *thread_id == self.thread_id && turn.status == TurnStatus::Interrupted =>
             {
-                self.state = Delivery::NotDelivered {
+                self.state = Verdict::NotDelivered {
                     turn_id: turn.id.clone(),
                 };
             }
@@ -98,10 +99,10 @@ pub fn delivery<'a>(
     operation_id: &str,
     thread_id: &str,
     notifications: impl IntoIterator<Item = &'a ServerNotification>,
-) -> Delivery {
+) -> Verdict {
     let mut w = DeliveryWatch::new(operation_id, thread_id);
     for n in notifications {
-        if w.handle(n) != &Delivery::Pending {
+        if w.handle(n) != &Verdict::Pending {
             break;
         }
     }
@@ -215,7 +216,7 @@ mod tests {
         let ns = [user("running", Some("other")), user("running", Some("op"))];
         assert_eq!(
             delivery("op", "th", &ns),
-            Delivery::Delivered {
+            Verdict::Delivered {
                 turn_id: "running".into()
             }
         );
@@ -230,7 +231,7 @@ mod tests {
             },
             at_ms: None,
         };
-        assert_eq!(delivery("op", "th", [&n]), Delivery::Pending);
+        assert_eq!(delivery("op", "th", [&n]), Verdict::Pending);
     }
 
     #[test]
@@ -242,18 +243,18 @@ mod tests {
         ];
         assert_eq!(
             delivery("op", "th", &ns),
-            Delivery::NotDelivered {
+            Verdict::NotDelivered {
                 turn_id: "t".into()
             }
         );
         // A turn that completes normally settles nothing (the steer may land later).
         let ns = [ended("t", TurnStatus::Completed)];
-        assert_eq!(delivery("op", "th", &ns), Delivery::Pending);
+        assert_eq!(delivery("op", "th", &ns), Verdict::Pending);
         // The echo before the interruption wins.
         let ns = [user("t", Some("op")), ended("t", TurnStatus::Interrupted)];
         assert!(matches!(
             delivery("op", "th", &ns),
-            Delivery::Delivered { .. }
+            Verdict::Delivered { .. }
         ));
     }
 }

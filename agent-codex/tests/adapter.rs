@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use agent_codex::adapter::{AdapterEvent, CodexAdapter};
 use agent_codex::driver::{Driver, DriverConfig, ReadLine};
-use agent_codex::proof::Delivery;
+use agent_codex::proof::Verdict;
 use agent_codex::protocol::{ClientRequest, ServerNotification};
 use outbox_core::adapter::{
     AgentAdapter, AttemptId, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
@@ -112,7 +112,7 @@ fn turn_completed(e: &AdapterEvent) -> bool {
         if matches!(notification.body, ServerNotification::TurnCompleted { .. }))
 }
 
-fn delivered(events: &[AdapterEvent], id: &str) -> Option<Delivery> {
+fn delivered(events: &[AdapterEvent], id: &str) -> Option<Verdict> {
     events.iter().find_map(|e| match e {
         AdapterEvent::Delivery {
             operation_id,
@@ -150,7 +150,7 @@ fn sends_are_accepted_then_proven_by_the_echo() {
     let events = pump_until(&mut codex, turn_completed);
     assert_eq!(
         delivered(&events, "m1"),
-        Some(Delivery::Delivered {
+        Some(Verdict::Delivered {
             turn_id: a.turn_id.as_str().to_owned()
         })
     );
@@ -182,7 +182,7 @@ fn sends_are_accepted_then_proven_by_the_echo() {
     events_2.extend(pump_until(&mut codex, turn_completed));
     assert!(matches!(
         delivered(&events_2, "m2"),
-        Some(Delivery::Delivered { .. })
+        Some(Verdict::Delivered { .. })
     ));
 
     // Turn 3: an approval, declined.
@@ -283,7 +283,7 @@ fn steers_land_in_the_running_turn() {
     for id in ["m1", "m2", "m3"] {
         assert_eq!(
             delivered(&events, id),
-            Some(Delivery::Delivered {
+            Some(Verdict::Delivered {
                 turn_id: first.turn_id.as_str().to_owned()
             }),
             "{id}"

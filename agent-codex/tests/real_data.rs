@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use agent_codex::codec::{AnswerError, Codec, Incoming, Response};
 use agent_codex::diag::Skip;
 use agent_codex::project::{Projected, Projector};
-use agent_codex::proof::{self, Delivery, DeliveryWatch};
+use agent_codex::proof::{self, DeliveryWatch, Verdict};
 use agent_codex::protocol::{
     ClientRequest, Method, RequestId, ServerNotification, ThreadItem, UserInput,
 };
@@ -481,7 +481,7 @@ fn delivery_proofs_of_the_recordings() {
         );
         assert!(matches!(
             proof::delivery(op, thread02, &r.notifications),
-            Delivery::Delivered { .. }
+            Verdict::Delivered { .. }
         ));
     }
 
@@ -491,7 +491,7 @@ fn delivery_proofs_of_the_recordings() {
     for op in ["m1", "m2", "m3"] {
         assert_eq!(
             proof::delivery(op, thread03, &r.notifications),
-            Delivery::Delivered {
+            Verdict::Delivered {
                 turn_id: running.into()
             },
             "{op}"
@@ -509,7 +509,7 @@ fn delivery_proofs_of_the_recordings() {
     ));
     assert_eq!(
         proof::delivery("m4", thread03, &r.notifications),
-        Delivery::Pending
+        Verdict::Pending
     );
     assert_eq!(user_client_ids(&r.notifications).len(), 3);
     // A watch fed one notification at a time settles at the echo.
@@ -517,7 +517,7 @@ fn delivery_proofs_of_the_recordings() {
     let settled_at = r
         .notifications
         .iter()
-        .position(|n| w.handle(n) != &Delivery::Pending)
+        .position(|n| w.handle(n) != &Verdict::Pending)
         .expect("m2 is echoed");
     assert!(matches!(
         &r.notifications[settled_at],
