@@ -27,7 +27,7 @@
 //!   table of [`crate::send`]: nothing written is proven unadmitted, and after the write
 //!   an error answer, a broken pipe, the reply deadline or the process's end is
 //!   uncertain (except the refusals the table proves). Only the echo proves delivery:
-//!   [`CodexAdapter::pump`] reports it ([`AdapterEvent::Verdict`]).
+//!   [`CodexAdapter::pump`] reports it ([`AdapterEvent::Delivery`]).
 //! - [`AgentAdapter::read_history`]: the rollout of the session's thread (the path the
 //!   thread names, or the one the host set), searched for the operation's client ID; a
 //!   rollout that cannot be read is `Unreadable`.
