@@ -394,10 +394,7 @@ impl HistorySource for Shared {
 /// A row as a person reads it, with where it comes from.
 fn words(row: &timeline_core::Row<'_>) -> String {
     let origin = format!("{:?}", row.origin).to_lowercase();
-    format!(
-        "{origin:<8} {}",
-        timeline_core::rows::plain_text(row.block)
-    )
+    format!("{origin:<8} {}", timeline_core::rows::plain_text(row.block))
 }
 
 fn main() -> Result<()> {
