@@ -61,7 +61,7 @@ impl Content {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum ContentBlock {
-    /// Text.
+    /// A text block.
     Text {
         /// The text.
         text: String,

@@ -284,7 +284,7 @@ pub enum StreamEvent {
     },
     /// The message ends.
     MessageStop,
-    /// Keep-alive.
+    /// A keep-alive line with nothing to project.
     Ping,
     /// An API error inside the stream.
     Error,
@@ -335,9 +335,9 @@ pub enum LifecycleState {
     Queued,
     /// Taken into the conversation.
     Started,
-    /// Done.
+    /// The command completed.
     Completed,
-    /// Refused.
+    /// The command was refused.
     Refused,
     /// A state this crate does not know.
     Other(String),

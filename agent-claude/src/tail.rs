@@ -98,7 +98,7 @@ enum State {
         window: Vec<u8>,
         grow: u64,
     },
-    /// Answered.
+    /// The read is answered: the page is complete.
     Done,
 }
 

@@ -100,7 +100,7 @@ pub enum AdapterError {
     Unreadable {
         /// The request.
         method: &'static str,
-        /// Why.
+        /// What the line reader said.
         error: LineError,
     },
     /// Codex answered with another kind of answer than the request's.

@@ -81,9 +81,9 @@ impl std::fmt::Display for RequestId {
 pub enum ItemStatus {
     /// Still running.
     InProgress,
-    /// Done.
+    /// The turn completed.
     Completed,
-    /// Failed.
+    /// The turn failed.
     Failed,
     /// Declined by the user.
     Declined,
@@ -136,7 +136,7 @@ pub enum ThreadItem {
         /// `commentary` or `final_answer`.
         phase: Option<String>,
     },
-    /// Reasoning.
+    /// The agent's reasoning.
     Reasoning {
         /// The item ID.
         id: String,
@@ -316,13 +316,13 @@ impl ThreadItem {
 /// The status of a turn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TurnStatus {
-    /// Running.
+    /// The item is still running.
     InProgress,
     /// Ended normally.
     Completed,
     /// Interrupted (`turn/interrupt`, or a `cancel` decision).
     Interrupted,
-    /// Failed.
+    /// The item failed.
     Failed,
     /// A status this version does not know.
     Other(String),
@@ -767,7 +767,7 @@ impl ServerRequest {
 /// One input of a user message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UserInput {
-    /// Text.
+    /// A text part.
     Text(String),
     /// An image by URL.
     Image(String),

@@ -49,12 +49,12 @@ pub enum SendFailure {
     /// Nothing was written (the process was not running, the pipe was closed before the
     /// first byte).
     NotWritten {
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: String,
     },
     /// Writing the request failed part way, or after the write the channel closed.
     TransportAfterWrite {
-        /// Why.
+        /// Why, in words for the user or the log.
         reason: String,
     },
     /// No answer within the reply deadline (30 s).
@@ -75,7 +75,7 @@ pub enum FailureClass {
 /// Which methods a row applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MethodMatch {
-    /// Either.
+    /// Either a start or a steer.
     Any,
     /// Only this one.
     Only(SendMethod),

@@ -46,9 +46,9 @@ impl fmt::Display for Column {
 pub(crate) enum Stored<'a> {
     /// A BIGINT or INTEGER.
     Integer(i64),
-    /// TEXT.
+    /// A `TEXT` value.
     Text(&'a str),
-    /// BYTEA.
+    /// A `BYTEA` value.
     Bytes(&'a [u8]),
 }
 
