@@ -14,7 +14,8 @@ use overlay_core::replay::EventKind;
 use overlay_core::store::{RowClass, StoredBlock};
 use timeline_core::block::Block;
 use timeline_core::key::{BlockKey, BlockType, RunId, SessionId, TargetId};
-use timeline_core::rows::{approval_card, ApprovalRequest, ApprovalResult, Decision};
+use timeline_core::rows::{approval_card, ActivityRow, ApprovalRequest, ApprovalResult};
+use timeline_core::rows::{CardStatus, Decision};
 use timeline_core::time::Millis;
 
 use crate::io::{ApprovalError, Reply, ReplyTo};
@@ -114,6 +115,59 @@ impl Approvals {
         };
         self.open.insert(id, open);
         Ok(Some((row, (kind, event))))
+    }
+
+    /// Knows again a card the overlay store kept across a restart, so the agent's
+    /// resolution (or a late decision) finds it: a pending card opens its request again,
+    /// a decided one answers later decisions as already resolved. The card's subtitle
+    /// stands for the summary it was made from. Returns false for any other row.
+    pub fn restore(&mut self, session: &SessionId, target: &TargetId, row: &StoredBlock) -> bool {
+        if row.class != RowClass::ApprovalCard {
+            return false;
+        }
+        let Ok(activity) = serde_json::from_value::<ActivityRow>(row.block.data.clone()) else {
+            return false;
+        };
+        let Some(card) = activity.approval else {
+            return false;
+        };
+        let id = identity(&card.request);
+        if self.open.contains_key(&id) {
+            return false;
+        }
+        let state = match (card.status, card.result) {
+            (CardStatus::Pending, _) => State::Pending,
+            (_, Some(result)) => State::Decided(result),
+            (CardStatus::Expired, None) => State::Decided(ApprovalResult::ResolvedExternally),
+            _ => return false,
+        };
+        let decided = matches!(state, State::Decided(_));
+        self.open.insert(
+            id.clone(),
+            Open {
+                session: session.clone(),
+                target: target.clone(),
+                run: row.run_id.clone(),
+                request: card.request,
+                summary: activity.subtitle.unwrap_or_default(),
+                asked_at: row.block.timestamp,
+                state,
+            },
+        );
+        if decided {
+            self.decided.push_back(id);
+            if self.decided.len() > DECIDED_KEPT {
+                if let Some(old) = self.decided.pop_front() {
+                    self.open.remove(&old);
+                }
+            }
+        }
+        true
+    }
+
+    /// True when a request with this identity is known (open or decided).
+    pub fn knows(&self, id: &Identity) -> bool {
+        self.open.contains_key(id)
     }
 
     /// A client decides. `Ok`: the decision goes to the agent of the returned session.

@@ -1,9 +1,10 @@
 //! The host machine: see the crate docs for the loop.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use outbox_core::adapter::SendKind;
 use outbox_core::custody::{self, Custody, SessionInfo};
+use outbox_core::runs::STALE_RUN_AFTER;
 use outbox_core::store::{OutboxStore, StoreError as OutboxError};
 use overlay_core::live::{Delivery, LiveHub, Payload, RelayOutcome};
 use overlay_core::live::{RunEvent, RunEventKind};
@@ -12,7 +13,7 @@ use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState}
 use overlay_core::scan::{self, ExactScans, ScanEffect, ScanReport};
 use overlay_core::source::HistorySource;
 use overlay_core::store::{CleanupJournal, OverlayStore, StoreError as OverlayError};
-use overlay_core::store::{StoredBlock, StoredOverlay};
+use overlay_core::store::{RowClass, StoredBlock, StoredOverlay};
 use overlay_core::window::{self, BuildError, OlderPageRequest, Target};
 use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::policy::ANCHORED_PAGE_SIZE;
@@ -27,6 +28,10 @@ use crate::io::{AgentCall, AgentInput, ClientRequest, Effect, LoadError, Notice,
 pub const EXACT_SCAN_READS: usize = 20;
 /// Items per page of an exact scan's history read.
 pub const EXACT_SCAN_PAGE: usize = 100;
+
+/// A live row or approval card the overlay store refused is written again this long
+/// after (and a target whose cards could not be read at start is read again).
+const WRITE_RETRY: Millis = Millis(1_000);
 
 /// How a host is set up: [`HostConfig::new`], then change what differs.
 #[non_exhaustive]
@@ -85,19 +90,52 @@ pub struct Host<O, V> {
     custody: Custody<O>,
     overlays: V,
     key: HostKey,
-    sessions: HashMap<SessionId, Session>,
+    sessions: BTreeMap<SessionId, Session>,
     hub: LiveHub,
     scans: ExactScans,
     replay: ReplayBuffers,
     sequencer: LiveSequencer,
     approvals: Approvals,
     /// Runs the hub was told started, by session (to tell it when they go).
-    runs: HashMap<SessionId, RunId>,
+    runs: BTreeMap<SessionId, RunId>,
     /// The last run of each session whose end the hub was told (so the agent's own
     /// report of an end custody already let go is not sent twice).
-    gone: HashMap<SessionId, RunId>,
+    gone: BTreeMap<SessionId, RunId>,
+    /// Phones joined to each session (joins not yet left): the relay keeps the
+    /// session's interest while any is.
+    phones: BTreeMap<SessionId, usize>,
+    /// Rows and approval cards whose write the overlay store refused, by session,
+    /// target and key (the newest of a key), tried again at `retry_at`: a client that
+    /// loaded its window before would otherwise never see them, and a card never comes
+    /// back from history at all.
+    unsaved: BTreeMap<(SessionId, TargetId, BlockKey), Unsaved>,
+    retry_at: Option<Millis>,
+    /// Targets whose approval cards kept from before a restart are not known yet (the
+    /// store could not be read), and resolutions that wait for them.
+    unread_cards: BTreeSet<(SessionId, TargetId)>,
+    late_resolutions: VecDeque<ApprovalResolution>,
     effects: VecDeque<Effect>,
 }
+
+/// A write the overlay store refused, kept to be tried again.
+#[derive(Clone, Debug)]
+enum Unsaved {
+    /// An ordinary live row of the agent's.
+    Row(StoredBlock),
+    /// An approval card, pending or decided.
+    Card {
+        /// The card.
+        row: StoredBlock,
+        /// Whether it shows a decision.
+        decided: bool,
+    },
+}
+
+/// A resolution from the agent: the request's identity and what the agent took.
+type ApprovalResolution = (
+    crate::approvals::Identity,
+    Result<timeline_core::rows::ApprovalResult, String>,
+);
 
 impl<O, V> std::fmt::Debug for Host<O, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,14 +155,19 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             custody: Custody::new(outbox, config.uuids),
             overlays,
             key: config.key,
-            sessions: HashMap::new(),
+            sessions: BTreeMap::new(),
             hub: LiveHub::new(),
             scans: ExactScans::new(),
             replay: ReplayBuffers::new(config.replay),
             sequencer: LiveSequencer::new(),
             approvals: Approvals::default(),
-            runs: HashMap::new(),
-            gone: HashMap::new(),
+            runs: BTreeMap::new(),
+            gone: BTreeMap::new(),
+            phones: BTreeMap::new(),
+            unsaved: BTreeMap::new(),
+            retry_at: None,
+            unread_cards: BTreeSet::new(),
+            late_resolutions: VecDeque::new(),
             effects: VecDeque::new(),
         }
     }
@@ -138,6 +181,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// [`StartError`] when the outbox cannot be read.
     pub fn start(&mut self, now: Millis) -> Result<(), StartError> {
         self.custody.start_up(now)?;
+        self.restore_cards(now);
         match self.overlays.pending_cleanups(None) {
             Ok(rows) => {
                 for (session, run) in rows {
@@ -159,6 +203,86 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         }
         self.pump(now);
         Ok(())
+    }
+
+    /// The approval cards the overlay store kept across a restart are known again, so
+    /// the agent's resolution after the restart decides them (RW-06).
+    fn restore_cards(&mut self, now: Millis) {
+        let targets: BTreeSet<(SessionId, TargetId)> = self
+            .sessions
+            .iter()
+            .flat_map(|(s, x)| x.sources.keys().map(move |t| (s.clone(), t.clone())))
+            .collect();
+        self.unread_cards = targets;
+        self.read_cards(now);
+    }
+
+    /// Reads the cards of every target whose cards are not known yet; a target the
+    /// store cannot read now is read again after [`WRITE_RETRY`]. Resolutions that came
+    /// for requests not known then are applied once their cards are.
+    fn read_cards(&mut self, now: Millis) {
+        let targets: Vec<(SessionId, TargetId)> = self.unread_cards.iter().cloned().collect();
+        let mut read_any = false;
+        for (session, target) in targets {
+            match self.overlays.load(&session, &target) {
+                Ok(stored) => {
+                    for row in stored.iter().flat_map(|o| o.blocks.iter()) {
+                        self.approvals.restore(&session, &target, row);
+                    }
+                    self.unread_cards.remove(&(session, target));
+                    read_any = true;
+                }
+                Err(error) => {
+                    self.notice(Notice::CardsUnread {
+                        session,
+                        target,
+                        error,
+                    });
+                    self.retry_at.get_or_insert(now.saturating_add(WRITE_RETRY));
+                }
+            }
+        }
+        if read_any {
+            let late = std::mem::take(&mut self.late_resolutions);
+            for (id, result) in late {
+                self.approval_resolved(id, result, now);
+            }
+        }
+    }
+
+    /// The agent resolved an approval (or did not take a decision). A resolution for a
+    /// request the host does not know while cards kept from before a restart are still
+    /// unread waits for them.
+    fn approval_resolved(
+        &mut self,
+        id: crate::approvals::Identity,
+        result: Result<timeline_core::rows::ApprovalResult, String>,
+        now: Millis,
+    ) {
+        if !self.approvals.knows(&id) && !self.unread_cards.is_empty() {
+            self.read_cards(now);
+            if !self.approvals.knows(&id) && !self.unread_cards.is_empty() {
+                if self.late_resolutions.len() >= crate::approvals::DECIDED_KEPT {
+                    self.late_resolutions.pop_front();
+                }
+                self.late_resolutions.push_back((id, result));
+                return;
+            }
+        }
+        match self.approvals.resolved(&id, result) {
+            Ok(done) => {
+                if let Some((session, request_id, allowed)) = &done.stamp {
+                    self.replay.decide_approval(session, request_id, *allowed);
+                }
+                if let Some((to, reply)) = done.reply {
+                    self.effects.push_back(Effect::Reply { to, reply });
+                }
+                if let Some((session, target, row)) = done.row {
+                    self.publish_card(&session, &target, row, true, now);
+                }
+            }
+            Err(e) => self.notice(Notice::Unknown(e)),
+        }
     }
 
     /// Serves a session: what its agent supports, and the history source of its main
@@ -216,6 +340,8 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             self.hub.poll_timeout(),
             self.scans.poll_timeout(),
             self.replay.poll_timeout(),
+            self.retry_at,
+            self.stale_at(),
         ]
         .into_iter()
         .flatten()
@@ -228,7 +354,31 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         self.scans.handle_timeout(now);
         self.replay.handle_timeout(now);
         self.hub.handle_timeout(now);
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_writes(now);
+            self.read_cards(now);
+        }
+        if self.stale_at().is_some_and(|at| at <= now) {
+            // Custody reclaims a stale run at its next start or when the active runs are
+            // read (OB-14); with nothing else happening that is now, or the queue
+            // behind the run would wait for ever.
+            self.custody.active_runs(now);
+        }
         self.pump(now);
+    }
+
+    /// When the earliest active run becomes stale ([`STALE_RUN_AFTER`] without
+    /// activity), if any run is active.
+    fn stale_at(&self) -> Option<Millis> {
+        self.sessions
+            .keys()
+            .filter_map(|s| self.custody.runs().active(s))
+            .map(|r| {
+                r.last_activity
+                    .saturating_add(STALE_RUN_AFTER)
+                    .saturating_add(Millis(1))
+            })
+            .min()
     }
 
     /// A client request; its [`Reply`] comes out of [`Host::poll_effect`] addressed to
@@ -355,13 +505,27 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             }
             ClientRequest::Join { session, protocol } => {
                 self.open_target(&session, now);
+                *self.phones.entry(session.clone()).or_default() += 1;
                 self.hub.set_relay_protocol(&session, protocol);
                 self.hub.set_phone_interest(&session, true);
                 self.replay.subscribe(&session, now);
                 Some(Reply::Replay(self.replay.replay(&session)))
             }
             ClientRequest::Leave { session } => {
-                self.hub.set_phone_interest(&session, false);
+                // Interest lasts while any phone that joined is still there.
+                let left = match self.phones.get_mut(&session) {
+                    Some(n) if *n > 1 => {
+                        *n -= 1;
+                        false
+                    }
+                    _ => {
+                        self.phones.remove(&session);
+                        true
+                    }
+                };
+                if left {
+                    self.hub.set_phone_interest(&session, false);
+                }
                 self.replay.unsubscribe(&session, now);
                 Some(Reply::Done(Ok(())))
             }
@@ -397,7 +561,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 session,
                 target,
                 rows,
-            } => self.publish_rows(&session, &target, rows, now),
+            } => {
+                self.publish_rows(&session, &target, rows, now);
+            }
             AgentInput::RunActive { session, run } => self.custody.touch_run(&session, &run, now),
             AgentInput::RunEnded {
                 session,
@@ -428,7 +594,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 {
                     Ok(Some((row, (kind, event)))) => {
                         self.append_replay(&session, kind, &event, now);
-                        self.publish_rows(&session, &target, vec![row], now);
+                        self.publish_card(&session, &target, row, false, now);
                     }
                     Ok(None) => {}
                     Err(e) => self.notice(Notice::Unknown(e)),
@@ -440,23 +606,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 turn_id,
                 item_id,
                 result,
-            } => {
-                let id = [request_id, thread_id, turn_id, item_id];
-                match self.approvals.resolved(&id, result) {
-                    Ok(done) => {
-                        if let Some((session, request_id, allowed)) = &done.stamp {
-                            self.replay.decide_approval(session, request_id, *allowed);
-                        }
-                        if let Some((to, reply)) = done.reply {
-                            self.effects.push_back(Effect::Reply { to, reply });
-                        }
-                        if let Some((session, target, row)) = done.row {
-                            self.publish_rows(&session, &target, vec![row], now);
-                        }
-                    }
-                    Err(e) => self.notice(Notice::Unknown(e)),
-                }
-            }
+            } => self.approval_resolved([request_id, thread_id, turn_id, item_id], result, now),
         }
         self.pump(now);
     }
@@ -538,14 +688,75 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
 
     // ----- live path -----------------------------------------------------------------
 
-    /// Saves the rows, then sends the saved snapshot.
+    /// Saves an approval card (pending, or `decided`), then sends it. A refused write is
+    /// kept and tried again after [`WRITE_RETRY`]: unlike a row of the agent's, a card
+    /// never reaches clients from history, so without the retry a decided card would
+    /// show pending forever (RW-06).
+    fn publish_card(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        row: StoredBlock,
+        decided: bool,
+        now: Millis,
+    ) {
+        let key = (session.clone(), target.clone(), row.block.key());
+        if !self.publish_rows(session, target, vec![row.clone()], now) {
+            self.unsaved.insert(key, Unsaved::Card { row, decided });
+            self.retry_at.get_or_insert(now.saturating_add(WRITE_RETRY));
+        }
+    }
+
+    /// Writes again what the overlay store refused. A decided card is written only over
+    /// its pending card: when the overlay no longer holds the card (the post-run cleanup
+    /// removed it), nothing stale shows, and writing it back would show a card of a
+    /// finished run again.
+    fn retry_writes(&mut self, now: Millis) {
+        self.retry_at = None;
+        let unsaved = std::mem::take(&mut self.unsaved);
+        let mut rows: BTreeMap<(SessionId, TargetId), Vec<StoredBlock>> = BTreeMap::new();
+        for ((session, target, key), write) in unsaved {
+            match write {
+                Unsaved::Row(row) => rows.entry((session, target)).or_default().push(row),
+                Unsaved::Card { row, decided } => {
+                    if decided {
+                        match self.overlays.load(&session, &target) {
+                            Ok(Some(o)) if o.blocks.iter().any(|b| b.block.key() == key) => {}
+                            Ok(_) => continue,
+                            Err(error) => {
+                                self.notice(Notice::OverlayWriteFailed {
+                                    session: session.clone(),
+                                    target: target.clone(),
+                                    error,
+                                });
+                                self.unsaved
+                                    .insert((session, target, key), Unsaved::Card { row, decided });
+                                self.retry_at.get_or_insert(now.saturating_add(WRITE_RETRY));
+                                continue;
+                            }
+                        }
+                    }
+                    self.publish_card(&session, &target, row, decided, now);
+                }
+            }
+        }
+        for ((session, target), rows) in rows {
+            self.publish_rows(&session, &target, rows, now);
+        }
+    }
+
+    /// Saves the rows, then sends the saved snapshot. False when the store refused the
+    /// write (said with [`Notice::OverlayWriteFailed`]); the ordinary rows are then kept
+    /// and written again after [`WRITE_RETRY`] (ephemeral ones are not: a newer status
+    /// row or mirror may have replaced them meanwhile). A saved row replaces what of its
+    /// key waited for a retry.
     fn publish_rows(
         &mut self,
         session: &SessionId,
         target: &TargetId,
         mut rows: Vec<StoredBlock>,
         now: Millis,
-    ) {
+    ) -> bool {
         for row in &mut rows {
             if let Some(run) = &row.run_id {
                 self.custody.touch_run(session, run, now);
@@ -555,20 +766,35 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 }
             }
         }
-        match overlay::write(&mut self.overlays, session, target, &Change::Publish(rows)) {
+        let change = Change::Publish(rows.clone());
+        let result = overlay::write(&mut self.overlays, session, target, &change);
+        let saved = match result {
             Ok(WriteResult::Written { stored, .. }) => {
                 let stored = stored.stored().clone();
                 self.emit_blocks(session, target, &stored, now);
+                true
             }
-            Ok(WriteResult::Unchanged(_)) => {}
-            Err(error) => self
-                .effects
-                .push_back(Effect::Notice(Notice::OverlayWriteFailed {
-                    session: session.clone(),
-                    target: target.clone(),
-                    error,
-                })),
+            Ok(WriteResult::Unchanged(_)) => true,
+            Err(error) => {
+                self.effects
+                    .push_back(Effect::Notice(Notice::OverlayWriteFailed {
+                        session: session.clone(),
+                        target: target.clone(),
+                        error,
+                    }));
+                false
+            }
+        };
+        for row in rows {
+            let key = (session.clone(), target.clone(), row.block.key());
+            if saved {
+                self.unsaved.remove(&key);
+            } else if row.class == RowClass::Ordinary {
+                self.unsaved.insert(key, Unsaved::Row(row));
+                self.retry_at.get_or_insert(now.saturating_add(WRITE_RETRY));
+            }
         }
+        saved
     }
 
     fn emit_blocks(

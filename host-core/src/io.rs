@@ -134,7 +134,8 @@ pub enum ClientRequest {
         /// What the relay's phones take.
         protocol: LiveProtocol,
     },
-    /// A phone leaves a session: [`Reply::Done`].
+    /// A phone leaves a session: [`Reply::Done`]. The session keeps the relay's interest
+    /// while another phone that joined it has not left.
     Leave {
         /// The app session it concerns.
         session: SessionId,
@@ -337,7 +338,8 @@ pub enum LoadError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApprovalError {
-    /// No open request has this identity (never asked, or asked before a restart).
+    /// No open request has this identity (never asked, or asked before a restart whose
+    /// card the overlay store did not keep).
     #[error("no open approval request has this ID")]
     Unknown,
     /// "The desktop refuses a decision that is not in that list." (RW-06)
@@ -438,6 +440,17 @@ pub enum Notice {
         operation_id: OperationId,
         /// Why, in words for the user or the log.
         reason: String,
+    },
+    /// The approval cards of a target could not be read at start: a card asked before
+    /// the restart is not known again, so deciding it answers
+    /// [`ApprovalError::Unknown`] and the agent's resolution leaves it as it shows.
+    CardsUnread {
+        /// Session.
+        session: SessionId,
+        /// Target.
+        target: TargetId,
+        /// What the store said.
+        error: OverlayError,
     },
     /// A session message's delivery changed: the sender's row shows it.
     RouteDeliveryChanged {

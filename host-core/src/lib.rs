@@ -97,7 +97,10 @@
 //! - **Replay.** Every event sent to the relay, every user message handed to the agent
 //!   and every approval request is appended to the session's replay buffer; a phone that
 //!   joins ([`ClientRequest::Join`]) gets the replay and then live events.
-//! - **Approvals** are decided once across devices (see [`ApprovalError`]).
+//! - **Approvals** are decided once across devices (see [`ApprovalError`]). A card is
+//!   saved like any live row, but it never comes back from history, so a card write
+//!   the store refused is tried again a second later (a decided card only over its
+//!   pending one) until it is saved.
 //! - **Anchored loads** are answered like latest windows (same answer type); the client
 //!   gives them the 115 s of `run.chatLoad`.
 //! - **Failures are never dropped**: a caller's request gets its error in its [`Reply`];

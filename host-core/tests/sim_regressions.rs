@@ -1,0 +1,547 @@
+//! Bugs the whole-system simulation (`sim`) found in the host, each pinned by the seed
+//! that found it (`cargo run --release -p sim -- --seed N` replays it with the fix, and
+//! fails without it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Notice};
+use host_core::{Reply, ReplyTo};
+use outbox_core::adapter::SendResult;
+use outbox_core::{Capabilities, Controls, HistoryRead, MemoryOutboxStore, MessageRequest};
+use outbox_core::{OperationId, QueueId, SessionInfo, SubmitRequest};
+use overlay_core::overlay::Change;
+use overlay_core::store::{StoreError, Update};
+use overlay_core::{CleanupJournal, MemoryOverlayStore, MemorySource, OverlayStore};
+use overlay_core::{SourceKind, StoredBlock, StoredOverlay};
+use timeline_core::rows::{ApprovalKind, ApprovalResult, CardStatus, Decision};
+use timeline_core::{ApprovalRequest, BlockKey, BlockType, BoundaryToken, HostKey, Millis};
+use timeline_core::{RunId, SessionId, TargetId};
+
+/// An overlay store that refuses writes (and, with `reads_off`, reads) while told to.
+#[derive(Default)]
+struct Flaky {
+    inner: MemoryOverlayStore,
+    writes_off: bool,
+    reads_off: bool,
+}
+
+fn down() -> StoreError {
+    StoreError::Unavailable("the disk is gone".into())
+}
+
+impl OverlayStore for Flaky {
+    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, StoreError> {
+        if self.reads_off {
+            return Err(down());
+        }
+        self.inner.load(s, t)
+    }
+    fn compare_and_set(
+        &mut self,
+        s: &SessionId,
+        t: &TargetId,
+        expected: Option<u64>,
+        epoch: u64,
+        blocks: Vec<StoredBlock>,
+    ) -> Result<StoredOverlay, StoreError> {
+        if self.writes_off {
+            return Err(down());
+        }
+        self.inner.compare_and_set(s, t, expected, epoch, blocks)
+    }
+    fn update(
+        &mut self,
+        s: &SessionId,
+        t: &TargetId,
+        change: &Change,
+    ) -> Result<Update, StoreError> {
+        if self.writes_off {
+            return Err(down());
+        }
+        self.inner.update(s, t, change)
+    }
+    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, StoreError> {
+        self.inner.delete(s, t)
+    }
+    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, StoreError> {
+        self.inner.targets(s)
+    }
+    fn current_revision(&mut self) -> Result<u64, StoreError> {
+        self.inner.current_revision()
+    }
+}
+
+impl CleanupJournal for Flaky {
+    fn add_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<(), StoreError> {
+        self.inner.add_cleanup(s, r)
+    }
+    fn remove_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<bool, StoreError> {
+        self.inner.remove_cleanup(s, r)
+    }
+    fn pending_cleanups(
+        &mut self,
+        s: Option<&SessionId>,
+    ) -> Result<Vec<(SessionId, RunId)>, StoreError> {
+        self.inner.pending_cleanups(s)
+    }
+}
+
+fn session() -> SessionId {
+    SessionId::new("s0").unwrap()
+}
+
+fn host_over(
+    outbox: MemoryOutboxStore,
+    overlays: Flaky,
+    caps: Capabilities,
+) -> Host<MemoryOutboxStore, Flaky> {
+    let mut n = 0u64;
+    let uuids = Box::new(move || {
+        n += 1;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    });
+    let mut host = Host::new(
+        outbox,
+        overlays,
+        HostConfig::new(HostKey::from_bytes([5; 32]), uuids),
+    );
+    let source = MemorySource::new(
+        SourceKind::Claude {
+            session: "claude-s0".into(),
+        },
+        BoundaryToken::codex_rollout("/claude/s0.jsonl"),
+    );
+    host.add_session(&session(), SessionInfo::new(caps), Box::new(source));
+    host
+}
+
+fn drain(host: &mut Host<MemoryOutboxStore, Flaky>) -> Vec<Effect> {
+    std::iter::from_fn(|| host.poll_effect()).collect()
+}
+
+fn request() -> ApprovalRequest {
+    ApprovalRequest {
+        request_id: "s0-req-1".into(),
+        thread_id: "thread-s0".into(),
+        turn_id: "turn-1".into(),
+        item_id: "item-1".into(),
+        kind: ApprovalKind::CommandExecution,
+        allowed: vec![Decision::Accept, Decision::Decline],
+    }
+}
+
+fn ask() -> AgentInput {
+    let s = session();
+    AgentInput::ApprovalAsked {
+        session: s.clone(),
+        target: TargetId::main(&s),
+        run: None,
+        request: request(),
+        summary: "cargo test -p crate-1".into(),
+    }
+}
+
+fn expired() -> AgentInput {
+    AgentInput::ApprovalResolved {
+        request_id: "s0-req-1".into(),
+        thread_id: "thread-s0".into(),
+        turn_id: "turn-1".into(),
+        item_id: "item-1".into(),
+        result: Ok(ApprovalResult::ResolvedExternally),
+    }
+}
+
+/// The card's status as the overlay store holds it.
+fn card(host: &mut Host<MemoryOutboxStore, Flaky>) -> Option<CardStatus> {
+    let s = session();
+    let key = BlockKey::parse(BlockType::Activity, &request().card_id()).unwrap();
+    let stored = host
+        .overlays()
+        .inner
+        .load(&s, &TargetId::main(&s))
+        .unwrap()?;
+    let row = stored.blocks.iter().find(|b| b.block.key() == key)?;
+    serde_json::from_value(row.block.data["approval"]["status"].clone()).ok()
+}
+
+// RW-06, sim seed 12: the agent's resolution came while the overlay store refused
+// writes; the decided card was never written, and the card showed pending forever
+// (cards never come back from history). The refused card is now written again.
+#[test]
+fn a_decided_card_the_store_refused_is_written_again() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_client(
+        ReplyTo(1),
+        ClientRequest::Join {
+            session: session(),
+            protocol: overlay_core::LiveProtocol::Snapshots,
+        },
+        Millis(5),
+    );
+    host.handle_agent(ask(), Millis(10));
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Pending));
+
+    host.overlays().writes_off = true;
+    host.handle_agent(expired(), Millis(20));
+    let effects = drain(&mut host);
+    assert!(effects
+        .iter()
+        .any(|e| matches!(e, Effect::Notice(Notice::OverlayWriteFailed { .. }))));
+    assert_eq!(card(&mut host), Some(CardStatus::Pending), "not saved yet");
+    let retry = host.poll_timeout().expect("the card is tried again");
+    assert!(retry > Millis(20) && retry <= Millis(1_020), "{retry:?}");
+
+    // Still down at the first retry: it is kept and tried again.
+    host.handle_timeout(retry);
+    drain(&mut host);
+    let again = host.poll_timeout().expect("still kept");
+    assert!(again > retry);
+
+    host.overlays().writes_off = false;
+    host.handle_timeout(again);
+    let effects = drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Expired));
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_)))),
+        "the saved card is sent"
+    );
+    assert_eq!(host.poll_timeout(), None, "nothing left to retry");
+}
+
+// RW-06, sim seed 1: a card asked before a restart was unknown to the new host, so the
+// agent's resolution after the restart was ignored and the card showed pending for ever.
+// The new host knows the cards the overlay store kept.
+#[test]
+fn a_card_kept_across_a_restart_is_decided_by_the_agent_after_it() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask(), Millis(10));
+    drain(&mut host);
+    let overlays = std::mem::take(host.overlays());
+    drop(host);
+
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
+    host.start(Millis(1_000)).unwrap();
+    drain(&mut host);
+    host.handle_agent(expired(), Millis(1_010));
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Expired));
+
+    // A late decision from a device is answered as already resolved.
+    host.handle_client(
+        ReplyTo(7),
+        ClientRequest::ResolveApproval {
+            request_id: "s0-req-1".into(),
+            thread_id: "thread-s0".into(),
+            turn_id: "turn-1".into(),
+            item_id: "item-1".into(),
+            decision: Decision::Accept,
+        },
+        Millis(1_020),
+    );
+    let effects = drain(&mut host);
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Reply {
+            to: ReplyTo(7),
+            reply: Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved {
+                result: Some(ApprovalResult::ResolvedExternally)
+            })),
+        }
+    )));
+    assert!(!effects.iter().any(|e| matches!(e, Effect::Agent(_))));
+}
+
+// RW-06, sim seed 24: at the restart the overlay store could not be read, so the cards
+// it kept were unknown; they are read again later, and a resolution that came meanwhile
+// waits for them.
+#[test]
+fn cards_the_store_could_not_read_at_start_are_read_again() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask(), Millis(10));
+    drain(&mut host);
+    let mut overlays = std::mem::take(host.overlays());
+    drop(host);
+
+    overlays.reads_off = true;
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
+    host.start(Millis(1_000)).unwrap();
+    let effects = drain(&mut host);
+    assert!(effects
+        .iter()
+        .any(|e| matches!(e, Effect::Notice(Notice::CardsUnread { .. }))));
+    host.handle_agent(expired(), Millis(1_010));
+    drain(&mut host);
+    let retry = host.poll_timeout().expect("the cards are read again");
+
+    host.overlays().reads_off = false;
+    host.handle_timeout(retry);
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Expired));
+}
+
+fn submit(n: u32, now: Millis) -> ClientRequest {
+    ClientRequest::Submit(SubmitRequest {
+        session: session(),
+        queue_id: QueueId::new(format!("q-{n}")).unwrap(),
+        operation_id: OperationId::new(format!("op-{n}")).unwrap(),
+        request: MessageRequest::text(format!("message {n}"), "phone", now),
+        controls: Controls::automatic(),
+    })
+}
+
+// OB-14, sim seed 103: a run whose start the agent never answered stayed in the
+// registry; custody reclaims a stale run only at the next start or when the active runs
+// are read, so with nothing else happening the queue behind it waited for ever. The
+// host now reclaims it when it turns stale.
+#[test]
+fn a_stale_run_is_reclaimed_when_it_turns_stale() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_client(ReplyTo(1), submit(1, Millis(10)), Millis(10));
+    let first = drain(&mut host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::Send(req)) => Some(req),
+            _ => None,
+        })
+        .expect("the first message goes out");
+    // Its answer never comes: after the send path's deadline the history is read, and
+    // it says the message is not there. The run it started stays registered.
+    let deadline = host.poll_timeout().unwrap();
+    host.handle_timeout(deadline);
+    let read = drain(&mut host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::ReadHistory { attempt, .. }) => Some(attempt),
+            _ => None,
+        })
+        .expect("the history is read");
+    host.handle_agent(
+        AgentInput::HistoryRead {
+            attempt: read,
+            read: HistoryRead::Missing,
+        },
+        deadline,
+    );
+    drain(&mut host);
+    assert!(host.custody().runs().active(&session()).is_some());
+
+    let now = deadline.saturating_add(Millis(10));
+    host.handle_client(ReplyTo(2), submit(2, now), now);
+    let effects = drain(&mut host);
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::Agent(AgentCall::Send(_)))),
+        "the second message waits for the run"
+    );
+    // Nothing else happens; the run turns stale and is reclaimed; the queue moves on.
+    let mut sent = None;
+    for _ in 0..10 {
+        let Some(at) = host.poll_timeout() else { break };
+        host.handle_timeout(at);
+        sent = drain(&mut host).into_iter().find_map(|e| match e {
+            Effect::Agent(AgentCall::Send(req)) => Some(req),
+            _ => None,
+        });
+        if sent.is_some() {
+            break;
+        }
+    }
+    let sent = sent.expect("the second message goes out once the run is stale");
+    assert_eq!(sent.operation_id.as_str(), "op-2");
+    assert!(sent.attempt != first.attempt);
+    assert!(host.custody().runs().active(&session()).is_some_and(|r| {
+        matches!(&sent.kind, outbox_core::adapter::SendKind::Start { run } if *run == r.run_id)
+    }));
+    // The answer of the first attempt, should it ever come, is stale.
+    host.handle_agent(
+        AgentInput::SendResult {
+            attempt: first.attempt,
+            result: SendResult::Delivered,
+        },
+        Millis(200_000),
+    );
+    drain(&mut host);
+}
+
+// OV-07, sim seed 81: the agent's user row was published while the overlay store
+// refused writes; it was saved to history, but a client whose window had loaded before
+// never saw it (nothing reloads a quiet session). A refused row is written again.
+#[test]
+fn a_live_row_the_store_refused_is_written_again() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    let s = session();
+    let target = TargetId::main(&s);
+    let row = |text: &str| StoredBlock {
+        block: timeline_core::Block::new(
+            BlockKey::parse(BlockType::AgentReply, "reply-1").unwrap(),
+            Millis(10),
+        )
+        .with_data(serde_json::json!({ "text": text })),
+        class: overlay_core::RowClass::Ordinary,
+        run_id: None,
+    };
+    host.overlays().writes_off = true;
+    host.handle_agent(
+        AgentInput::Rows {
+            session: s.clone(),
+            target: target.clone(),
+            rows: vec![row("Agent: partial")],
+        },
+        Millis(10),
+    );
+    drain(&mut host);
+    let retry = host.poll_timeout().expect("the row is tried again");
+    // A newer copy of the row is refused too: the newest one waits.
+    host.handle_agent(
+        AgentInput::Rows {
+            session: s.clone(),
+            target: target.clone(),
+            rows: vec![row("Agent: final")],
+        },
+        Millis(20),
+    );
+    drain(&mut host);
+    host.overlays().writes_off = false;
+    host.handle_timeout(retry);
+    drain(&mut host);
+    let stored = host.overlays().inner.load(&s, &target).unwrap().unwrap();
+    assert_eq!(stored.blocks.len(), 1);
+    assert_eq!(stored.blocks[0].block.data["text"], "Agent: final");
+    assert_eq!(host.poll_timeout(), None, "nothing left to retry");
+}
+
+// Determinism, sim seed 10410: the host kept its runs in a `HashMap`, so the run ends
+// of several sessions went out in an order that changed from one host to the next. The
+// same inputs give the same effects, in the same order.
+#[test]
+fn run_ends_of_several_sessions_go_out_in_one_order() {
+    let orders: Vec<Vec<String>> = (0..12)
+        .map(|_| {
+            let mut n = 0u64;
+            let uuids = Box::new(move || {
+                n += 1;
+                format!("00000000-0000-4000-8000-{n:012x}")
+            });
+            let mut host = Host::new(
+                MemoryOutboxStore::new(),
+                Flaky::default(),
+                HostConfig::new(HostKey::from_bytes([5; 32]), uuids),
+            );
+            let sessions: Vec<SessionId> = (0..8)
+                .map(|i| SessionId::new(format!("s{i}")).unwrap())
+                .collect();
+            for s in &sessions {
+                let source = MemorySource::new(
+                    SourceKind::Claude {
+                        session: format!("claude-{s}"),
+                    },
+                    BoundaryToken::codex_rollout("/claude/x.jsonl"),
+                );
+                host.add_session(
+                    s,
+                    SessionInfo::new(Capabilities::claude()),
+                    Box::new(source),
+                );
+            }
+            host.start(Millis(0)).unwrap();
+            for (i, s) in sessions.iter().enumerate() {
+                host.handle_client(
+                    ReplyTo(i as u64),
+                    ClientRequest::Submit(SubmitRequest {
+                        session: s.clone(),
+                        queue_id: QueueId::new("q-1").unwrap(),
+                        operation_id: OperationId::new(format!("op-{s}")).unwrap(),
+                        request: MessageRequest::text("hi", "phone", Millis(10)),
+                        controls: Controls::automatic(),
+                    }),
+                    Millis(10),
+                );
+            }
+            drain(&mut host);
+            // Nobody answers: every run turns stale at the same moment.
+            let mut ends = Vec::new();
+            for _ in 0..20 {
+                let Some(at) = host.poll_timeout() else { break };
+                host.handle_timeout(at);
+                for e in drain(&mut host) {
+                    if let Effect::Deliver(overlay_core::Delivery::Progress(event)) = e {
+                        ends.push(format!("{:?} {}", event.event, event.app_session_id));
+                    }
+                }
+            }
+            ends
+        })
+        .collect();
+    assert!(!orders[0].is_empty(), "the runs ended");
+    assert!(orders.iter().all(|o| o == &orders[0]), "{orders:?}");
+}
+
+// OV-07, sim seed 63008: two phones joined a session and one left; the host dropped the
+// session's relay interest, and the phone still there got no relay event again.
+#[test]
+fn a_phone_that_leaves_does_not_cut_off_the_other() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    let s = session();
+    let join = || ClientRequest::Join {
+        session: session(),
+        protocol: overlay_core::LiveProtocol::Snapshots,
+    };
+    host.handle_client(ReplyTo(1), join(), Millis(1));
+    host.handle_client(ReplyTo(2), join(), Millis(2));
+    host.handle_client(
+        ReplyTo(3),
+        ClientRequest::Leave { session: s.clone() },
+        Millis(3),
+    );
+    drain(&mut host);
+    host.handle_agent(ask(), Millis(10));
+    let relayed = drain(&mut host)
+        .iter()
+        .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_))));
+    assert!(relayed, "the phone still joined gets the card");
+
+    host.handle_client(
+        ReplyTo(4),
+        ClientRequest::Leave { session: s.clone() },
+        Millis(20),
+    );
+    drain(&mut host);
+    host.handle_agent(expired(), Millis(30));
+    let relayed = drain(&mut host)
+        .iter()
+        .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_))));
+    assert!(!relayed, "no phone left: nothing goes to the relay");
+}

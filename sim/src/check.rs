@@ -1,0 +1,987 @@
+//! The invariants, checked after every step and at quiescence.
+//!
+//! After every step:
+//!
+//! - [`Invariant::MessageLost`]: a message the host acknowledged is in the saved outbox,
+//!   or the agent holds it, or the user removed or replaced it (OB-03, OB-05).
+//! - [`Invariant::SentTwice`]: the host sends a message to the agent again only after
+//!   the agent said it did not take it (a refusal, a deferral, a cancel, a history read
+//!   that found nothing, a confirmed take-back, an untaken steer); and the agent never
+//!   receives a message it holds (OB-08, OB-09, OB-13). Checked as the host sends and
+//!   as the agent receives.
+//! - [`Invariant::LedgerWeakened`]: a saved ledger row never moves to a weaker status,
+//!   except the reopen of a canceled row (OB-07, OB-12).
+//! - [`Invariant::RowsOutOfOrder`]: every client's rows are unique by key, in canonical
+//!   order, and equal to the reducer's full rebuild (TL-02, TL-04).
+//! - [`Invariant::EchoVanished`]: a message a client sent shows on that client from the
+//!   moment it is sent: as its echo or as its row; only a page in the past or a window
+//!   that moved past its row hides it, and only the user's removal or edit ends it
+//!   (TL-03).
+//! - [`Invariant::TimerInfinite`]: every deadline a machine asks for lies within a day,
+//!   and after the host handled its deadlines the next one lies ahead.
+//! - [`Invariant::ReplaySideEffect`] (as replays arrive): a join makes the host call no
+//!   agent; a rebuild from a replay triggers no live-only effect (RB-04).
+//! - [`Invariant::ApprovalTwice`] (as decisions arrive): the agent never gets a second
+//!   decision for a request it took a decision for; at most one client is told its
+//!   decision was taken (RW-06).
+//! - [`Invariant::ReplyTwice`], [`Invariant::HostDefect`]: every request gets at most
+//!   one reply, to someone who asked; the host reports no defect of its own.
+//!
+//! At quiescence (faults off, the agent finishing its turns, time run on until nothing
+//! is pending):
+//!
+//! - [`Invariant::Stuck`]: every acknowledged message was delivered (the agent has it)
+//!   or waits held in the outbox with its reason; none is still queued to drain, sending
+//!   or accepted;
+//! - [`Invariant::ViewDiffers`]: every client shows exactly the host's history: from its
+//!   oldest history row on, the same rows (history over overlay), in the same order, with
+//!   the same content; above it, the overlay's rows (pending echoes aside, which
+//!   `EchoVanished` covers);
+//! - [`Invariant::ApprovalCardStale`]: every approval card the host keeps shows the
+//!   outcome the agent took (RW-06);
+//! - [`Invariant::NoQuiescence`]: the world comes to rest at all.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use host_core::Host;
+use outbox_core::entry::EntryState;
+use outbox_core::ids::base_session;
+use outbox_core::ledger::LedgerStatus;
+use timeline_core::order::OrderKey;
+use timeline_core::rows::CardStatus;
+use timeline_core::timeline::LoadState;
+use timeline_core::{Block, BlockKey, Millis, OperationId, Origin, SessionId};
+
+use crate::client::Kind;
+use crate::world::World;
+use crate::Defect;
+
+/// Which invariant a violation breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Invariant {
+    /// An acknowledged message is gone.
+    MessageLost,
+    /// A message reached the agent twice.
+    SentTwice,
+    /// A ledger row moved to a weaker status.
+    LedgerWeakened,
+    /// A client's rows are duplicated or out of order.
+    RowsOutOfOrder,
+    /// A user's own message left the screen.
+    EchoVanished,
+    /// At quiescence a client shows something other than the host's history.
+    ViewDiffers,
+    /// A replay triggered a live side effect.
+    ReplaySideEffect,
+    /// An approval was decided twice.
+    ApprovalTwice,
+    /// At quiescence an approval card does not show the agent's outcome.
+    ApprovalCardStale,
+    /// A deadline is not finite, or does not move on.
+    TimerInfinite,
+    /// A request was answered twice, or a reply went to nobody.
+    ReplyTwice,
+    /// The host reported a defect of its own (or could not restart).
+    HostDefect,
+    /// At quiescence a message is neither delivered nor held with a reason.
+    Stuck,
+    /// The world never came to rest.
+    NoQuiescence,
+}
+
+impl Invariant {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::MessageLost => "message-lost",
+            Invariant::SentTwice => "sent-twice",
+            Invariant::LedgerWeakened => "ledger-weakened",
+            Invariant::RowsOutOfOrder => "rows-out-of-order",
+            Invariant::EchoVanished => "echo-vanished",
+            Invariant::ViewDiffers => "view-differs",
+            Invariant::ReplaySideEffect => "replay-side-effect",
+            Invariant::ApprovalTwice => "approval-twice",
+            Invariant::ApprovalCardStale => "approval-card-stale",
+            Invariant::TimerInfinite => "timer-infinite",
+            Invariant::ReplyTwice => "reply-twice",
+            Invariant::HostDefect => "host-defect",
+            Invariant::Stuck => "stuck",
+            Invariant::NoQuiescence => "no-quiescence",
+        }
+    }
+}
+
+/// A known issue of a crate outside the simulator: met, recorded and counted, but not
+/// a failure of the run (each is described, with a seed, in `sim/README.md`). After one
+/// is met, the world checks that the client it concerns heals when it reloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Known {
+    /// outbox-core: an untaken steer of a run that was not stopped, or a send answered
+    /// `Canceled`, is held with no text at all; the seed gives it "The active run
+    /// stopped before this message reached the agent. Review and send it again."
+    HeldWithoutReason,
+    /// timeline-core: a live update with a higher settlement epoch that arrives while a
+    /// latest window is on its way is dropped ("one is already on its way"); when that
+    /// window was built before the epoch rose, the client keeps the older epoch until
+    /// the next write.
+    EpochRaceDropped,
+    /// timeline-core: the answers of two jumps (anchored loads that open a place) came
+    /// out of order, and the older request's page in the past replaced the newer one's
+    /// (a place answer is never superseded); `newer` loads made from the first page's
+    /// token then append rows after the other page (a `newer` answer is not tied to the
+    /// page shown), leaving a gap in the history the client shows.
+    PlacesOutOfOrder,
+    /// timeline-core and the host's API: a client was brought a newer overlay than the
+    /// one it keeps and did not take it: a snapshot that came before its first window
+    /// (`NotLoaded`: "the load in flight brings a complete state", but the load was
+    /// answered before the write), or a patch from a base it never took
+    /// (`BaseMismatch`), which the hub cannot be told of (`LiveHub::report_lost` is not
+    /// reachable through the `Host`). It keeps the older overlay until the next write.
+    NewerUpdateDropped,
+    /// overlay-core: a relay event lost after a run's last repair tick (or while no run
+    /// is active) is never sent again; the phone shows the older overlay until the next
+    /// write or a reload.
+    RelayLossUnrepaired,
+    /// outbox-core: a submit that renumbers the queue also moves the entry that is out
+    /// (sending or accepted); every answer for it is then applied only to an entry equal
+    /// to its snapshot, so none is, and the entry stays out (and its lane busy, the
+    /// queue behind it waiting) until the host restarts.
+    RenumberedWhileOut,
+    /// outbox-core: a write that committed but reported a failure (the failing store's
+    /// commit-then-fail: a hand-off, or the write of an answer) leaves the entry
+    /// sending with no attempt in flight; nothing confirms it until the host restarts,
+    /// and the queue behind it waits.
+    StrandedAfterFailedWrite,
+    /// outbox-core: a steer's `Accepted` answer that arrives after its run ended (the
+    /// stop's result and the run's end, which reported it untaken, came first) leaves
+    /// the entry accepted by a run that is gone; nothing settles it (and its queue
+    /// waits) until the host restarts.
+    AcceptedAfterRunEnded,
+    /// outbox-core: stop and send now marked the entry (handoff requested) and asked
+    /// for the take-back; the run ended first and reported the steer untaken, so the
+    /// entry went back held with no text and the mark, and the take-back's answer no
+    /// longer matched it. It waits for the run it was taken from to stop, which is gone;
+    /// only a restart's start-up confirmation dedicates it to its own turn.
+    HandoffOrphaned,
+    /// outbox-core: an answer whose store write failed waits for its retry with its
+    /// lane busy; a history read of the same operation started meanwhile (a run's end
+    /// confirms what it accepted) drops that retry as superseded (`Custody::supersede`)
+    /// but never frees the lane, so the session's queue waits until the host restarts.
+    LaneLeftBusy,
+    /// outbox-core (a limit of confirming from history): a steer the turn accepted
+    /// waits as the turn's pending input, which no history read sees. When custody
+    /// confirms it from history (its answer was lost, the run went stale, the host
+    /// restarted, or its send reached the agent only after the host that sent it died),
+    /// the read says missing, and the user's "send now" (read again: missing) sends it
+    /// a second time.
+    PendingInputMissing,
+    /// host-core (a limit, not a defect): a decision was on its way to the agent, or the
+    /// agent's resolution was taken but its card not yet saved (the overlay store
+    /// refused it), when the host died. The new host knows the card the store kept,
+    /// still pending: a device may decide it a second time (the agent keeps its first
+    /// result), or the card shows pending until the run's cleanup (Codex) removes it.
+    ApprovalAcrossCrash,
+}
+
+impl Known {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Known::HeldWithoutReason => "held-without-reason",
+            Known::EpochRaceDropped => "epoch-race-dropped",
+            Known::NewerUpdateDropped => "newer-update-dropped",
+            Known::PlacesOutOfOrder => "places-out-of-order",
+            Known::RelayLossUnrepaired => "relay-loss-unrepaired",
+            Known::RenumberedWhileOut => "renumbered-while-out",
+            Known::StrandedAfterFailedWrite => "stranded-after-failed-write",
+            Known::AcceptedAfterRunEnded => "accepted-after-run-ended",
+            Known::ApprovalAcrossCrash => "approval-across-crash",
+            Known::PendingInputMissing => "pending-input-missing",
+            Known::LaneLeftBusy => "lane-left-busy",
+            Known::HandoffOrphaned => "handoff-orphaned",
+        }
+    }
+
+    /// Every known issue.
+    pub const ALL: &'static [Known] = &[
+        Known::HeldWithoutReason,
+        Known::EpochRaceDropped,
+        Known::NewerUpdateDropped,
+        Known::PlacesOutOfOrder,
+        Known::RelayLossUnrepaired,
+        Known::RenumberedWhileOut,
+        Known::StrandedAfterFailedWrite,
+        Known::AcceptedAfterRunEnded,
+        Known::LaneLeftBusy,
+        Known::HandoffOrphaned,
+        Known::PendingInputMissing,
+        Known::ApprovalAcrossCrash,
+    ];
+}
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which.
+    pub invariant: Invariant,
+    /// What was seen.
+    pub detail: String,
+    /// The step it was seen at (after the last step: at quiescence).
+    pub step: usize,
+    /// The simulated time.
+    pub time: Millis,
+}
+
+/// The longest a deadline may lie ahead (the longest timer of the system is the replay
+/// buffer's 30-minute idle reclaim).
+const FINITE: Millis = Millis(24 * 60 * 60 * 1000);
+
+impl World {
+    /// The invariants of every step.
+    pub(crate) fn check_step(&mut self) {
+        if self.defect(Defect::ForgetEntry) {
+            self.forget_an_entry();
+        }
+        if self.defect(Defect::WeakenLedger) {
+            self.weaken_a_ledger();
+        }
+        self.check_messages();
+        self.check_ledger();
+        // The rows against the reducer's full rebuild (the costliest check) every
+        // fourth step and at quiescence.
+        if self.step % 4 == 0 || self.settling {
+            self.check_rows();
+        }
+        self.check_echoes();
+        self.check_timers();
+    }
+
+    /// The saved outbox of every session: operation → state.
+    fn outboxes(&mut self) -> BTreeMap<OperationId, EntryState> {
+        let mut out = BTreeMap::new();
+        let sessions: Vec<SessionId> = self.sessions.iter().map(|s| s.id.clone()).collect();
+        for s in sessions {
+            if let Ok(entries) = self.stores.entries(&s) {
+                for e in entries.iter().filter_map(|e| e.entry()) {
+                    if e.state.is_sending()
+                        && self
+                            .out_positions
+                            .get(&e.operation_id)
+                            .is_some_and(|p| *p != e.position)
+                    {
+                        self.renumbered.insert(e.operation_id.clone());
+                    }
+                    out.insert(e.operation_id.clone(), e.state.clone());
+                }
+            }
+        }
+        out
+    }
+
+    fn check_messages(&mut self) {
+        let saved = self.outboxes();
+        let mut lost = Vec::new();
+        for (op, m) in &self.messages {
+            if !m.acked || m.removed || m.replaced || saved.contains_key(op) {
+                continue;
+            }
+            if self.agent.sessions().any(|s| s.holds(op)) {
+                continue;
+            }
+            lost.push(op.clone());
+        }
+        for op in lost {
+            self.violate(
+                Invariant::MessageLost,
+                format!("{op} was acknowledged, but neither the outbox nor the agent has it"),
+            );
+        }
+    }
+
+    fn check_ledger(&mut self) {
+        let ops: Vec<(SessionId, OperationId)> = self
+            .messages
+            .iter()
+            .map(|(op, m)| (base_session(&m.session), op.clone()))
+            .collect();
+        for (session, op) in ops {
+            let Ok(Some(record)) = self.stores.ledger(&session, &op) else {
+                continue;
+            };
+            let key = (session, op);
+            let now = record.status;
+            if let Some(before) = self.ledger_seen.get(&key).copied() {
+                // The reopen check (OB-12): after the history said the message is not
+                // there, a canceled row goes back to failed, and a new attempt may
+                // record sending. Checks between steps may see a sending row go to
+                // canceled and back to failed (or sending) as one change.
+                let reopened = matches!(before, LedgerStatus::Canceled | LedgerStatus::Sending)
+                    && matches!(now, LedgerStatus::Failed | LedgerStatus::Sending)
+                    && self.missing_read.contains(&key.1);
+                if now.strength() < before.strength() && reopened {
+                    self.missing_read.remove(&key.1);
+                } else if now.strength() < before.strength() {
+                    self.violate(
+                        Invariant::LedgerWeakened,
+                        format!("the ledger of {} went from {before:?} to {now:?}", key.1),
+                    );
+                }
+            }
+            self.ledger_seen.insert(key, now);
+        }
+    }
+
+    /// A client's rows as the checks see them (a defect may spoil them).
+    fn visible(&self, c: usize) -> Vec<(Origin, Block)> {
+        let mut rows: Vec<(Origin, Block)> = self.clients[c]
+            .timeline
+            .rows()
+            .map(|r| (r.origin, r.block.clone()))
+            .collect();
+        if self.defect(Defect::ShuffleRows) && rows.len() >= 2 {
+            rows.swap(0, 1);
+        }
+        rows
+    }
+
+    fn check_rows(&mut self) {
+        for c in 0..self.clients.len() {
+            let rows = self.visible(c);
+            let mut keys = BTreeSet::new();
+            let mut problem = None;
+            for (i, (_, b)) in rows.iter().enumerate() {
+                if !keys.insert(b.key()) {
+                    problem = Some(format!("row {} shows twice", b.id));
+                    break;
+                }
+                if i > 0 && rows[i - 1].1.order_key() >= b.order_key() {
+                    problem = Some(format!(
+                        "row {} is placed before {}",
+                        rows[i - 1].1.id,
+                        b.id
+                    ));
+                    break;
+                }
+            }
+            if problem.is_none() && rows != self.clients[c].timeline.full_rebuild() {
+                problem = Some("the rows differ from a full rebuild".to_owned());
+            }
+            if let Some(p) = problem {
+                self.violate(Invariant::RowsOutOfOrder, format!("client {c}: {p}"));
+            }
+        }
+    }
+
+    fn check_echoes(&mut self) {
+        let mut vanished = Vec::new();
+        for (c, client) in self.clients.iter().enumerate() {
+            let t = &client.timeline;
+            if t.newer_cursor().is_some() {
+                continue;
+            }
+            let mut oldest: Option<Option<OrderKey>> = None;
+            for op in client.mine.keys() {
+                let Some(m) = self.messages.get(op) else {
+                    continue;
+                };
+                if m.removed || m.replaced {
+                    continue;
+                }
+                let key = BlockKey::user_message(op);
+                if t.row(&key).is_some() {
+                    continue;
+                }
+                // A window that moved past the row hides it: paging reaches it.
+                let oldest = oldest
+                    .get_or_insert_with(|| {
+                        t.rows()
+                            .find(|r| r.origin == Origin::History)
+                            .map(|r| r.block.order_key())
+                    })
+                    .clone();
+                let row = saved_row(self, &client.session, &key);
+                let moved_past = match (oldest, row) {
+                    (Some(oldest), Some(row)) => row.order_key() < oldest,
+                    _ => false,
+                };
+                if !moved_past {
+                    vanished.push((c, op.clone()));
+                }
+            }
+        }
+        for (c, op) in vanished {
+            self.violate(
+                Invariant::EchoVanished,
+                format!("client {c} sent {op}, and it no longer shows"),
+            );
+        }
+    }
+
+    fn check_timers(&mut self) {
+        let limit = self.now.saturating_add(FINITE);
+        let mut bad = Vec::new();
+        if let Some(d) = self.host.as_ref().and_then(Host::poll_timeout) {
+            if d > limit {
+                bad.push(format!("the host asks for {}", d.as_u64()));
+            }
+        }
+        for (c, client) in self.clients.iter().enumerate() {
+            for d in [
+                client.timeline.poll_timeout(),
+                client.conversation.poll_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if d > limit {
+                    bad.push(format!("client {c} asks for {}", d.as_u64()));
+                }
+            }
+        }
+        for b in bad {
+            self.violate(
+                Invariant::TimerInfinite,
+                format!("{b} at {}", self.now.as_u64()),
+            );
+        }
+    }
+
+    fn forget_an_entry(&mut self) {
+        let acked: Vec<(SessionId, outbox_core::ids::QueueId)> = self
+            .messages
+            .values()
+            .filter(|m| m.acked && !m.removed && !m.replaced)
+            .map(|m| (m.session.clone(), m.queue.clone()))
+            .collect();
+        for (session, queue) in acked {
+            let removed = self
+                .stores
+                .with_outbox(|s| s.remove_entry(&session, &queue));
+            if let Ok(Some(e)) = removed {
+                let op = e.operation_id.clone();
+                if !self.agent.sessions().any(|s| s.holds(&op)) {
+                    self.log(|| format!("DEFECT: the store forgets {op}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn weaken_a_ledger(&mut self) {
+        let ops: Vec<(SessionId, OperationId)> = self
+            .messages
+            .iter()
+            .map(|(op, m)| (base_session(&m.session), op.clone()))
+            .collect();
+        for (session, op) in ops {
+            let Ok(Some(mut record)) = self.stores.ledger(&session, &op) else {
+                continue;
+            };
+            if record.status == LedgerStatus::Sent {
+                record.status = LedgerStatus::Sending;
+                let put = self
+                    .stores
+                    .with_outbox(|s| s.put_ledger(&session, &op, &record));
+                if put.is_ok() {
+                    self.log(|| format!("DEFECT: the ledger of {op} is weakened"));
+                }
+                return;
+            }
+        }
+    }
+
+    // ----- quiescence -----------------------------------------------------------------
+
+    /// Notes, as the host dies, the approvals the agent resolved whose saved card still
+    /// shows pending (see [`Known::ApprovalAcrossCrash`]): the resolution was on its way,
+    /// or taken but not saved.
+    pub(crate) fn note_lost_cards(&mut self) {
+        let mut lost = Vec::new();
+        for s in self.agent.sessions() {
+            for request in &s.asked {
+                if s.decided(&request.request_id).is_some() {
+                    lost.push((s.session.clone(), request.request_id.clone()));
+                }
+            }
+        }
+        for (session, request_id) in lost {
+            let target = timeline_core::TargetId::main(&session);
+            let overlay = self
+                .stores
+                .with_overlays(|s| s.load(&session, &target))
+                .ok()
+                .flatten();
+            let pending = overlay.into_iter().flat_map(|o| o.blocks).any(|b| {
+                let a = &b.block.data["approval"];
+                a["requestId"].as_str() == Some(request_id.as_str())
+                    && a["status"].as_str() == Some("pending")
+            });
+            if pending {
+                self.cards_lost.insert(request_id);
+            }
+        }
+    }
+
+    /// Stops every fault and runs the world until nothing is pending: the agent
+    /// finishes its turns, clients come back to the present (a page in the past scrolls
+    /// down, a failed load is retried by the user, a phone without a connection joins
+    /// again), and time passes through every deadline.
+    pub(crate) fn settle(&mut self) {
+        self.settling = true;
+        self.faults.on = false;
+        self.stores.heal();
+        for s in &self.sessions {
+            s.transcript.set_unreadable(false);
+        }
+        self.agent.calm = true;
+        self.log(|| "QUIESCENCE: faults off".to_owned());
+        for _ in 0..5_000 {
+            let out = self.agent.finish(self.now);
+            self.agent_out(out);
+            let now = self.now;
+            for c in 0..self.clients.len() {
+                let client = &mut self.clients[c];
+                // One load at a time, as a user scrolls.
+                let idle = client.timeline.poll_timeout().is_none();
+                if client.timeline.newer_cursor().is_some() && idle {
+                    client.timeline.load_newer(now);
+                }
+                if matches!(
+                    client.timeline.load_state(),
+                    LoadState::Failed(_) | LoadState::ReloadFailed { .. }
+                ) {
+                    client.timeline.recover(now);
+                }
+                if client.kind == Kind::Phone && client.joined.is_none() {
+                    self.connect_again(c);
+                }
+            }
+            self.pump();
+            if self.quiet() {
+                return;
+            }
+            let next = self.next_time().unwrap_or(self.now);
+            let until = next
+                .max(self.now.saturating_add(Millis(1)))
+                .min(self.now.saturating_add(Millis(600_000)));
+            self.advance(until);
+            if !self.violations.is_empty() {
+                return;
+            }
+        }
+        let states = self.load_states();
+        self.violate(
+            Invariant::NoQuiescence,
+            format!(
+                "still busy: {} in flight, agent busy {}, loads {states:?}, host deadline {:?}",
+                self.net.len(),
+                self.agent.busy(),
+                self.host.as_ref().and_then(Host::poll_timeout)
+            ),
+        );
+    }
+
+    fn connect_again(&mut self, c: usize) {
+        self.log(|| format!("p{c} connects again"));
+        self.reconnect(c);
+    }
+
+    /// Nothing in flight, no turn running, no client waiting, and the host's next
+    /// deadline (if any) far away.
+    fn quiet(&self) -> bool {
+        let far = self.now.saturating_add(Millis(600_000));
+        self.net.is_empty()
+            && !self.agent.busy()
+            && self.clients.iter().all(|c| {
+                c.timeline.poll_timeout().is_none()
+                    && c.conversation.poll_timeout().is_none()
+                    && c.timeline.newer_cursor().is_none()
+            })
+            && self
+                .host
+                .as_ref()
+                .and_then(Host::poll_timeout)
+                .is_none_or(|d| d > far)
+            && !self.joining()
+    }
+
+    /// The invariants at quiescence.
+    pub(crate) fn check_final(&mut self) {
+        self.check_step();
+        let stranded = self.check_delivered(true);
+        self.check_views();
+        self.check_cards();
+        if stranded && self.violations.is_empty() {
+            // Entries stranded by a known issue must come out when the host restarts.
+            self.log(|| "entries are stranded: the host restarts".to_owned());
+            self.crash();
+            self.settle();
+            if self.violations.is_empty() {
+                self.check_delivered(false);
+            }
+        }
+    }
+
+    /// Every acknowledged message delivered or held with a reason. With `excuse`,
+    /// entries stranded by [`Known::RenumberedWhileOut`] (and the queue behind them)
+    /// are recorded as that known issue; returns whether any was.
+    fn check_delivered(&mut self, excuse: bool) -> bool {
+        let saved = self.outboxes();
+        let mut stuck = Vec::new();
+        let mut known = Vec::new();
+        let mut stranded = Vec::new();
+        for (op, m) in &self.messages {
+            if !m.acked || m.removed || m.replaced {
+                continue;
+            }
+            let delivered = self.agent_saved(op);
+            // An entry out with no attempt for a known reason strands itself and the
+            // queue behind it.
+            let active = self.host.as_ref().and_then(|h| {
+                h.custody()
+                    .runs()
+                    .active(&m.session)
+                    .map(|r| r.run_id.clone())
+            });
+            let store_failed = self.counts.get(crate::faults::FaultKind::OutboxStoreFail) > 0;
+            let cause = |o: &OperationId, st: &EntryState| {
+                if self.renumbered.contains(o) {
+                    Some(Known::RenumberedWhileOut)
+                } else if st.acceptance().is_none() && store_failed {
+                    // Out with nothing in flight at quiescence: a write failed around
+                    // it (never sent at all, or an answer that could not be applied).
+                    Some(Known::StrandedAfterFailedWrite)
+                } else if st
+                    .acceptance()
+                    .is_some_and(|a| Some(&a.run_id) != active.as_ref())
+                {
+                    Some(Known::AcceptedAfterRunEnded)
+                } else {
+                    None
+                }
+            };
+            let in_session =
+                |o: &OperationId| self.messages.get(o).is_some_and(|x| x.session == m.session);
+            let mut stranding = saved
+                .iter()
+                .filter(|(o, st)| excuse && st.is_sending() && in_session(o))
+                .find_map(|(o, st)| cause(o, st).map(|k| (o.clone(), k)));
+            let lanes = self
+                .host
+                .as_ref()
+                .map_or((false, false), |h| h.custody().lane_busy(&m.session));
+            let nothing_out = !saved.iter().any(|(o, st)| st.is_sending() && in_session(o));
+            if stranding.is_none() && excuse && (lanes.0 || lanes.1) && nothing_out {
+                stranding = Some((op.clone(), Known::LaneLeftBusy));
+            }
+            match saved.get(op) {
+                Some(state) if stranding.is_some() && (state.is_sending() || state.is_ready()) => {
+                    if let Some((by, kind)) = &stranding {
+                        stranded.push((*kind, format!("{op} is stranded by {by}: {state:?}")));
+                    }
+                }
+                None if delivered => {}
+                None => stuck.push((Invariant::MessageLost, format!("{op} is gone undelivered"))),
+                Some(EntryState::Held { notice, .. }) if !notice.is_empty() => {}
+                Some(EntryState::Held { handoff, .. })
+                    if handoff
+                        .as_ref()
+                        .is_none_or(|h| h.phase == outbox_core::entry::HandoffPhase::Dedicated) =>
+                {
+                    known.push(format!("{op} is held with no reason"));
+                }
+                Some(
+                    state @ EntryState::Held {
+                        handoff: Some(h), ..
+                    },
+                ) if excuse
+                    && h.phase == outbox_core::entry::HandoffPhase::Requested
+                    && active.as_ref() != Some(&h.acceptance.run_id) =>
+                {
+                    stranded.push((
+                        Known::HandoffOrphaned,
+                        format!("{op} waits for a run that is gone: {state:?}"),
+                    ));
+                }
+                Some(state) if delivered => stuck.push((
+                    Invariant::Stuck,
+                    format!("{op} was delivered but the outbox still holds it: {state:?}"),
+                )),
+                Some(state) => stuck.push((
+                    Invariant::Stuck,
+                    format!("{op} is neither delivered nor held with a reason: {state:?}"),
+                )),
+            }
+        }
+        if !stuck.is_empty() {
+            let sessions: Vec<SessionId> = self.sessions.iter().map(|s| s.id.clone()).collect();
+            for s in sessions {
+                let entries = self.stores.entries(&s).unwrap_or_default();
+                let line: Vec<String> = entries
+                    .iter()
+                    .filter_map(|e| e.entry())
+                    .map(|e| format!("{}@{} {:?}", e.operation_id, e.position, e.state))
+                    .collect();
+                let custody = self.host.as_ref().map(|h| {
+                    let c = h.custody();
+                    (
+                        c.runs().active(&s).map(|r| r.run_id.clone()),
+                        c.runs().cancellation_pending(&s),
+                        c.lane_busy(&s),
+                    )
+                });
+                self.log(|| format!("outbox of {s}: {}", line.join(" | ")));
+                self.log(|| {
+                    format!("custody of {s}: (active run, cancelling, lanes busy) {custody:?}")
+                });
+            }
+        }
+        for d in known {
+            self.known_issue(Known::HeldWithoutReason, d);
+        }
+        let any_stranded = !stranded.is_empty();
+        for (kind, d) in stranded {
+            self.known_issue(kind, d);
+        }
+        for (i, d) in stuck {
+            self.violate(i, d);
+        }
+        any_stranded
+    }
+
+    /// The host's history of `session`'s main target: every saved row, and the rows of
+    /// its saved overlay.
+    fn reference(&mut self, session: &SessionId) -> (Vec<Block>, Vec<Block>) {
+        let history = self
+            .sessions
+            .iter()
+            .find(|s| &s.id == session)
+            .map(|s| s.transcript.blocks())
+            .unwrap_or_default();
+        let target = timeline_core::TargetId::main(session);
+        let overlay = self
+            .stores
+            .with_overlays(|s| s.load(session, &target))
+            .ok()
+            .flatten()
+            .map(|o| o.blocks.into_iter().map(|b| b.block).collect())
+            .unwrap_or_default();
+        (history, overlay)
+    }
+
+    /// The first difference between what client `c` shows and the host's history, if
+    /// any.
+    fn view_difference(&mut self, c: usize) -> Option<String> {
+        let session = self.clients[c].session.clone();
+        let (history, overlay) = self.reference(&session);
+        let shown: Vec<(Origin, Block)> = self
+            .visible(c)
+            .into_iter()
+            .filter(|(o, _)| *o != Origin::Pending)
+            .collect();
+        let oldest: Option<OrderKey> = shown
+            .iter()
+            .find(|(o, _)| *o == Origin::History)
+            .map(|(_, b)| b.order_key());
+        // From the oldest history row the client shows on: history over the overlay.
+        // Above it: the overlay's rows, which a client shows whatever its window. A
+        // client whose window holds no history (it was empty when it loaded) shows every
+        // row the host has, from the overlay where it holds one.
+        let mut rows: BTreeMap<BlockKey, Block> = BTreeMap::new();
+        match &oldest {
+            Some(oldest) => {
+                let saved: BTreeSet<BlockKey> = history.iter().map(Block::key).collect();
+                for b in history.iter().filter(|b| b.order_key() >= *oldest) {
+                    rows.insert(b.key(), b.clone());
+                }
+                for b in &overlay {
+                    let k = b.key();
+                    let in_window = b.order_key() >= *oldest;
+                    if !(in_window && saved.contains(&k)) {
+                        rows.entry(k).or_insert_with(|| b.clone());
+                    }
+                }
+            }
+            None => {
+                for b in overlay.iter().chain(history.iter()) {
+                    rows.entry(b.key()).or_insert_with(|| b.clone());
+                }
+            }
+        }
+        let mut reference: Vec<Block> = rows.into_values().collect();
+        reference.sort_by_cached_key(Block::order_key);
+        let expected: Vec<&Block> = reference.iter().collect();
+        let got: Vec<&Block> = shown.iter().map(|(_, b)| b).collect();
+        if got != expected {
+            let names = |rows: &[&Block]| {
+                rows.iter()
+                    .map(|b| format!("{}@{}", b.id, b.timestamp.as_u64()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let origins: Vec<String> = shown
+                .iter()
+                .map(|(o, b)| format!("{}:{o:?}", b.id))
+                .collect();
+            let (g, e) = (names(&got), names(&expected));
+            let target = timeline_core::TargetId::main(&session);
+            let host = self
+                .stores
+                .with_overlays(|s| s.load(&session, &target))
+                .ok()
+                .flatten()
+                .map(|o| (o.settlement_epoch, o.revision));
+            let held = self.clients[c].timeline.overlay_version();
+            let offered = self.clients[c].offered;
+            self.log(|| {
+                format!("client {c} holds {held:?}, was offered {offered:?}, the host has {host:?}")
+            });
+            self.log(|| format!("client {c} shows   {}", origins.join(" ")));
+            self.log(|| format!("client {c} rows    {g}"));
+            self.log(|| format!("host history       {e}"));
+            return Some(diff(&got, &expected));
+        }
+        None
+    }
+
+    /// Why client `c` may be behind, when the cause is a known issue: its overlay is
+    /// older than the host's, and either it was brought a higher epoch and dropped it
+    /// (timeline-core), or it is a phone the relay never brought the newest version to
+    /// (overlay-core).
+    fn known_cause(&mut self, c: usize) -> Option<Known> {
+        let session = self.clients[c].session.clone();
+        let target = timeline_core::TargetId::main(&session);
+        let host = self
+            .stores
+            .with_overlays(|s| s.load(&session, &target))
+            .ok()
+            .flatten()
+            .map_or((0, 0), |o| (o.settlement_epoch, o.revision));
+        let client = &self.clients[c];
+        if client.places_out_of_order {
+            return Some(Known::PlacesOutOfOrder);
+        }
+        let held = client.timeline.overlay_version()?;
+        if held >= host {
+            return None;
+        }
+        match client.offered {
+            Some(o) if o.0 > held.0 => Some(Known::EpochRaceDropped),
+            Some(o) if o > held => Some(Known::NewerUpdateDropped),
+            _ if client.kind == Kind::Phone && client.relay_lost => {
+                Some(Known::RelayLossUnrepaired)
+            }
+            _ => None,
+        }
+    }
+
+    fn check_views(&mut self) {
+        let mut healing = Vec::new();
+        for c in 0..self.clients.len() {
+            let Some(detail) = self.view_difference(c) else {
+                continue;
+            };
+            let session = self.clients[c].session.clone();
+            let what = format!("client {c} ({session}) shows other rows than the host: {detail}");
+            match self.known_cause(c) {
+                Some(known) => {
+                    self.known_issue(known, what);
+                    healing.push(c);
+                }
+                None => self.violate(Invariant::ViewDiffers, what),
+            }
+        }
+        if healing.is_empty() {
+            return;
+        }
+        // A client behind for a known reason must heal when it reloads.
+        for c in &healing {
+            let now = self.now;
+            self.clients[*c].timeline.reload(now);
+        }
+        self.settle();
+        for c in healing {
+            if let Some(detail) = self.view_difference(c) {
+                let session = self.clients[c].session.clone();
+                self.violate(
+                    Invariant::ViewDiffers,
+                    format!("client {c} ({session}) differs from the host even after a reload: {detail}"),
+                );
+            }
+        }
+    }
+
+    fn check_cards(&mut self) {
+        let sessions: Vec<SessionId> = self.sessions.iter().map(|s| s.id.clone()).collect();
+        for session in sessions {
+            let target = timeline_core::TargetId::main(&session);
+            let overlay = self
+                .stores
+                .with_overlays(|s| s.load(&session, &target))
+                .ok()
+                .flatten();
+            let mut stale = Vec::new();
+            for b in overlay.into_iter().flat_map(|o| o.blocks) {
+                let approval = &b.block.data["approval"];
+                let Some(request_id) = approval["requestId"].as_str() else {
+                    continue;
+                };
+                let status: Option<CardStatus> =
+                    serde_json::from_value(approval["status"].clone()).ok();
+                let agent = self
+                    .agent
+                    .session(&session)
+                    .and_then(|s| s.decided(request_id));
+                let expected = CardStatus::of(agent);
+                if status != Some(expected) {
+                    stale.push((
+                        request_id.to_owned(),
+                        format!(
+                            "the card of {request_id} shows {status:?}, the agent took {agent:?}"
+                        ),
+                    ));
+                }
+            }
+            for (request_id, s) in stale {
+                if self.cards_lost.contains(&request_id) {
+                    self.known_issue(Known::ApprovalAcrossCrash, s);
+                } else {
+                    self.violate(Invariant::ApprovalCardStale, s);
+                }
+            }
+        }
+    }
+}
+
+/// The saved row with `key` in `session`'s transcript.
+fn saved_row(w: &World, session: &SessionId, key: &BlockKey) -> Option<Block> {
+    let s = w.sessions.iter().find(|s| &s.id == session)?;
+    s.transcript.blocks().into_iter().find(|b| &b.key() == key)
+}
+
+/// The first difference between two row lists, in words.
+fn diff(got: &[&Block], expected: &[&Block]) -> String {
+    let name = |b: &Block| format!("{}:{}", b.block_type.as_str(), b.id);
+    for i in 0..got.len().max(expected.len()) {
+        match (got.get(i), expected.get(i)) {
+            (Some(g), Some(e)) if g == e => continue,
+            (Some(g), Some(e)) if g.key() == e.key() => {
+                return format!(
+                    "row {i} {} differs: shows {} / host {}",
+                    name(g),
+                    crate::world::clip(&serde_json::to_string(g).unwrap_or_default(), 300),
+                    crate::world::clip(&serde_json::to_string(e).unwrap_or_default(), 300)
+                )
+            }
+            (Some(g), Some(e)) => {
+                return format!("row {i}: shows {} where the host has {}", name(g), name(e))
+            }
+            (Some(g), None) => return format!("row {i}: shows {} the host does not have", name(g)),
+            (None, Some(e)) => return format!("row {i}: misses {}", name(e)),
+            (None, None) => break,
+        }
+    }
+    "no difference".to_owned()
+}

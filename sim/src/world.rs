@@ -1,0 +1,2077 @@
+//! The world: one host, the agent, the clients, the relay and the clock, driven by one
+//! seed through the host's public loop, exactly as an embedder drives it.
+//!
+//! A run is a number of steps. Each step may first inject faults (a host crash, a
+//! phone's reconnect, a client's reload, the agent's history going down, a store that
+//! fails), then does one thing: a user action on a client, something the agent does by
+//! itself, or time passing (messages arrive, deadlines pass). After every step the
+//! invariants of `check` are checked. Then the faults stop and the world runs until
+//! nothing is pending (quiescence), and the final invariants are checked.
+//!
+//! The embedder's side of the loop, step by step:
+//!
+//! 1. Inputs go in with the time they arrive: client requests ([`Event::ToHost`]),
+//!    agent answers and stream events ([`Event::FromAgent`]), and `handle_timeout` when
+//!    the host's deadline passes.
+//! 2. Every effect is drained at once (`World::pump`): agent calls travel to the
+//!    agent, live deliveries to the desktop windows and, through the relay, to the
+//!    phones joined to the session, replies to the client that asked, notices to the
+//!    trace.
+//! 3. The next thing to happen is the earliest of the host's deadline, the clients'
+//!    deadlines and the next arrival.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use host_core::ReplyTo;
+use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Notice, Reply};
+use outbox_core::adapter::{DetachResult, HistoryRead, SendResult, StopResult};
+use outbox_core::entry::{Controls, MessageRequest};
+use outbox_core::ids::QueueId;
+use outbox_core::{Capabilities, SessionInfo, SubmitRequest};
+use overlay_core::live::{Delivery, LiveProtocol, Payload};
+use timeline_core::anchor::Anchor;
+use timeline_core::timeline::{Effect as Load, LoadFailure, LoadState, RequestTag};
+use timeline_core::wire::{LiveOverlay, LivePatch};
+use timeline_core::{BlockKey, HostKey, Millis, OperationId, PendingSend, SessionId, TargetId};
+
+use crate::agent::{Agent, AgentViolation, Out, TranscriptHandle};
+use crate::check::{Invariant, Known, Violation};
+use crate::client::{Client, Echo, Kind, Mine};
+use crate::faults::{FaultCounts, FaultKind, Faults};
+use crate::net::{Event, Net, AGENT_STREAM, WINDOW_STREAM};
+use crate::rng::Rng;
+use crate::stores::{Backend, HostOutbox, HostOverlays, Stores};
+use crate::trace::Trace;
+use crate::Defect;
+
+/// The host as the world runs it.
+pub type SimHost = Host<HostOutbox, HostOverlays>;
+
+/// How one run is set up.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// The seed: the same seed gives the same run.
+    pub seed: u64,
+    /// Steps before quiescence.
+    pub steps: usize,
+    /// Fault kinds that never strike.
+    pub without: Vec<FaultKind>,
+    /// A deliberate defect, to show that a check catches it.
+    pub defect: Option<Defect>,
+    /// The backend; `None` draws it from the seed (SQLite for one run in sixteen).
+    pub backend: Option<Backend>,
+    /// Print every trace line as it is written.
+    pub echo: bool,
+    /// Write the trace (off: faster, no digest and no report lines; a failing run is
+    /// run again with it on to report).
+    pub trace: bool,
+}
+
+impl Config {
+    /// A run of `seed` with the default step count.
+    pub fn new(seed: u64) -> Config {
+        Config {
+            seed,
+            steps: DEFAULT_STEPS,
+            without: Vec::new(),
+            defect: None,
+            backend: None,
+            echo: false,
+            trace: true,
+        }
+    }
+}
+
+/// Steps of a run unless told otherwise.
+pub const DEFAULT_STEPS: usize = 200;
+
+/// What a run did, counted (to see that the faults and actions reach the system).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Runs counted.
+    pub runs: u64,
+    /// Messages users sent (new operations, edits included).
+    pub messages: u64,
+    /// Messages the agent had at the end.
+    pub delivered: u64,
+    /// Approvals the agent asked.
+    pub approvals: u64,
+    /// Decisions a client was told were taken.
+    pub decided: u64,
+    /// Latest windows, older pages and anchored windows that reached a client.
+    pub loads: u64,
+    /// Replays a phone rebuilt from.
+    pub replays: u64,
+    /// Relay events that reached a phone.
+    pub relay_events: u64,
+    /// Host restarts.
+    pub restarts: u64,
+}
+
+impl Stats {
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &Stats) {
+        self.runs += other.runs;
+        self.messages += other.messages;
+        self.delivered += other.delivered;
+        self.approvals += other.approvals;
+        self.decided += other.decided;
+        self.loads += other.loads;
+        self.replays += other.replays;
+        self.relay_events += other.relay_events;
+        self.restarts += other.restarts;
+    }
+}
+
+/// One session of the world.
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// Its ID.
+    pub id: SessionId,
+    /// Codex or Claude.
+    pub codex: bool,
+    /// Its transcript.
+    pub transcript: TranscriptHandle,
+    /// What its relay speaks.
+    pub relay: LiveProtocol,
+}
+
+/// What a request in flight was, so its reply goes to the right handler.
+#[derive(Clone, Debug)]
+pub(crate) enum Asked {
+    Latest(RequestTag),
+    Older(RequestTag),
+    Anchored(RequestTag),
+    Submit(OperationId),
+    Edit { old: OperationId, new: OperationId },
+    Remove(QueueId),
+    SendNow,
+    StopAndSendNow,
+    Stop,
+    Approval(String),
+    Subscribe(SessionId),
+    Join(SessionId),
+    Leave,
+}
+
+/// A request in flight.
+#[derive(Clone, Debug)]
+pub(crate) struct Request {
+    pub client: usize,
+    pub asked: Asked,
+}
+
+/// A message of the world, from submit to its end.
+#[derive(Clone, Debug)]
+pub(crate) struct Message {
+    pub session: SessionId,
+    pub queue: QueueId,
+    pub request: MessageRequest,
+    pub controls: Controls,
+    /// The host acknowledged it (a receipt or an edit's answer went out).
+    pub acked: bool,
+    /// The user removed it (and the host said so).
+    pub removed: bool,
+    /// An edit replaced it with another operation (and the host said so).
+    pub replaced: bool,
+}
+
+/// The world of one run.
+pub struct World {
+    pub(crate) cfg: Config,
+    pub(crate) rng: Rng,
+    pub(crate) faults: Faults,
+    /// Faults injected so far.
+    pub counts: FaultCounts,
+    pub(crate) now: Millis,
+    pub(crate) step: usize,
+    pub(crate) stores: Stores,
+    pub(crate) host: Option<SimHost>,
+    pub(crate) incarnation: u64,
+    pub(crate) agent: Agent,
+    pub(crate) sessions: Vec<Session>,
+    pub(crate) clients: Vec<Client>,
+    pub(crate) net: Net,
+    pub(crate) requests: BTreeMap<u64, Request>,
+    next_request: u64,
+    pub(crate) next_op: u64,
+    pub(crate) messages: BTreeMap<OperationId, Message>,
+    /// The operation each queue entry carries now.
+    pub(crate) queues: BTreeMap<QueueId, OperationId>,
+    /// Operations the host has sent to the agent at least once.
+    pub(crate) sent: BTreeSet<OperationId>,
+    /// Operations the host may send again: the agent said it does not have them.
+    pub(crate) resend_ok: BTreeSet<OperationId>,
+    /// The operation of each send, history read and take-back attempt.
+    pub(crate) attempts: BTreeMap<u64, OperationId>,
+    /// Answers the agent gave, to deliver again later (answers for old attempts).
+    old_answers: Vec<AgentInput>,
+    /// Replies per request.
+    pub(crate) replies: BTreeMap<u64, u32>,
+    /// When a client whose window subscription or join got no answer (or failed)
+    /// connects again.
+    connect_deadline: BTreeMap<usize, Millis>,
+    /// The trace.
+    pub trace: Trace,
+    /// What went wrong.
+    pub violations: Vec<Violation>,
+    pub(crate) ledger_seen: BTreeMap<(SessionId, OperationId), outbox_core::ledger::LedgerStatus>,
+    /// True once the faults stopped.
+    pub(crate) settling: bool,
+    /// Clients told their decision was taken, per request.
+    approvals_taken: BTreeMap<String, u32>,
+    /// Known issues of other crates met, with what was seen.
+    pub known: Vec<(Known, String)>,
+    /// Where each sending or accepted entry was when first seen so, and the
+    /// operations whose position changed while they were out.
+    pub(crate) out_positions: BTreeMap<OperationId, i64>,
+    pub(crate) renumbered: BTreeSet<OperationId>,
+    /// The approvals whose decided card died with a host.
+    pub(crate) cards_lost: BTreeSet<String>,
+    /// Operations a history read reported missing to the host.
+    pub(crate) missing_read: BTreeSet<OperationId>,
+    /// What the run did.
+    pub stats: Stats,
+    /// Operations the agent holds as a turn's pending input that a history read
+    /// reported missing, or whose send reached the agent after the host that sent it
+    /// died (see `Known::PendingInputMissing`).
+    pub(crate) zombies: BTreeSet<OperationId>,
+}
+
+/// The host's key: the same for every incarnation (cursors survive restarts).
+const HOST_KEY: [u8; 32] = [0x5a; 32];
+
+fn millis(ms: u64) -> Millis {
+    Millis(ms)
+}
+
+impl World {
+    /// Builds the world of `cfg.seed`: sessions, stores, host, agent and clients.
+    ///
+    /// # Errors
+    ///
+    /// The text of a failure to set up the stores or start the host.
+    pub fn new(cfg: Config) -> Result<World, String> {
+        let mut rng = Rng::new(cfg.seed);
+        let faults = Faults::draw(&mut rng, &cfg.without);
+        let sqlite = rng.chance(1.0 / 16.0);
+        let backend = cfg.backend.unwrap_or(if sqlite {
+            Backend::Sqlite
+        } else {
+            Backend::Memory
+        });
+        let stores = Stores::new(backend)?;
+        let mut agent = Agent::default();
+        let n_sessions = if rng.chance(0.5) { 2 } else { 1 };
+        let mut sessions = Vec::new();
+        for i in 0..n_sessions {
+            let id = SessionId::new(format!("s{i}")).map_err(|e| e.to_string())?;
+            let codex = rng.chance(0.5);
+            let transcript = agent.add_session(&id, codex);
+            let history = rng.below(40);
+            agent.seed_history(&id, history);
+            let relay = if rng.chance(0.5) {
+                LiveProtocol::Patches
+            } else {
+                LiveProtocol::Snapshots
+            };
+            sessions.push(Session {
+                id,
+                codex,
+                transcript,
+                relay,
+            });
+        }
+        let n_clients = rng.range(1, 4) as usize;
+        let mut clients = Vec::new();
+        for i in 0..n_clients {
+            let kind = if i == 0 || (i == 1 && rng.chance(0.2)) {
+                Kind::Desktop
+            } else {
+                Kind::Phone
+            };
+            let session = sessions[rng.index(sessions.len())].id.clone();
+            let protocol = match kind {
+                Kind::Desktop if rng.chance(0.5) => LiveProtocol::Patches,
+                Kind::Desktop => LiveProtocol::Snapshots,
+                Kind::Phone => sessions
+                    .iter()
+                    .find(|s| s.id == session)
+                    .map_or(LiveProtocol::Snapshots, |s| s.relay),
+            };
+            clients.push(Client::new(kind, i, session, protocol));
+        }
+        let mut trace = Trace::default();
+        trace.echo = cfg.echo;
+        trace.log(format!(
+            "seed {} backend {:?} sessions [{}] clients [{}] faults [{}]",
+            cfg.seed,
+            backend,
+            sessions
+                .iter()
+                .map(|s| format!(
+                    "{}:{}:{:?}",
+                    s.id,
+                    if s.codex { "codex" } else { "claude" },
+                    s.relay
+                ))
+                .collect::<Vec<_>>()
+                .join(" "),
+            clients
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!("{}:{}:{:?}", c.name(i), c.session, c.protocol))
+                .collect::<Vec<_>>()
+                .join(" "),
+            faults
+                .active()
+                .iter()
+                .map(|k| format!("{}={:.3}", k.name(), faults.p(*k)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        let mut world = World {
+            cfg,
+            rng,
+            faults,
+            counts: FaultCounts::default(),
+            now: millis(10_000),
+            step: 0,
+            stores,
+            host: None,
+            incarnation: 0,
+            agent,
+            sessions,
+            clients,
+            net: Net::default(),
+            requests: BTreeMap::new(),
+            next_request: 0,
+            next_op: 0,
+            messages: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            sent: BTreeSet::new(),
+            resend_ok: BTreeSet::new(),
+            attempts: BTreeMap::new(),
+            old_answers: Vec::new(),
+            replies: BTreeMap::new(),
+            connect_deadline: BTreeMap::new(),
+            trace,
+            violations: Vec::new(),
+            ledger_seen: BTreeMap::new(),
+            settling: false,
+            approvals_taken: BTreeMap::new(),
+            known: Vec::new(),
+            out_positions: BTreeMap::new(),
+            renumbered: BTreeSet::new(),
+            cards_lost: BTreeSet::new(),
+            missing_read: BTreeSet::new(),
+            stats: Stats::default(),
+            zombies: BTreeSet::new(),
+        };
+        world.boot()?;
+        for c in 0..world.clients.len() {
+            world.connect(c);
+            let target = world.clients[c].target();
+            world.clients[c].timeline.open_target(target, world.now);
+        }
+        world.pump();
+        Ok(world)
+    }
+
+    /// The seed of this run.
+    pub fn seed(&self) -> u64 {
+        self.cfg.seed
+    }
+
+    /// The simulated time.
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+
+    pub(crate) fn log(&mut self, line: impl FnOnce() -> String) {
+        if !self.cfg.trace {
+            return;
+        }
+        let line = format!("[{} {}] {}", self.step, self.now.as_u64(), line());
+        self.trace.log(line);
+    }
+
+    pub(crate) fn violate(&mut self, invariant: Invariant, detail: String) {
+        self.log(|| format!("VIOLATION {}: {detail}", invariant.name()));
+        self.violations.push(Violation {
+            invariant,
+            detail,
+            step: self.step,
+            time: self.now,
+        });
+    }
+
+    pub(crate) fn known_issue(&mut self, known: Known, detail: String) {
+        self.log(|| format!("KNOWN {}: {detail}", known.name()));
+        self.known.push((known, detail));
+    }
+
+    pub(crate) fn defect(&self, d: Defect) -> bool {
+        self.cfg.defect == Some(d)
+    }
+
+    // ----- the host's life -----------------------------------------------------------
+
+    /// Starts a host over the stores (the first one, or the one after a crash).
+    fn boot(&mut self) -> Result<(), String> {
+        let (outbox, overlays) = self.stores.open()?;
+        let mut uuids = self.rng.fork();
+        let uuids = Box::new(move || {
+            let (a, b) = (uuids.next_u64(), uuids.next_u64());
+            format!(
+                "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                a >> 32,
+                (a >> 16) & 0xffff,
+                a & 0xfff,
+                b >> 52,
+                b & 0xffff_ffff_ffff
+            )
+        });
+        let mut host = Host::new(
+            outbox,
+            overlays,
+            HostConfig::new(HostKey::from_bytes(HOST_KEY), uuids),
+        );
+        for s in &self.sessions {
+            let caps = if s.codex {
+                Capabilities::codex()
+            } else {
+                Capabilities::claude()
+            };
+            host.add_session(
+                &s.id,
+                SessionInfo::new(caps),
+                Box::new(s.transcript.clone()),
+            );
+        }
+        self.incarnation += 1;
+        // Starting again after a failed start is safe; the embedder retries, and heals
+        // the store after a few tries as an operator would.
+        let mut tries = 0;
+        loop {
+            match host.start(self.now) {
+                Ok(()) => break,
+                Err(e) => {
+                    tries += 1;
+                    let now = self.now;
+                    self.log(|| format!("host start failed ({e}); retrying at {}", now.as_u64()));
+                    self.now = self.now.saturating_add(millis(1_000));
+                    if tries >= 3 {
+                        self.stores.heal();
+                    }
+                    if tries > 6 {
+                        return Err(format!("the host could not start: {e}"));
+                    }
+                }
+            }
+        }
+        self.host = Some(host);
+        let incarnation = self.incarnation;
+        self.log(|| format!("host {incarnation} started"));
+        Ok(())
+    }
+
+    /// The host dies and a new one starts from the stores. Every connection to it is
+    /// new: windows subscribe again, phones join again, and every client reloads.
+    pub(crate) fn crash(&mut self) {
+        self.counts.add(FaultKind::HostCrash);
+        self.log(|| "HOST CRASH".to_owned());
+        self.stats.restarts += 1;
+        self.note_lost_cards();
+        // The last effects of the dying host are lost with it.
+        self.host = None;
+        if let Err(e) = self.boot() {
+            self.violate(Invariant::HostDefect, format!("restart failed: {e}"));
+            return;
+        }
+        // What the new host does at start (confirming sends, draining queues).
+        self.pump();
+        let out = self.agent.reconnected();
+        let n = out.len();
+        self.log(|| format!("the agent reconnects: {n} message(s) again"));
+        self.agent_out(out);
+        for c in 0..self.clients.len() {
+            if self.clients[c].kind == Kind::Phone {
+                self.clients[c].joined = None;
+            }
+            self.connect(c);
+            self.clients[c].timeline.reload(self.now);
+        }
+    }
+
+    /// True while a client waits to be connected.
+    pub(crate) fn joining(&self) -> bool {
+        !self.connect_deadline.is_empty()
+    }
+
+    /// A client connects again and reloads (a phone whose connection dropped).
+    pub(crate) fn reconnect(&mut self, c: usize) {
+        self.connect(c);
+        let now = self.now;
+        self.clients[c].timeline.reload(now);
+    }
+
+    /// A client connects to the current host: a window subscribes, a phone joins.
+    fn connect(&mut self, c: usize) {
+        let session = self.clients[c].session.clone();
+        match self.clients[c].kind {
+            Kind::Desktop => {
+                self.connect_deadline
+                    .insert(c, self.now.saturating_add(millis(10_000)));
+                let request = ClientRequest::Subscribe {
+                    window: self.clients[c].window,
+                    session: session.clone(),
+                    target: TargetId::main(&session),
+                    protocol: self.clients[c].protocol,
+                };
+                self.request(c, Asked::Subscribe(session), request);
+            }
+            Kind::Phone => {
+                self.clients[c].joined = Some(session.clone());
+                let protocol = self.clients[c].protocol;
+                self.connect_deadline
+                    .insert(c, self.now.saturating_add(millis(10_000)));
+                self.request(
+                    c,
+                    Asked::Join(session.clone()),
+                    ClientRequest::Join { session, protocol },
+                );
+            }
+        }
+    }
+
+    // ----- requests and replies ----------------------------------------------------
+
+    /// A client sends a request to the host.
+    pub(crate) fn request(&mut self, c: usize, asked: Asked, request: ClientRequest) {
+        self.next_request += 1;
+        let id = self.next_request;
+        let name = self.clients[c].name(c);
+        self.log(|| format!("{name} asks #{id} {}", request_line(&request)));
+        self.requests.insert(id, Request { client: c, asked });
+        let phone = self.clients[c].kind == Kind::Phone;
+        if phone && self.faults.strikes(&mut self.rng, FaultKind::RequestLost) {
+            self.counts.add(FaultKind::RequestLost);
+            self.log(|| format!("#{id} lost on its way"));
+            return;
+        }
+        let delay = if self.faults.strikes(&mut self.rng, FaultKind::RequestLate) {
+            self.counts.add(FaultKind::RequestLate);
+            self.rng.range(1_000, 120_000)
+        } else {
+            self.rng.range(1, 40)
+        };
+        let event = Event::ToHost {
+            to: ReplyTo(id),
+            request,
+            incarnation: self.incarnation,
+        };
+        // One client's requests arrive in the order it sent them.
+        let at = self.now.saturating_add(millis(delay));
+        self.net.send_ordered(10_000 + c as u64, at, event);
+    }
+
+    fn deliver_reply(&mut self, to: ReplyTo, reply: Reply) {
+        let Some(req) = self.requests.remove(&to.0) else {
+            self.log(|| format!("reply to #{} that nobody waits for", to.0));
+            return;
+        };
+        let c = req.client;
+        let now = self.now;
+        let name = self.clients[c].name(c);
+        let line = reply_line(&reply);
+        let asked = format!("{:?}", req.asked);
+        self.log(|| format!("{name} gets #{} ({}) {line}", to.0, clip(&asked, 80)));
+        if let (Asked::Approval(id), Reply::Approval(Ok(result))) = (&req.asked, &reply) {
+            self.stats.decided += 1;
+            let n = self.approvals_taken.entry(id.clone()).or_default();
+            *n += 1;
+            if *n > 1 {
+                let text =
+                    format!("a second client was told its decision on {id} was taken ({result:?})");
+                if self.cards_lost.contains(id) {
+                    self.known_issue(Known::ApprovalAcrossCrash, text);
+                } else {
+                    self.violate(Invariant::ApprovalTwice, text);
+                }
+            }
+        }
+        let client = &mut self.clients[c];
+        match (req.asked, reply) {
+            (Asked::Latest(tag), Reply::LatestWindow(w)) => {
+                self.stats.loads += 1;
+                let o = client.timeline.handle_latest_window(
+                    &tag,
+                    w.map_err(|_| LoadFailure::Unavailable),
+                    now,
+                );
+                self.log(|| format!("  {o:?}"));
+            }
+            (Asked::Anchored(tag), Reply::LatestWindow(w)) => {
+                self.stats.loads += 1;
+                let opens = w
+                    .as_ref()
+                    .is_ok_and(|w| w.anchor_row.is_some() || w.anchor_notice.is_some());
+                let o = client
+                    .timeline
+                    .handle_anchored(&tag, w.map_err(|_| LoadFailure::Unavailable));
+                if opens && o == timeline_core::timeline::Outcome::Applied {
+                    // An answer to an older place request applied after a newer one's.
+                    if client.placed.is_some_and(|p| p > tag.request) {
+                        client.places_out_of_order = true;
+                    }
+                    client.placed = Some(client.placed.map_or(tag.request, |p| p.max(tag.request)));
+                }
+                self.log(|| format!("  {o:?}"));
+            }
+            (Asked::Older(tag), Reply::OlderPage(p)) => {
+                self.stats.loads += 1;
+                let o = client.timeline.handle_older_page(
+                    &tag,
+                    p.map_err(|_| LoadFailure::Unavailable),
+                    now,
+                );
+                self.log(|| format!("  {o:?}"));
+            }
+            (Asked::Submit(op), Reply::Submitted(r)) => match r {
+                Ok(_) => {
+                    client.timeline.confirm_pending(&op);
+                    if let Some(m) = client.mine.get_mut(&op) {
+                        if m.echo == Echo::Awaiting {
+                            m.echo = Echo::Saved;
+                        }
+                    }
+                }
+                Err(outbox_core::custody::SubmitError::Store(_)) => {
+                    // The store failed: the echo waits for its receipt, and the client
+                    // sends the same message again when it is overdue.
+                }
+                Err(_) => {
+                    // Refused: the user sees the error; the echo goes.
+                    client.timeline.remove_pending(&op);
+                    client.mine.remove(&op);
+                }
+            },
+            (Asked::Edit { old, new }, Reply::Edited(Ok(_))) if client.mine.contains_key(&old) => {
+                client.mine.remove(&old);
+                client.timeline.remove_pending(&old);
+                let m = self.messages.get(&new).cloned();
+                if let Some(m) = m {
+                    client.timeline.add_pending(PendingSend {
+                        operation_id: new.clone(),
+                        created_at: m.request.created_at,
+                        data: serde_json::json!({ "text": m.request.user_text }),
+                    });
+                    client.timeline.confirm_pending(&new);
+                    client.mine.insert(
+                        new,
+                        Mine {
+                            queue: m.queue,
+                            echo: Echo::Saved,
+                        },
+                    );
+                }
+            }
+            (Asked::Remove(queue), Reply::Done(Ok(()))) => {
+                let op = self.queues.get(&queue).cloned();
+                if let Some(op) = op {
+                    if client.mine.remove(&op).is_some() {
+                        client.timeline.remove_pending(&op);
+                    }
+                }
+            }
+            // The window tries again a second later.
+            (Asked::Subscribe(session), Reply::Subscribed(Err(_))) if client.session == session => {
+                self.connect_deadline
+                    .insert(c, now.saturating_add(millis(1_000)));
+            }
+            (Asked::Subscribe(session), Reply::Subscribed(Ok(sub))) => {
+                if client.session == session {
+                    self.connect_deadline.remove(&c);
+                }
+                if let (Some(overlay), true) = (sub.overlay, client.session == session) {
+                    let target = TargetId::main(&session);
+                    let o = client.timeline.handle_live_update(&target, overlay, now);
+                    self.log(|| format!("  {o:?}"));
+                }
+            }
+            (Asked::Join(session), Reply::Replay(chunks))
+                if client.joined.as_ref() == Some(&session) =>
+            {
+                self.connect_deadline.remove(&c);
+                self.apply_replay(c, &chunks);
+            }
+            _ => {}
+        }
+    }
+
+    /// A phone rebuilds its conversation from a replay: no live side effect may come
+    /// out of it but the running state it adopts at the end (RB-04).
+    fn apply_replay(&mut self, c: usize, chunks: &[overlay_core::replay::ReplayChunk]) {
+        let now = self.now;
+        let defect = self.defect(Defect::ReplayAsLive);
+        let client = &mut self.clients[c];
+        // Effects left from before belong to earlier events.
+        while client.conversation.poll_effect().is_some() {}
+        let mut outcomes = Vec::new();
+        if defect {
+            // A broken embedding plays the replay's events on the live path instead of
+            // rebuilding from them.
+            client.conversation = timeline_core::replay::ConversationClient::new();
+        }
+        for chunk in chunks {
+            if defect {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&chunk.json) {
+                    for e in v["events"].as_array().into_iter().flatten() {
+                        outcomes.push(client.conversation.handle_live(&e.to_string()));
+                    }
+                }
+                continue;
+            }
+            outcomes.push(client.conversation.handle_replay_chunk(&chunk.json, now));
+        }
+        client.replays += 1;
+        self.stats.replays += 1;
+        let effects: Vec<_> = std::iter::from_fn(|| client.conversation.poll_effect()).collect();
+        let mut running_changes = 0;
+        let mut bad = Vec::new();
+        for e in &effects {
+            match e {
+                timeline_core::replay::ClientEffect::RunningChanged(_) => running_changes += 1,
+                timeline_core::replay::ClientEffect::RequestReplay => {}
+                other => bad.push(format!("{other:?}")),
+            }
+        }
+        let complete = outcomes.contains(&timeline_core::replay::ReplayOutcome::Complete);
+        self.log(|| {
+            format!(
+                "  replay of {} chunk(s): {outcomes:?} {effects:?}",
+                chunks.len()
+            )
+        });
+        if !bad.is_empty() || running_changes > usize::from(complete) {
+            self.violate(
+                Invariant::ReplaySideEffect,
+                format!("a replay on phone {c} triggered live effects: {effects:?}"),
+            );
+        }
+    }
+
+    // ----- effects ------------------------------------------------------------------
+
+    /// Step 2 of the loop: carries out every effect of the host and of the clients.
+    pub(crate) fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            let effects: Vec<Effect> =
+                std::iter::from_fn(|| self.host.as_mut().and_then(Host::poll_effect)).collect();
+            for effect in canonical(effects) {
+                progressed = true;
+                self.host_effect(effect);
+            }
+            for c in 0..self.clients.len() {
+                while let Some(effect) = self.clients[c].timeline.poll_effect() {
+                    progressed = true;
+                    self.client_effect(c, effect);
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn host_effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::Agent(call) => {
+                self.note_call(&call);
+                let line = call_line(&call);
+                self.log(|| format!("host → agent {line}"));
+                let delay = self.rng.range(1, 20);
+                let at = self.now.saturating_add(millis(delay));
+                if let (AgentCall::Send(_), true) = (&call, self.defect(Defect::DuplicateSend)) {
+                    let event = Event::ToAgent {
+                        call: call.clone(),
+                        incarnation: self.incarnation,
+                    };
+                    self.net.send(at, event);
+                }
+                if let (AgentCall::ResolveApproval { .. }, true) =
+                    (&call, self.defect(Defect::DuplicateDecision))
+                {
+                    let event = Event::ToAgent {
+                        call: call.clone(),
+                        incarnation: self.incarnation,
+                    };
+                    self.net.send(at, event);
+                }
+                let incarnation = self.incarnation;
+                self.net.send(at, Event::ToAgent { call, incarnation });
+            }
+            Effect::Deliver(delivery) => self.route_delivery(delivery),
+            Effect::Reply { to, reply } => {
+                let n = self.replies.entry(to.0).or_default();
+                *n += 1;
+                if *n > 1 {
+                    self.violate(
+                        Invariant::ReplyTwice,
+                        format!("request #{} answered twice", to.0),
+                    );
+                }
+                self.note_reply(to, &reply);
+                let phone = self
+                    .requests
+                    .get(&to.0)
+                    .is_some_and(|r| self.clients[r.client].kind == Kind::Phone);
+                if phone && self.faults.strikes(&mut self.rng, FaultKind::ReplyLost) {
+                    self.counts.add(FaultKind::ReplyLost);
+                    self.log(|| format!("reply to #{} lost", to.0));
+                    return;
+                }
+                let delay = if self.faults.strikes(&mut self.rng, FaultKind::RequestLate) {
+                    self.counts.add(FaultKind::RequestLate);
+                    self.rng.range(1_000, 120_000)
+                } else {
+                    self.rng.range(1, 40)
+                };
+                self.net.send(
+                    self.now.saturating_add(millis(delay)),
+                    Event::Reply {
+                        to,
+                        reply,
+                        incarnation: self.incarnation,
+                    },
+                );
+            }
+            Effect::Notice(notice) => {
+                let line = format!("{notice:?}");
+                self.log(|| format!("notice {}", clip(&line, 200)));
+                match notice {
+                    Notice::ReplayRefused { .. }
+                    | Notice::RelayRefused { .. }
+                    | Notice::Unknown(_) => {
+                        self.violate(
+                            Invariant::HostDefect,
+                            format!("the host reports a defect: {line}"),
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            other => {
+                let line = format!("{other:?}");
+                self.log(|| format!("unknown effect {}", clip(&line, 200)));
+            }
+        }
+    }
+
+    /// Records what the checks need of an agent call.
+    fn note_call(&mut self, call: &AgentCall) {
+        match call {
+            AgentCall::Send(req) => {
+                let op = &req.operation_id;
+                self.attempts.insert(req.attempt.0, op.clone());
+                if self.sent.contains(op) && !self.resend_ok.remove(op) {
+                    let text = format!(
+                        "the host sent {op} again (attempt {}) though the agent never said it did not take it",
+                        req.attempt
+                    );
+                    if self.zombies.contains(op) {
+                        self.known_issue(Known::PendingInputMissing, text);
+                    } else {
+                        self.violate(Invariant::SentTwice, text);
+                    }
+                }
+                self.sent.insert(op.clone());
+                // Where the entry is as it goes out (see `Known::RenumberedWhileOut`).
+                let position = self.stores.entries(&req.session).ok().and_then(|es| {
+                    es.iter()
+                        .filter_map(|e| e.entry())
+                        .find(|e| &e.operation_id == op)
+                        .map(|e| e.position)
+                });
+                if let Some(p) = position {
+                    self.out_positions.insert(op.clone(), p);
+                }
+            }
+            AgentCall::ReadHistory {
+                attempt,
+                operation_id,
+                ..
+            }
+            | AgentCall::TakeBack {
+                attempt,
+                operation_id,
+                ..
+            } => {
+                self.attempts.insert(attempt.0, operation_id.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// Records what the checks need of an agent input as the host takes it: the
+    /// operations the agent said it does not have.
+    fn note_input(&mut self, input: &AgentInput) {
+        let not_taken: Vec<OperationId> = match input {
+            AgentInput::SendResult {
+                attempt,
+                result:
+                    SendResult::ProvenUnadmitted { .. }
+                    | SendResult::Deferred { .. }
+                    | SendResult::Canceled
+                    | SendResult::ThreadGone,
+            } => self.attempts.get(&attempt.0).cloned().into_iter().collect(),
+            AgentInput::HistoryRead {
+                attempt,
+                read: HistoryRead::Missing,
+            } => {
+                let op: Vec<OperationId> =
+                    self.attempts.get(&attempt.0).cloned().into_iter().collect();
+                self.missing_read.extend(op.iter().cloned());
+                for o in &op {
+                    // History holds no pending input: the turn has the message, the
+                    // read says it is missing.
+                    if self.agent_holds(o) && !self.agent_saved(o) {
+                        self.zombies.insert(o.clone());
+                    }
+                }
+                op
+            }
+            AgentInput::TakeBack {
+                attempt,
+                result: DetachResult::DetachedForReplay | DetachResult::AlreadyDetachedForReplay,
+            } => self.attempts.get(&attempt.0).cloned().into_iter().collect(),
+            AgentInput::StopResult {
+                result: StopResult::Stopped { untaken },
+                ..
+            } => untaken.clone(),
+            AgentInput::RunEnded { untaken, .. } => untaken.clone(),
+            _ => Vec::new(),
+        };
+        for op in not_taken {
+            if !self.agent_holds(&op) {
+                self.resend_ok.insert(op);
+            }
+        }
+    }
+
+    fn agent_holds(&self, op: &OperationId) -> bool {
+        self.agent.sessions().any(|s| s.holds(op))
+    }
+
+    /// Records what the checks need of a reply as the host sends it.
+    fn note_reply(&mut self, to: ReplyTo, reply: &Reply) {
+        let Some(req) = self.requests.get(&to.0) else {
+            self.violate(
+                Invariant::ReplyTwice,
+                format!("a reply nobody asked for: #{}", to.0),
+            );
+            return;
+        };
+        match (&req.asked, reply) {
+            (Asked::Submit(op), Reply::Submitted(Ok(_))) => {
+                if let Some(m) = self.messages.get_mut(op) {
+                    m.acked = true;
+                }
+            }
+            (Asked::Edit { old, new }, Reply::Edited(Ok(_))) => {
+                // An edit replaces whatever the entry carries now (an edit from another
+                // device may have come first: the last edit wins).
+                let queue = self.messages.get(old).map(|m| m.queue.clone());
+                if let Some(queue) = queue {
+                    let current = self.queues.get(&queue).cloned();
+                    for op in [Some(old.clone()), current].into_iter().flatten() {
+                        if let Some(m) = self.messages.get_mut(&op) {
+                            m.replaced = true;
+                        }
+                    }
+                    self.queues.insert(queue, new.clone());
+                }
+                if let Some(m) = self.messages.get_mut(new) {
+                    m.acked = true;
+                }
+            }
+            // A store failure leaves the outcome unknown: the removal may have taken.
+            (
+                Asked::Remove(queue),
+                Reply::Done(Ok(()) | Err(outbox_core::custody::ActionError::Store(_))),
+            ) => {
+                if let Some(op) = self.queues.get(queue).cloned() {
+                    if let Some(m) = self.messages.get_mut(&op) {
+                        m.removed = true;
+                    }
+                }
+            }
+            // Unknown outcome: the edit may have replaced what the entry carried.
+            (
+                Asked::Edit { old, .. },
+                Reply::Edited(Err(outbox_core::custody::ActionError::Store(_))),
+            ) => {
+                let queue = self.messages.get(old).map(|m| m.queue.clone());
+                let current = queue.and_then(|q| self.queues.get(&q).cloned());
+                for op in [Some(old.clone()), current].into_iter().flatten() {
+                    if let Some(m) = self.messages.get_mut(&op) {
+                        m.replaced = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn route_delivery(&mut self, delivery: Delivery) {
+        match &delivery {
+            Delivery::Window { window, .. } | Delivery::WindowPatch { window, .. } => {
+                let Some(d) = self
+                    .clients
+                    .iter()
+                    .position(|c| c.kind == Kind::Desktop && c.window == *window)
+                else {
+                    return;
+                };
+                if matches!(
+                    &delivery,
+                    Delivery::Window {
+                        payload: Payload::Run(_),
+                        ..
+                    }
+                ) {
+                    return;
+                }
+                let delay = self.rng.range(0, 5);
+                let at = self.now.saturating_add(millis(delay));
+                self.net.send_ordered(
+                    WINDOW_STREAM + d as u64,
+                    at,
+                    Event::Window {
+                        desktop: d,
+                        delivery,
+                    },
+                );
+            }
+            Delivery::Relay(event) => {
+                let kind = event.json["event"].as_str().unwrap_or("?").to_owned();
+                self.log(|| format!("relay {kind} for {}", event.session));
+                for p in 0..self.clients.len() {
+                    if self.clients[p].kind != Kind::Phone
+                        || self.clients[p].joined.as_ref() != Some(&event.session)
+                    {
+                        continue;
+                    }
+                    if self.faults.strikes(&mut self.rng, FaultKind::RelayDrop) {
+                        self.counts.add(FaultKind::RelayDrop);
+                        if kind.starts_with("blocks") {
+                            self.clients[p].relay_lost = true;
+                        }
+                        self.log(|| format!("  dropped for p{p}"));
+                        continue;
+                    }
+                    let copies = if self
+                        .faults
+                        .strikes(&mut self.rng, FaultKind::RelayDuplicate)
+                    {
+                        self.counts.add(FaultKind::RelayDuplicate);
+                        2
+                    } else {
+                        1
+                    };
+                    for _ in 0..copies {
+                        let delay = if self.faults.strikes(&mut self.rng, FaultKind::RelayDelay) {
+                            self.counts.add(FaultKind::RelayDelay);
+                            self.rng.range(200, 20_000)
+                        } else {
+                            self.rng.range(1, 30)
+                        };
+                        self.net.send(
+                            self.now.saturating_add(millis(delay)),
+                            Event::Relay {
+                                phone: p,
+                                json: event.json.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn client_effect(&mut self, c: usize, effect: Load) {
+        let session = self.clients[c].session.clone();
+        match effect {
+            Load::LoadLatestWindow { tag, page_size, .. } => {
+                let request = ClientRequest::LatestWindow {
+                    session,
+                    target: tag.target.clone(),
+                    page_size,
+                };
+                self.request(c, Asked::Latest(tag), request);
+            }
+            Load::LoadOlderPage {
+                tag,
+                cursor,
+                page_size,
+                expected_boundary_token,
+            } => {
+                let request = ClientRequest::OlderPage {
+                    session,
+                    target: tag.target.clone(),
+                    cursor,
+                    page_size,
+                    expected_boundary_token,
+                };
+                self.request(c, Asked::Older(tag), request);
+            }
+            Load::LoadAnchored { tag, anchor, .. } => {
+                let request = ClientRequest::Anchored {
+                    session,
+                    target: tag.target.clone(),
+                    anchor,
+                };
+                self.request(c, Asked::Anchored(tag), request);
+            }
+            Load::ReceiptOverdue { operation_id } => {
+                // The phone could not confirm the host saved it: it sends the same
+                // message again (same operation, same content).
+                let again = self.messages.get(&operation_id).map(|m| SubmitRequest {
+                    session: m.session.clone(),
+                    queue_id: m.queue.clone(),
+                    operation_id: operation_id.clone(),
+                    request: m.request.clone(),
+                    controls: m.controls.clone(),
+                });
+                if let (Some(again), true) = (again, self.clients[c].session == session) {
+                    self.clients[c]
+                        .timeline
+                        .await_receipt(&operation_id, self.now);
+                    self.request(c, Asked::Submit(operation_id), ClientRequest::Submit(again));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Schedules what the agent said.
+    pub(crate) fn agent_out(&mut self, out: Vec<Out>) {
+        for o in out {
+            if let (Out::Stream(AgentInput::ApprovalResolved { .. }), true) =
+                (&o, self.defect(Defect::SilentResolution))
+            {
+                continue;
+            }
+            match o {
+                Out::Stream(input) => {
+                    let delay = self.rng.range(1, 30);
+                    let at = self.now.saturating_add(millis(delay));
+                    self.net
+                        .send_ordered(AGENT_STREAM, at, Event::FromAgent(input));
+                }
+                Out::Answer(input) => {
+                    if self
+                        .faults
+                        .strikes(&mut self.rng, FaultKind::AgentReplyLost)
+                    {
+                        self.counts.add(FaultKind::AgentReplyLost);
+                        let line = input_line(&input);
+                        // The adapter waits 30 s for an answer. A send then reports
+                        // the admission uncertain (custody's own 31 s deadline
+                        // covers a lost one) and a proof is simply gone; a history
+                        // read, a stop and a take-back end with the adapter's
+                        // time-out answer.
+                        let timed_out = match input {
+                            AgentInput::HistoryRead { attempt, .. } => {
+                                Some(AgentInput::HistoryRead {
+                                    attempt,
+                                    read: HistoryRead::Unreadable,
+                                })
+                            }
+                            AgentInput::StopResult { attempt, .. } => {
+                                Some(AgentInput::StopResult {
+                                    attempt,
+                                    result: StopResult::Failed {
+                                        error: "the agent did not answer the stop".into(),
+                                    },
+                                })
+                            }
+                            AgentInput::TakeBack { attempt, .. } => Some(AgentInput::TakeBack {
+                                attempt,
+                                result: DetachResult::NotDetached {
+                                    reason: "the agent did not answer".into(),
+                                },
+                            }),
+                            _ => None,
+                        };
+                        self.log(|| format!("agent answer lost: {line}"));
+                        if let Some(answer) = timed_out {
+                            let at = self.now.saturating_add(millis(30_000));
+                            self.net.send(at, Event::FromAgent(answer));
+                        }
+                        continue;
+                    }
+                    let copies = if self
+                        .faults
+                        .strikes(&mut self.rng, FaultKind::AgentReplyDuplicated)
+                    {
+                        self.counts.add(FaultKind::AgentReplyDuplicated);
+                        2
+                    } else {
+                        1
+                    };
+                    for _ in 0..copies {
+                        let delay = if self
+                            .faults
+                            .strikes(&mut self.rng, FaultKind::AgentReplyLate)
+                        {
+                            self.counts.add(FaultKind::AgentReplyLate);
+                            self.rng.range(25_000, 90_000)
+                        } else {
+                            self.rng.range(1, 50)
+                        };
+                        self.net.send(
+                            self.now.saturating_add(millis(delay)),
+                            Event::FromAgent(input.clone()),
+                        );
+                    }
+                    if self.old_answers.len() < 64 {
+                        self.old_answers.push(input);
+                    } else {
+                        let i = self.rng.index(64);
+                        self.old_answers[i] = input;
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- time --------------------------------------------------------------------
+
+    /// The earliest thing that happens next: an arrival, or a deadline of the host or a
+    /// client.
+    pub(crate) fn next_time(&self) -> Option<Millis> {
+        let host = self.host.as_ref().and_then(Host::poll_timeout);
+        let clients = self
+            .clients
+            .iter()
+            .flat_map(|c| [c.timeline.poll_timeout(), c.conversation.poll_timeout()])
+            .flatten()
+            .min();
+        let joins = self.connect_deadline.values().min().copied();
+        let beat = self.agent.next_heartbeat();
+        [self.net.next_time(), host, clients, joins, beat]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Lets time pass until `until`: every arrival and deadline on the way is handled in
+    /// order.
+    pub(crate) fn advance(&mut self, until: Millis) {
+        let mut guard = 0u32;
+        while let Some(t) = self.next_time() {
+            if t > until {
+                break;
+            }
+            guard += 1;
+            if guard > 20_000 {
+                self.violate(
+                    Invariant::TimerInfinite,
+                    "more than 20000 things happened without time moving on".into(),
+                );
+                return;
+            }
+            self.now = self.now.max(t);
+            self.tick();
+            if !self.violations.is_empty() {
+                return;
+            }
+        }
+        self.now = self.now.max(until);
+        self.tick();
+    }
+
+    /// Handles everything due at `now`.
+    fn tick(&mut self) {
+        let beats = self.agent.heartbeat(self.now);
+        self.agent_out(beats);
+        while let Some(event) = self.net.pop_due(self.now) {
+            self.arrive(event);
+            self.pump();
+        }
+        let now = self.now;
+        if let Some(host) = self.host.as_mut() {
+            if host.poll_timeout().is_some_and(|d| d <= now) {
+                host.handle_timeout(now);
+                // After the host handled its deadlines, the next one lies ahead.
+                if let Some(d) = host.poll_timeout() {
+                    if d <= now {
+                        self.violate(
+                            Invariant::TimerInfinite,
+                            format!(
+                                "the host's deadline {} is not after {}",
+                                d.as_u64(),
+                                now.as_u64()
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        for c in 0..self.clients.len() {
+            if self.clients[c]
+                .timeline
+                .poll_timeout()
+                .is_some_and(|d| d <= now)
+            {
+                self.clients[c].timeline.handle_timeout(now);
+            }
+            if self.clients[c]
+                .conversation
+                .poll_timeout()
+                .is_some_and(|d| d <= now)
+            {
+                self.clients[c].conversation.handle_timeout(now);
+            }
+            // A replay the phone asks for again is a join.
+            let again = std::iter::from_fn(|| self.clients[c].conversation.poll_effect())
+                .any(|e| e == timeline_core::replay::ClientEffect::RequestReplay);
+            let late = self.connect_deadline.get(&c).is_some_and(|d| *d <= now);
+            let phone = self.clients[c].kind == Kind::Phone;
+            if late || (again && phone) {
+                self.connect_deadline.remove(&c);
+                let name = self.clients[c].name(c);
+                self.log(|| format!("{name} connects again"));
+                self.connect(c);
+            }
+        }
+        self.pump();
+    }
+
+    /// One message arrives.
+    fn arrive(&mut self, event: Event) {
+        let now = self.now;
+        match event {
+            Event::ToHost {
+                to,
+                request,
+                incarnation,
+            } => {
+                if incarnation != self.incarnation {
+                    self.log(|| format!("#{} reached a host that is gone", to.0));
+                    return;
+                }
+                let join = matches!(request, ClientRequest::Join { .. });
+                let Some(host) = self.host.as_mut() else {
+                    return;
+                };
+                host.handle_client(to, request, now);
+                if join {
+                    self.check_join_effects();
+                }
+            }
+            Event::Reply {
+                to,
+                reply,
+                incarnation,
+            } => {
+                // A window subscribed or a phone joined on a host that died is not
+                // connected to the one that runs now.
+                let stale_connection = incarnation != self.incarnation
+                    && matches!(reply, Reply::Subscribed(_) | Reply::Replay(_));
+                if stale_connection {
+                    self.requests.remove(&to.0);
+                    self.log(|| format!("#{} answered by a host that is gone", to.0));
+                } else {
+                    self.deliver_reply(to, reply);
+                }
+            }
+            Event::ToAgent { call, incarnation } => {
+                let line = call_line(&call);
+                self.log(|| format!("agent gets {line}"));
+                match (&call, incarnation < self.incarnation) {
+                    // A send of a host that died meanwhile reaches the agent now.
+                    (AgentCall::Send(req), true) => {
+                        self.zombies.insert(req.operation_id.clone());
+                    }
+                    // So does a decision: the new host shows the request pending.
+                    (AgentCall::ResolveApproval { request, .. }, true) => {
+                        self.cards_lost.insert(request.request_id.clone());
+                    }
+                    _ => {}
+                }
+                let out = self
+                    .agent
+                    .call(call, &mut self.rng, &self.faults, &mut self.counts, now);
+                let found = std::mem::take(&mut self.agent.violations);
+                for v in found {
+                    match v {
+                        AgentViolation::SentTwice(op, text) if self.zombies.contains(&op) => {
+                            self.known_issue(Known::PendingInputMissing, text);
+                        }
+                        AgentViolation::SentTwice(_, text) => {
+                            self.violate(Invariant::SentTwice, text)
+                        }
+                        // The decided card died with a host: the new host showed the
+                        // request pending again (see `Known::ApprovalAcrossCrash`).
+                        AgentViolation::DecidedTwice(id, text) if self.cards_lost.contains(&id) => {
+                            self.known_issue(Known::ApprovalAcrossCrash, text);
+                        }
+                        AgentViolation::DecidedTwice(_, text) => {
+                            self.violate(Invariant::ApprovalTwice, text)
+                        }
+                    }
+                }
+                self.agent_out(out);
+            }
+            Event::FromAgent(input) => {
+                let line = input_line(&input);
+                self.log(|| format!("agent → host {line}"));
+                self.note_input(&input);
+                if let Some(host) = self.host.as_mut() {
+                    let before = host.custody().stats().stale_answers;
+                    host.handle_agent(input, now);
+                    if host.custody().stats().stale_answers > before {
+                        self.log(|| "  (stale: the host ignores it)".to_owned());
+                    }
+                }
+            }
+            Event::Relay { phone, json } => self.relay_arrives(phone, &json),
+            Event::Window { desktop, delivery } => {
+                if self.defect(Defect::WindowIgnoresUpdates) {
+                    return;
+                }
+                let client = &mut self.clients[desktop];
+                let target = client.target();
+                let o = match delivery {
+                    Delivery::Window {
+                        payload:
+                            Payload::Blocks {
+                                target: t, overlay, ..
+                            },
+                        ..
+                    } if t == target => {
+                        client.offer((overlay.settlement_epoch, overlay.revision));
+                        Some(client.timeline.handle_live_update(&t, overlay, now))
+                    }
+                    Delivery::WindowPatch {
+                        target: t, patch, ..
+                    } if t == target => {
+                        client.offer((patch.settlement_epoch, patch.revision));
+                        Some(client.timeline.handle_live_patch(&t, patch, now))
+                    }
+                    _ => None,
+                };
+                if let Some(o) = o {
+                    self.log(|| format!("d{desktop} window update {o:?}"));
+                }
+            }
+            Event::HistoryBack(session) => {
+                if let Some(s) = self.sessions.iter().find(|s| s.id == session) {
+                    s.transcript.set_unreadable(false);
+                }
+                self.log(|| format!("history of {session} readable again"));
+            }
+            Event::OutboxWritesBack => self.stores.outbox_fault(|p| p.writes_off = false),
+            Event::OverlayWritesBack => self.stores.overlay_fault(|p| p.writes_off = false),
+        }
+    }
+
+    fn relay_arrives(&mut self, p: usize, json: &serde_json::Value) {
+        self.stats.relay_events += 1;
+        let now = self.now;
+        let client = &mut self.clients[p];
+        let event = json["event"].as_str().unwrap_or_default();
+        let target = json["timelineTargetId"]
+            .as_str()
+            .and_then(|t| TargetId::new(t).ok());
+        let mine = target.as_ref() == Some(&client.target());
+        if mine && event.starts_with("blocks") {
+            client.relay_lost = false;
+        }
+        let o = match (event, target) {
+            ("blocks", Some(t)) => {
+                serde_json::from_value::<LiveOverlay>(json["liveOverlay"].clone())
+                    .ok()
+                    .map(|o| {
+                        if mine {
+                            client.offer((o.settlement_epoch, o.revision));
+                        }
+                        client.timeline.handle_live_update(&t, o, now)
+                    })
+            }
+            ("blocks-patch", Some(t)) => {
+                serde_json::from_value::<LivePatch>(json["livePatch"].clone())
+                    .ok()
+                    .map(|patch| {
+                        if mine {
+                            client.offer((patch.settlement_epoch, patch.revision));
+                        }
+                        client.timeline.handle_live_patch(&t, patch, now)
+                    })
+            }
+            _ => None,
+        };
+        if let Some(o) = o {
+            self.log(|| format!("p{p} relay {event} {o:?}"));
+        }
+    }
+
+    /// A join must not make the host do anything live: no agent call (RB-04, the host's
+    /// side).
+    fn check_join_effects(&mut self) {
+        let Some(host) = self.host.as_mut() else {
+            return;
+        };
+        let effects: Vec<Effect> = std::iter::from_fn(|| host.poll_effect()).collect();
+        if let Some(call) = effects.iter().find_map(|e| match e {
+            Effect::Agent(call) => Some(call.clone()),
+            _ => None,
+        }) {
+            self.violate(
+                Invariant::ReplaySideEffect,
+                format!("a join made the host call the agent: {}", call_line(&call)),
+            );
+        }
+        for e in effects {
+            self.host_effect(e);
+        }
+    }
+
+    // ----- steps -------------------------------------------------------------------
+
+    /// One step of the run.
+    pub fn step(&mut self) {
+        self.step += 1;
+        self.inject_faults();
+        if !self.violations.is_empty() {
+            return;
+        }
+        let choice = self.rng.weighted(&[30, 12, 25, 18, 3]);
+        match choice {
+            // Time passes to the next arrival or deadline.
+            0 => {
+                let next = self.next_time().unwrap_or(self.now);
+                let until = next
+                    .max(self.now)
+                    .min(self.now.saturating_add(millis(120_000)));
+                self.advance(until);
+            }
+            // Time passes a while.
+            1 => {
+                let ms = if self.rng.chance(0.1) {
+                    self.rng.range(5_000, 90_000)
+                } else {
+                    self.rng.range(1, 2_000)
+                };
+                self.advance(self.now.saturating_add(millis(ms)));
+            }
+            // A user acts.
+            2 => self.user_action(),
+            // The agent works.
+            3 => {
+                let running: Vec<SessionId> = self
+                    .agent
+                    .sessions()
+                    .filter(|s| s.running().is_some())
+                    .map(|s| s.session.clone())
+                    .collect();
+                if !running.is_empty() {
+                    let s = running[self.rng.index(running.len())].clone();
+                    let now = self.now;
+                    let out =
+                        self.agent
+                            .act(&s, &mut self.rng, &self.faults, &mut self.counts, now);
+                    self.agent_out(out);
+                }
+            }
+            // An old answer arrives again.
+            _ => {
+                if self
+                    .faults
+                    .strikes(&mut self.rng, FaultKind::AgentOldAttempt)
+                    && !self.old_answers.is_empty()
+                {
+                    self.counts.add(FaultKind::AgentOldAttempt);
+                    let i = self.rng.index(self.old_answers.len());
+                    let input = self.old_answers[i].clone();
+                    let line = input_line(&input);
+                    self.log(|| format!("old answer again: {line}"));
+                    let at = self.now.saturating_add(millis(1));
+                    self.net.send(at, Event::FromAgent(input));
+                }
+            }
+        }
+        // Every step takes at least a millisecond.
+        self.advance(self.now.saturating_add(millis(1)));
+        self.pump();
+        self.sync_outbox();
+    }
+
+    fn inject_faults(&mut self) {
+        if self.faults.strikes(&mut self.rng, FaultKind::HostCrash) {
+            self.crash();
+        }
+        if self
+            .faults
+            .strikes(&mut self.rng, FaultKind::ClientReconnect)
+        {
+            let phones: Vec<usize> = (0..self.clients.len())
+                .filter(|c| self.clients[*c].kind == Kind::Phone)
+                .collect();
+            if !phones.is_empty() {
+                let p = phones[self.rng.index(phones.len())];
+                self.counts.add(FaultKind::ClientReconnect);
+                self.log(|| format!("p{p} reconnects"));
+                if let Some(session) = self.clients[p].joined.take() {
+                    self.request(p, Asked::Leave, ClientRequest::Leave { session });
+                }
+                self.connect(p);
+                self.clients[p].timeline.reload(self.now);
+            }
+        }
+        if self.faults.strikes(&mut self.rng, FaultKind::ClientReload) {
+            let c = self.rng.index(self.clients.len());
+            self.counts.add(FaultKind::ClientReload);
+            self.log(|| format!("client {c} reloads"));
+            self.clients[c].timeline.reload(self.now);
+        }
+        if self
+            .faults
+            .strikes(&mut self.rng, FaultKind::HistoryUnreadable)
+        {
+            let i = self.rng.index(self.sessions.len());
+            let ms = self.rng.range(1_000, 60_000);
+            self.counts.add(FaultKind::HistoryUnreadable);
+            let session = self.sessions[i].id.clone();
+            self.sessions[i].transcript.set_unreadable(true);
+            self.log(|| format!("history of {session} unreadable for {ms} ms"));
+            self.net.send(
+                self.now.saturating_add(millis(ms)),
+                Event::HistoryBack(session),
+            );
+        }
+        if self
+            .faults
+            .strikes(&mut self.rng, FaultKind::OutboxStoreFail)
+        {
+            self.counts.add(FaultKind::OutboxStoreFail);
+            let how = self.rng.below(3);
+            let n = self.rng.range(1, 6);
+            let commit = self.rng.chance(0.3);
+            let ms = self.rng.range(500, 10_000);
+            self.log(|| format!("outbox store fault {how} n={n} commit_then_fail={commit}"));
+            match how {
+                0 | 1 => self.stores.outbox_fault(|p| {
+                    p.nth = Some(p.calls + n);
+                    p.commit_then_fail = commit;
+                }),
+                _ => {
+                    self.stores.outbox_fault(|p| {
+                        p.writes_off = true;
+                        p.commit_then_fail = commit;
+                    });
+                    self.net
+                        .send(self.now.saturating_add(millis(ms)), Event::OutboxWritesBack);
+                }
+            }
+        }
+        if self
+            .faults
+            .strikes(&mut self.rng, FaultKind::OverlayStoreFail)
+        {
+            self.counts.add(FaultKind::OverlayStoreFail);
+            let how = self.rng.below(3);
+            let n = self.rng.range(1, 3) as u32;
+            let ms = self.rng.range(500, 10_000);
+            self.log(|| format!("overlay store fault {how} n={n}"));
+            match how {
+                0 | 1 => self.stores.overlay_fault(|p| p.fail_next = n),
+                _ => {
+                    self.stores.overlay_fault(|p| p.writes_off = true);
+                    self.net.send(
+                        self.now.saturating_add(millis(ms)),
+                        Event::OverlayWritesBack,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The clients learn what the outbox did with their messages (the embedder shows
+    /// the queue): a message the agent has and the outbox let go is delivered; one the
+    /// user removed or replaced elsewhere leaves its echo.
+    fn sync_outbox(&mut self) {
+        for c in 0..self.clients.len() {
+            if !self.rng.chance(0.3) || self.clients[c].mine.is_empty() {
+                continue;
+            }
+            let session = self.clients[c].session.clone();
+            let Ok(entries) = self.stores.entries(&session) else {
+                continue;
+            };
+            let queued: BTreeSet<OperationId> = entries
+                .iter()
+                .filter_map(|e| e.entry().map(|e| e.operation_id.clone()))
+                .collect();
+            let ops: Vec<OperationId> = self.clients[c].mine.keys().cloned().collect();
+            for op in ops {
+                let Some(m) = self.messages.get(&op) else {
+                    continue;
+                };
+                let gone = m.removed || m.replaced;
+                let delivered = !queued.contains(&op) && self.agent_saved(&op);
+                let client = &mut self.clients[c];
+                if gone {
+                    client.timeline.remove_pending(&op);
+                    client.mine.remove(&op);
+                } else if delivered {
+                    if let Some(mine) = client.mine.get_mut(&op) {
+                        if mine.echo != Echo::Delivered {
+                            mine.echo = Echo::Delivered;
+                            client.timeline.mark_delivered(&op);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn agent_saved(&self, op: &OperationId) -> bool {
+        self.agent.sessions().any(|s| s.saved(op))
+    }
+
+    /// A new message from client `c` with `controls`.
+    pub(crate) fn send_message(&mut self, c: usize, controls: Controls) {
+        self.next_op += 1;
+        let n = self.next_op;
+        let (Ok(op), Ok(queue)) = (
+            OperationId::new(format!("op-{n}")),
+            QueueId::new(format!("q-{n}")),
+        ) else {
+            return;
+        };
+        let session = self.clients[c].session.clone();
+        let text = format!("message {n}");
+        let source = match self.clients[c].kind {
+            Kind::Desktop => "composer",
+            Kind::Phone => "phone",
+        };
+        let request = MessageRequest::text(text.clone(), source, self.now);
+        self.stats.messages += 1;
+        self.messages.insert(
+            op.clone(),
+            Message {
+                session: session.clone(),
+                queue: queue.clone(),
+                request: request.clone(),
+                controls: controls.clone(),
+                acked: false,
+                removed: false,
+                replaced: false,
+            },
+        );
+        self.queues.insert(queue.clone(), op.clone());
+        let now = self.now;
+        let client = &mut self.clients[c];
+        client.timeline.add_pending(PendingSend {
+            operation_id: op.clone(),
+            created_at: now,
+            data: serde_json::json!({ "text": text }),
+        });
+        client.timeline.await_receipt(&op, now);
+        if self.cfg.defect == Some(Defect::EndlessTimer) {
+            // A broken embedding gives the timeline a time at the end of all time.
+            client.timeline.await_receipt(&op, Millis(u64::MAX - 1));
+        }
+        if client.kind == Kind::Phone {
+            client.conversation.send(op.as_str(), &text);
+        }
+        client.mine.insert(
+            op.clone(),
+            Mine {
+                queue: queue.clone(),
+                echo: Echo::Awaiting,
+            },
+        );
+        if self.defect(Defect::DropEcho) {
+            // A broken embedding drops the echo as soon as the message is sent.
+            self.clients[c].timeline.remove_pending(&op);
+        }
+        self.request(
+            c,
+            Asked::Submit(op.clone()),
+            ClientRequest::Submit(SubmitRequest {
+                session,
+                queue_id: queue,
+                operation_id: op,
+                request,
+                controls,
+            }),
+        );
+    }
+
+    /// Client `c` switches to the other session.
+    pub(crate) fn switch_session(&mut self, c: usize) {
+        let others: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .map(|s| s.id.clone())
+            .filter(|s| *s != self.clients[c].session)
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let session = others[self.rng.index(others.len())].clone();
+        self.log(|| format!("client {c} opens {session}"));
+        if self.clients[c].kind == Kind::Phone {
+            if let Some(old) = self.clients[c].joined.take() {
+                self.request(c, Asked::Leave, ClientRequest::Leave { session: old });
+            }
+            let relay = self
+                .sessions
+                .iter()
+                .find(|s| s.id == session)
+                .map_or(LiveProtocol::Snapshots, |s| s.relay);
+            self.clients[c].protocol = relay;
+        }
+        let client = &mut self.clients[c];
+        client.session = session.clone();
+        client.mine.clear();
+        client.conversation = timeline_core::replay::ConversationClient::new();
+        let target = client.target();
+        client.timeline.open_target(target, self.now);
+        self.connect(c);
+    }
+
+    /// Client `c` jumps to a saved row of its session.
+    pub(crate) fn jump(&mut self, c: usize) {
+        let session = self.clients[c].session.clone();
+        let Some(s) = self.sessions.iter().find(|s| s.id == session) else {
+            return;
+        };
+        let blocks = s.transcript.blocks();
+        if blocks.is_empty() {
+            return;
+        }
+        let key: BlockKey = blocks[self.rng.index(blocks.len())].key();
+        let now = self.now;
+        let r = self.clients[c]
+            .timeline
+            .load_anchored(Anchor::row(&key), now);
+        self.log(|| format!("client {c} jumps to {} ({r:?})", key.id));
+    }
+
+    /// Runs every step, then brings the world to quiescence and checks it.
+    pub fn run(&mut self) {
+        for _ in 0..self.cfg.steps {
+            self.step();
+            self.check_step();
+            if !self.violations.is_empty() {
+                return;
+            }
+        }
+        self.settle();
+        if self.violations.is_empty() {
+            self.check_final();
+        }
+        self.stats.runs = 1;
+        self.stats.delivered = self
+            .messages
+            .keys()
+            .filter(|op| self.agent_saved(op))
+            .count() as u64;
+        self.stats.approvals = self.agent.sessions().map(|s| s.asked.len() as u64).sum();
+    }
+
+    /// The host's view of the client's load state, for traces.
+    pub(crate) fn load_states(&self) -> Vec<LoadState> {
+        self.clients
+            .iter()
+            .map(|c| c.timeline.load_state().clone())
+            .collect()
+    }
+}
+
+/// The host's effects in a canonical order: each run of consecutive relay deliveries
+/// sorted by session (stably). The live hub's relay repair visits sessions in the order
+/// of a `HashMap`, which differs between runs; the deliveries of different sessions go
+/// to different phones, so this order means nothing, but it must be the same for a seed
+/// to replay bit for bit.
+fn canonical(mut effects: Vec<Effect>) -> Vec<Effect> {
+    let relay_session = |e: &Effect| match e {
+        Effect::Deliver(Delivery::Relay(r)) => Some(r.session.clone()),
+        _ => None,
+    };
+    let mut i = 0;
+    while i < effects.len() {
+        if relay_session(&effects[i]).is_none() {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < effects.len() && relay_session(&effects[j]).is_some() {
+            j += 1;
+        }
+        effects[i..j].sort_by_key(relay_session);
+        i = j;
+    }
+    effects
+}
+
+pub(crate) fn clip(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        return s.to_owned();
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+fn request_line(r: &ClientRequest) -> String {
+    match r {
+        ClientRequest::Submit(s) => format!(
+            "submit {} {} {:?}/{:?}",
+            s.operation_id, s.queue_id, s.controls.intent, s.controls.send_mode
+        ),
+        ClientRequest::Edit {
+            queue_id,
+            new_operation,
+            ..
+        } => format!("edit {queue_id} → {new_operation}"),
+        ClientRequest::Remove { queue_id, .. } => format!("remove {queue_id}"),
+        ClientRequest::SendNow { queue_id, .. } => format!("send-now {queue_id}"),
+        ClientRequest::Stop { session } => format!("stop {session}"),
+        ClientRequest::StopAndSendNow { queue_id, .. } => format!("stop-and-send-now {queue_id}"),
+        ClientRequest::LatestWindow {
+            target, page_size, ..
+        } => format!("latest {target} {page_size}"),
+        ClientRequest::OlderPage { target, .. } => format!("older {target}"),
+        ClientRequest::Anchored { target, anchor, .. } => format!("anchored {target} {anchor:?}"),
+        ClientRequest::ResolveApproval {
+            request_id,
+            decision,
+            ..
+        } => format!("decide {request_id} {decision:?}"),
+        ClientRequest::Subscribe { window, target, .. } => format!("subscribe {window:?} {target}"),
+        ClientRequest::Unsubscribe { window } => format!("unsubscribe {window:?}"),
+        ClientRequest::Join { session, protocol } => format!("join {session} {protocol:?}"),
+        ClientRequest::Leave { session } => format!("leave {session}"),
+        other => clip(&format!("{other:?}"), 120),
+    }
+}
+
+fn reply_line(r: &Reply) -> String {
+    match r {
+        Reply::Submitted(Ok(receipt)) => format!(
+            "submitted {} replayed={}",
+            receipt.operation_id, receipt.replayed
+        ),
+        Reply::Submitted(Err(e)) => format!("submit refused: {e}"),
+        Reply::Edited(r) => format!("edited {:?}", r.as_ref().map(|r| r.operation_id.clone())),
+        Reply::Done(r) => format!("done {r:?}"),
+        Reply::Stop(a) => format!("stop {a:?}"),
+        Reply::LatestWindow(Ok(w)) => format!(
+            "window {} rows rev {} overlay {:?} newer {}",
+            w.blocks.len(),
+            w.window_revision,
+            w.live_overlay
+                .as_ref()
+                .map(|o| (o.settlement_epoch, o.revision, o.blocks.len())),
+            w.newer_cursor.is_some()
+        ),
+        Reply::LatestWindow(Err(e)) => format!("window failed: {e}"),
+        Reply::OlderPage(Ok(p)) => format!(
+            "older page {} rows rev {} reload {}",
+            p.blocks.len(),
+            p.window_revision,
+            p.reload_required
+        ),
+        Reply::OlderPage(Err(e)) => format!("older page failed: {e}"),
+        Reply::Approval(r) => format!("approval {r:?}"),
+        Reply::Subscribed(Ok(s)) => format!(
+            "subscribed {} {:?}",
+            s.subscription_id,
+            s.overlay.as_ref().map(|o| (o.settlement_epoch, o.revision))
+        ),
+        Reply::Subscribed(Err(e)) => format!("subscribe failed: {e}"),
+        Reply::Replay(chunks) => format!("replay of {} chunk(s)", chunks.len()),
+        other => clip(&format!("{other:?}"), 120),
+    }
+}
+
+pub(crate) fn call_line(c: &AgentCall) -> String {
+    match c {
+        AgentCall::Send(r) => format!(
+            "send {} {} {:?}",
+            r.operation_id,
+            r.attempt,
+            match &r.kind {
+                outbox_core::adapter::SendKind::Start { run } => format!("start {run}"),
+                outbox_core::adapter::SendKind::Steer { run } => format!("steer {run}"),
+            }
+        ),
+        AgentCall::ReadHistory {
+            attempt,
+            operation_id,
+            ..
+        } => format!("read-history {operation_id} {attempt}"),
+        AgentCall::Stop { attempt, run, .. } => format!("stop {run} {attempt}"),
+        AgentCall::TakeBack {
+            attempt,
+            operation_id,
+            ..
+        } => format!("take-back {operation_id} {attempt}"),
+        AgentCall::ResolveApproval {
+            request, decision, ..
+        } => format!("resolve {} {decision:?}", request.request_id),
+        AgentCall::ClearThreadLink { session } => format!("clear-thread-link {session}"),
+        other => clip(&format!("{other:?}"), 120),
+    }
+}
+
+pub(crate) fn input_line(i: &AgentInput) -> String {
+    match i {
+        AgentInput::SendResult { attempt, result } => format!("send-result {attempt} {result:?}"),
+        AgentInput::HistoryRead { attempt, read } => format!("history {attempt} {read:?}"),
+        AgentInput::StopResult { attempt, result } => format!("stop-result {attempt} {result:?}"),
+        AgentInput::TakeBack { attempt, result } => format!("take-back {attempt} {result:?}"),
+        AgentInput::DeliveryProof { operation_id, .. } => format!("proof {operation_id}"),
+        AgentInput::Rows { rows, .. } => format!(
+            "rows [{}]",
+            rows.iter()
+                .map(|r| r.block.id.as_str().to_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        AgentInput::RunActive { run, .. } => format!("run-active {run}"),
+        AgentInput::RunEnded {
+            run,
+            outcome,
+            untaken,
+            ..
+        } => format!("run-ended {run} {outcome:?} untaken {untaken:?}"),
+        AgentInput::ApprovalAsked { request, .. } => {
+            format!("approval-asked {}", request.request_id)
+        }
+        AgentInput::ApprovalResolved {
+            request_id, result, ..
+        } => format!("approval-resolved {request_id} {result:?}"),
+        other => clip(&format!("{other:?}"), 120),
+    }
+}
+
+impl World {
+    /// The backend of this run.
+    pub fn stores_backend(&self) -> Backend {
+        self.stores.backend()
+    }
+}
