@@ -707,6 +707,9 @@ impl World {
             {
                 self.connect_deadline.remove(&c);
                 self.apply_replay(c, &chunks);
+                // Live events from here on; what happened before the join comes from a
+                // new window.
+                self.clients[c].timeline.reload(now);
             }
             _ => {}
         }
