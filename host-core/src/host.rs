@@ -104,6 +104,8 @@ pub struct Host<O, V> {
     /// Phones joined to each session (joins not yet left): the relay keeps the
     /// session's interest while any is.
     phones: BTreeMap<SessionId, usize>,
+    /// The run of each session a stop was sent for, until the run is gone.
+    stopping: BTreeMap<SessionId, RunId>,
     /// Rows and approval cards whose write the overlay store refused, by session,
     /// target and key (the newest of a key), tried again at `retry_at`: a client that
     /// loaded its window before would otherwise never see them, and a card never comes
@@ -164,6 +166,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             runs: BTreeMap::new(),
             gone: BTreeMap::new(),
             phones: BTreeMap::new(),
+            stopping: BTreeMap::new(),
             unsaved: BTreeMap::new(),
             retry_at: None,
             unread_cards: BTreeSet::new(),
@@ -860,6 +863,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             return;
         }
         self.runs.remove(session);
+        if self.stopping.get(session) == Some(run) {
+            self.stopping.remove(session);
+        }
         self.gone.insert(session.clone(), run.clone());
         self.sequencer.end_run(run);
         self.set_running(session, None, now);
@@ -975,11 +981,15 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 attempt,
                 session,
                 run,
-            } => Effect::Agent(AgentCall::Stop {
-                attempt,
-                session,
-                run,
-            }),
+            } => {
+                // A run custody lets go after a stop was stopped, not failed.
+                self.stopping.insert(session.clone(), run.clone());
+                Effect::Agent(AgentCall::Stop {
+                    attempt,
+                    session,
+                    run,
+                })
+            }
             C::TakeBack {
                 attempt,
                 session,
@@ -1039,7 +1049,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             .map(|(s, r)| (s.clone(), r.clone()))
             .collect();
         for (session, run) in gone {
-            self.run_gone(&session, &run, RunEventKind::Failed, now);
+            let outcome = if self.stopping.get(&session) == Some(&run) {
+                RunEventKind::Aborted
+            } else {
+                RunEventKind::Failed
+            };
+            self.run_gone(&session, &run, outcome, now);
         }
     }
 

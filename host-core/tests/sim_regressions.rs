@@ -545,3 +545,50 @@ fn a_phone_that_leaves_does_not_cut_off_the_other() {
         .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_))));
     assert!(!relayed, "no phone left: nothing goes to the relay");
 }
+
+// OV-07, found in sim traces ("relay failed" right after a user's stop): a run custody
+// let go because the user stopped it reached every client as failed. It ends aborted.
+#[test]
+fn a_stopped_run_ends_aborted_for_the_clients() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_client(ReplyTo(1), submit(1, Millis(10)), Millis(10));
+    drain(&mut host);
+    host.handle_client(
+        ReplyTo(2),
+        ClientRequest::Stop { session: session() },
+        Millis(20),
+    );
+    let attempt = drain(&mut host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::Stop { attempt, .. }) => Some(attempt),
+            _ => None,
+        })
+        .expect("the stop goes to the agent");
+    host.handle_agent(
+        AgentInput::StopResult {
+            attempt,
+            result: outbox_core::adapter::StopResult::Stopped {
+                untaken: Vec::new(),
+            },
+        },
+        Millis(30),
+    );
+    let ends: Vec<overlay_core::RunEventKind> = drain(&mut host)
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Deliver(overlay_core::Delivery::Progress(event))
+                if event.event != overlay_core::RunEventKind::Started =>
+            {
+                Some(event.event)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, vec![overlay_core::RunEventKind::Aborted]);
+}

@@ -494,19 +494,20 @@ impl World {
 
     // ----- quiescence -----------------------------------------------------------------
 
-    /// Notes, as the host dies, the approvals the agent resolved whose saved card still
-    /// shows pending (see [`Known::ApprovalAcrossCrash`]): the resolution was on its way,
-    /// or taken but not saved.
+    /// Notes, as the host dies, what of the approvals dies with it (see
+    /// [`Known::ApprovalAcrossCrash`]): every request the agent took a decision for while
+    /// its saved card still shows pending may be decided again on the new host, and a
+    /// card whose resolution this host was told but did not save stays pending.
     pub(crate) fn note_lost_cards(&mut self) {
-        let mut lost = Vec::new();
+        let mut decided = Vec::new();
         for s in self.agent.sessions() {
             for request in &s.asked {
                 if s.decided(&request.request_id).is_some() {
-                    lost.push((s.session.clone(), request.request_id.clone()));
+                    decided.push((s.session.clone(), request.request_id.clone()));
                 }
             }
         }
-        for (session, request_id) in lost {
+        for (session, request_id) in decided {
             let target = timeline_core::TargetId::main(&session);
             let overlay = self
                 .stores
@@ -518,9 +519,13 @@ impl World {
                 a["requestId"].as_str() == Some(request_id.as_str())
                     && a["status"].as_str() == Some("pending")
             });
-            if pending {
-                self.cards_lost.insert(request_id);
+            if !pending {
+                continue;
             }
+            if self.resolved_in.get(&request_id) == Some(&self.incarnation) {
+                self.cards_lost.insert(request_id.clone());
+            }
+            self.decided_across_crash.insert(request_id);
         }
     }
 
@@ -870,7 +875,7 @@ impl World {
         match client.offered {
             Some(o) if o.0 > held.0 => Some(Known::EpochRaceDropped),
             Some(o) if o > held => Some(Known::NewerUpdateDropped),
-            _ if client.kind == Kind::Phone && client.relay_lost => {
+            _ if client.kind == Kind::Phone && client.relay_lost.is_some() => {
                 Some(Known::RelayLossUnrepaired)
             }
             _ => None,

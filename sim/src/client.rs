@@ -64,8 +64,9 @@ pub struct Client {
     pub placed: Option<u64>,
     /// An answer opening a place was applied after the answer of a newer request.
     pub places_out_of_order: bool,
-    /// Phones: a relay event for it was dropped since the last `blocks` event it got.
-    pub relay_lost: bool,
+    /// Phones: the newest overlay version the relay dropped on its way to it, until an
+    /// event at least that new reaches it.
+    pub relay_lost: Option<(u64, u64)>,
 }
 
 impl Client {
@@ -88,7 +89,7 @@ impl Client {
             offered: None,
             placed: None,
             places_out_of_order: false,
-            relay_lost: false,
+            relay_lost: None,
         }
     }
 

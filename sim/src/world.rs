@@ -228,12 +228,18 @@ pub struct World {
     /// operations whose position changed while they were out.
     pub(crate) out_positions: BTreeMap<OperationId, i64>,
     pub(crate) renumbered: BTreeSet<OperationId>,
-    /// The approvals whose decided card died with a host.
+    /// The host incarnation each approval's resolution reached; the approvals whose
+    /// decided card died with a host (its resolution was taken, the card not saved);
+    /// the approvals decided while a host died (a device may decide them again).
+    pub(crate) resolved_in: BTreeMap<String, u64>,
     pub(crate) cards_lost: BTreeSet<String>,
+    pub(crate) decided_across_crash: BTreeSet<String>,
     /// Operations a history read reported missing to the host.
     pub(crate) missing_read: BTreeSet<OperationId>,
     /// What the run did.
     pub stats: Stats,
+    /// The joins the relay passed on to the current host: (phone, session).
+    pub(crate) relay_joins: BTreeSet<(usize, SessionId)>,
     /// Operations the agent holds as a turn's pending input that a history read
     /// reported missing, or whose send reached the agent after the host that sent it
     /// died (see `Known::PendingInputMissing`).
@@ -365,9 +371,12 @@ impl World {
             known: Vec::new(),
             out_positions: BTreeMap::new(),
             renumbered: BTreeSet::new(),
+            resolved_in: BTreeMap::new(),
             cards_lost: BTreeSet::new(),
+            decided_across_crash: BTreeSet::new(),
             missing_read: BTreeSet::new(),
             stats: Stats::default(),
+            relay_joins: BTreeSet::new(),
             zombies: BTreeSet::new(),
         };
         world.boot()?;
@@ -485,8 +494,10 @@ impl World {
         self.log(|| "HOST CRASH".to_owned());
         self.stats.restarts += 1;
         self.note_lost_cards();
-        // The last effects of the dying host are lost with it.
+        // The last effects of the dying host are lost with it, and so are the relay's
+        // connections to it.
         self.host = None;
+        self.relay_joins.clear();
         if let Err(e) = self.boot() {
             self.violate(Invariant::HostDefect, format!("restart failed: {e}"));
             return;
@@ -596,7 +607,7 @@ impl World {
             if *n > 1 {
                 let text =
                     format!("a second client was told its decision on {id} was taken ({result:?})");
-                if self.cards_lost.contains(id) {
+                if self.decided_across_crash.contains(id) {
                     self.known_issue(Known::ApprovalAcrossCrash, text);
                 } else {
                     self.violate(Invariant::ApprovalTwice, text);
@@ -1071,8 +1082,9 @@ impl World {
                     }
                     if self.faults.strikes(&mut self.rng, FaultKind::RelayDrop) {
                         self.counts.add(FaultKind::RelayDrop);
-                        if kind.starts_with("blocks") {
-                            self.clients[p].relay_lost = true;
+                        if let Some(v) = relay_version(&event.json) {
+                            let lost = &mut self.clients[p].relay_lost;
+                            *lost = Some(lost.map_or(v, |l| l.max(v)));
                         }
                         self.log(|| format!("  dropped for p{p}"));
                         continue;
@@ -1371,6 +1383,22 @@ impl World {
                     return;
                 }
                 let join = matches!(request, ClientRequest::Join { .. });
+                // The relay knows which of its phones joined which session: it passes
+                // a leave on only for a join that reached the host.
+                let phone = self.requests.get(&to.0).map(|r| r.client);
+                match (&request, phone) {
+                    (ClientRequest::Join { session, .. }, Some(p)) => {
+                        self.relay_joins.insert((p, session.clone()));
+                    }
+                    (ClientRequest::Leave { session }, Some(p))
+                        if !self.relay_joins.remove(&(p, session.clone())) =>
+                    {
+                        self.log(|| format!("the relay drops #{}: that phone never joined", to.0));
+                        self.requests.remove(&to.0);
+                        return;
+                    }
+                    _ => {}
+                }
                 let Some(host) = self.host.as_mut() else {
                     return;
                 };
@@ -1405,7 +1433,7 @@ impl World {
                     }
                     // So does a decision: the new host shows the request pending.
                     (AgentCall::ResolveApproval { request, .. }, true) => {
-                        self.cards_lost.insert(request.request_id.clone());
+                        self.decided_across_crash.insert(request.request_id.clone());
                     }
                     _ => {}
                 }
@@ -1423,7 +1451,9 @@ impl World {
                         }
                         // The decided card died with a host: the new host showed the
                         // request pending again (see `Known::ApprovalAcrossCrash`).
-                        AgentViolation::DecidedTwice(id, text) if self.cards_lost.contains(&id) => {
+                        AgentViolation::DecidedTwice(id, text)
+                            if self.decided_across_crash.contains(&id) =>
+                        {
                             self.known_issue(Known::ApprovalAcrossCrash, text);
                         }
                         AgentViolation::DecidedTwice(_, text) => {
@@ -1437,6 +1467,15 @@ impl World {
                 let line = input_line(&input);
                 self.log(|| format!("agent → host {line}"));
                 self.note_input(&input);
+                if let AgentInput::ApprovalResolved {
+                    request_id,
+                    result: Ok(_),
+                    ..
+                } = &input
+                {
+                    self.resolved_in
+                        .insert(request_id.clone(), self.incarnation);
+                }
                 if let Some(host) = self.host.as_mut() {
                     let before = host.custody().stats().stale_answers;
                     host.handle_agent(input, now);
@@ -1495,8 +1534,10 @@ impl World {
             .as_str()
             .and_then(|t| TargetId::new(t).ok());
         let mine = target.as_ref() == Some(&client.target());
-        if mine && event.starts_with("blocks") {
-            client.relay_lost = false;
+        if let (true, Some(v), Some(lost)) = (mine, relay_version(json), client.relay_lost) {
+            if v >= lost {
+                client.relay_lost = None;
+            }
         }
         let o = match (event, target) {
             ("blocks", Some(t)) => {
@@ -1900,6 +1941,12 @@ impl World {
             .map(|c| c.timeline.load_state().clone())
             .collect()
     }
+}
+
+/// The (epoch, revision) a relay `blocks` or `blocks-patch` event brings.
+fn relay_version(json: &serde_json::Value) -> Option<(u64, u64)> {
+    let o = json.get("liveOverlay").or_else(|| json.get("livePatch"))?;
+    Some((o["settlementEpoch"].as_u64()?, o["revision"].as_u64()?))
 }
 
 /// The host's effects in a canonical order: each run of consecutive relay deliveries
