@@ -7,6 +7,20 @@
 //! agent's answer decides the card: the decided card replaces the pending one in place
 //! (same ID), and replays stamp the request with its outcome. A decision the agent did not
 //! take leaves the card pending, so any device may decide again.
+//!
+//! A decision is saved before it goes to the agent: the pending card is written again
+//! with the decision on its way (`approval.decision`, [`DECISION_FIELD`]). A host that
+//! restarts while a decision is on its way finds it on the kept card, refuses other
+//! devices as before, and sends the same decision to the agent again: an agent that took
+//! it already keeps what it took (one decision, delivered at least once), and one that
+//! never got it takes it now. Without the saved decision the new host would show the
+//! request pending and a second device could decide it a second time.
+//!
+//! An agent's request lives in its turn. When the host sees a run end, the run's cards
+//! still pending expire (`resolvedExternally`, shown as expired); so does a pending card
+//! kept across a restart whose run the run registry no longer holds as active (its turn
+//! ended while no host was there, and the agent's own word on it died with the host),
+//! and a decision the agent refuses after the run ended.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,13 +38,24 @@ use crate::io::{ApprovalError, Reply, ReplyTo};
 /// oldest decided one is forgotten past this.
 pub const DECIDED_KEPT: usize = 4096;
 
+/// The field of a saved pending card that holds the decision on its way to the agent
+/// (under `approval`, beside `status`): absent on a card nobody decided yet.
+pub const DECISION_FIELD: &str = "decision";
+
 /// A request's identity: request, thread, turn and item IDs.
 pub(crate) type Identity = [String; 4];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum State {
     Pending,
-    Deciding { by: ReplyTo },
+    /// A decision is on its way to the agent; `by` is the client to answer (none when
+    /// the decision was found on a kept card after a restart).
+    Deciding {
+        by: Option<ReplyTo>,
+        decision: Decision,
+    },
+    /// A decision found on its way on a kept card, not sent again yet.
+    Kept(Decision),
     Decided(ApprovalResult),
 }
 
@@ -135,8 +160,17 @@ impl Approvals {
         if self.open.contains_key(&id) {
             return false;
         }
+        let on_its_way = row
+            .block
+            .data
+            .get("approval")
+            .and_then(|a| a.get(DECISION_FIELD))
+            .and_then(|d| serde_json::from_value::<Decision>(d.clone()).ok());
         let state = match (card.status, card.result) {
-            (CardStatus::Pending, _) => State::Pending,
+            (CardStatus::Pending, _) => match on_its_way {
+                Some(decision) => State::Kept(decision),
+                None => State::Pending,
+            },
             (_, Some(result)) => State::Decided(result),
             (CardStatus::Expired, None) => State::Decided(ApprovalResult::ResolvedExternally),
             _ => return false,
@@ -165,22 +199,86 @@ impl Approvals {
         true
     }
 
+    /// The decisions found on their way on kept cards (see [`Approvals::restore`]) that
+    /// were not sent again yet: each goes to the agent once more.
+    pub fn resend(&mut self) -> Vec<(SessionId, ApprovalRequest, Decision)> {
+        let mut out: Vec<_> = self
+            .open
+            .values_mut()
+            .filter_map(|o| match o.state {
+                State::Kept(decision) => {
+                    o.state = State::Deciding { by: None, decision };
+                    Some((o.session.clone(), o.request.clone(), decision))
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort_by_key(|a| a.1.card_id());
+        out
+    }
+
+    /// The requests of `run` still pending in `session`: their run ended, so the agent
+    /// can take no decision on them any more. Each is then resolved as
+    /// [`ApprovalResult::ResolvedExternally`] (it shows as expired), which the agent's
+    /// own answer may have said already and a restart lost.
+    pub fn ended(&self, session: &SessionId, run: &RunId) -> Vec<Identity> {
+        let mut out: Vec<Identity> = self
+            .open
+            .iter()
+            .filter(|(_, o)| {
+                &o.session == session && o.state == State::Pending && o.run.as_ref() == Some(run)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The requests of `session` still pending with a run other than `active`: after a
+    /// restart, a kept card whose run the registry no longer holds as active belongs to
+    /// a turn that ended while no host was there (an agent's request lives in its turn),
+    /// so it expired.
+    pub fn orphans(&self, session: &SessionId, active: Option<&RunId>) -> Vec<Identity> {
+        let mut out: Vec<Identity> = self
+            .open
+            .iter()
+            .filter(|(_, o)| {
+                &o.session == session
+                    && o.state == State::Pending
+                    && o.run.is_some()
+                    && o.run.as_ref() != active
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The session and run of a known request.
+    pub fn run_of(&self, id: &Identity) -> Option<(&SessionId, Option<&RunId>)> {
+        self.open.get(id).map(|o| (&o.session, o.run.as_ref()))
+    }
+
     /// True when a request with this identity is known (open or decided).
     pub fn knows(&self, id: &Identity) -> bool {
         self.open.contains_key(id)
     }
 
-    /// A client decides. `Ok`: the decision goes to the agent of the returned session.
+    /// A client decides. `Ok`: the card to save with the decision on its way (the
+    /// decision goes to the agent of its session once it is saved, see
+    /// [`Approvals::saved`] and [`Approvals::unsaved`]).
     pub fn decide(
         &mut self,
         id: &Identity,
         decision: Decision,
         by: ReplyTo,
-    ) -> Result<(SessionId, ApprovalRequest), ApprovalError> {
+    ) -> Result<(SessionId, TargetId, StoredBlock), ApprovalError> {
         let open = self.open.get_mut(id).ok_or(ApprovalError::Unknown)?;
         match open.state {
             State::Pending => {}
-            State::Deciding { .. } => return Err(ApprovalError::AlreadyResolved { result: None }),
+            State::Deciding { .. } | State::Kept(_) => {
+                return Err(ApprovalError::AlreadyResolved { result: None })
+            }
             State::Decided(result) => {
                 return Err(ApprovalError::AlreadyResolved {
                     result: Some(result),
@@ -190,8 +288,37 @@ impl Approvals {
         open.request
             .decide(decision)
             .map_err(|e| ApprovalError::NotAllowed(e.0))?;
-        open.state = State::Deciding { by };
-        Ok((open.session.clone(), open.request.clone()))
+        open.state = State::Deciding {
+            by: Some(by),
+            decision,
+        };
+        let mut row = card_row(open, None).map_err(ApprovalError::Unsaved)?;
+        if let Some(card) = row.block.data.get_mut("approval") {
+            card[DECISION_FIELD] = serde_json::json!(decision);
+        }
+        Ok((open.session.clone(), open.target.clone(), row))
+    }
+
+    /// The card with the decision on its way was saved: the decision goes to the agent
+    /// (the session, the request and the decision to send).
+    pub fn saved(&self, id: &Identity) -> Option<(SessionId, ApprovalRequest, Decision)> {
+        let open = self.open.get(id)?;
+        match open.state {
+            State::Deciding { decision, .. } => {
+                Some((open.session.clone(), open.request.clone(), decision))
+            }
+            _ => None,
+        }
+    }
+
+    /// The card with the decision on its way could not be saved: the decision is not
+    /// sent, and the request is open again for any device.
+    pub fn unsaved(&mut self, id: &Identity) {
+        if let Some(open) = self.open.get_mut(id) {
+            if matches!(open.state, State::Deciding { .. }) {
+                open.state = State::Pending;
+            }
+        }
     }
 
     /// The agent answered (or the request was settled elsewhere).
@@ -205,13 +332,21 @@ impl Approvals {
             return Ok(out);
         };
         let by = match open.state {
-            State::Deciding { by } => Some(by),
-            State::Pending => None,
+            State::Deciding { by, .. } => by,
+            State::Pending | State::Kept(_) => None,
             // The first result the agent took stays; a repeated answer changes nothing.
             State::Decided(_) => return Ok(out),
         };
         match result {
             Err(text) => {
+                // The saved card loses the decision it showed on its way.
+                if open.state != State::Pending {
+                    out.row = Some((
+                        open.session.clone(),
+                        open.target.clone(),
+                        card_row(open, None)?,
+                    ));
+                }
                 open.state = State::Pending;
                 out.reply = by.map(|to| (to, Reply::Approval(Err(ApprovalError::Refused(text)))));
             }

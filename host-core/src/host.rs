@@ -232,6 +232,30 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     for row in stored.iter().flat_map(|o| o.blocks.iter()) {
                         self.approvals.restore(&session, &target, row);
                     }
+                    // A pending card of a run the registry no longer holds as active
+                    // expired while no host was there to hear it (see `approvals`).
+                    let active = self
+                        .custody
+                        .runs()
+                        .active(&session)
+                        .map(|r| r.run_id.clone());
+                    for id in self.approvals.orphans(&session, active.as_ref()) {
+                        self.approval_resolved(
+                            id,
+                            Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
+                            now,
+                        );
+                    }
+                    // A decision that was on its way when the last host stopped goes to
+                    // the agent again (one decision, delivered at least once).
+                    for (session, request, decision) in self.approvals.resend() {
+                        self.effects
+                            .push_back(Effect::Agent(AgentCall::ResolveApproval {
+                                session,
+                                request,
+                                decision,
+                            }));
+                    }
                     self.unread_cards.remove(&(session, target));
                     read_any = true;
                 }
@@ -272,6 +296,16 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 return;
             }
         }
+        // "The request is no longer open" after its run ended: it expired.
+        let result = match result {
+            Err(text) => match self.approvals.run_of(&id) {
+                Some((session, Some(run))) if self.gone.get(session) == Some(run) => {
+                    Ok(timeline_core::rows::ApprovalResult::ResolvedExternally)
+                }
+                _ => Err(text),
+            },
+            ok => ok,
+        };
         match self.approvals.resolved(&id, result) {
             Ok(done) => {
                 if let Some((session, request_id, allowed)) = &done.stamp {
@@ -474,15 +508,26 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 decision,
             } => {
                 let id = [request_id, thread_id, turn_id, item_id];
+                // Saved first, then sent: a host that restarts finds the decision on
+                // its way on the kept card (see `approvals`).
                 match self.approvals.decide(&id, decision, to) {
-                    Ok((session, request)) => {
-                        self.effects
-                            .push_back(Effect::Agent(AgentCall::ResolveApproval {
-                                session,
-                                request,
-                                decision,
-                            }));
-                        None
+                    Ok((session, target, row)) => {
+                        if self.publish_rows(&session, &target, vec![row], now) {
+                            if let Some((session, request, decision)) = self.approvals.saved(&id) {
+                                self.effects
+                                    .push_back(Effect::Agent(AgentCall::ResolveApproval {
+                                        session,
+                                        request,
+                                        decision,
+                                    }));
+                            }
+                            None
+                        } else {
+                            self.approvals.unsaved(&id);
+                            Some(Reply::Approval(Err(crate::io::ApprovalError::Unsaved(
+                                "the overlay store refused the card".to_owned(),
+                            ))))
+                        }
                     }
                     Err(e) => Some(Reply::Approval(Err(e))),
                 }
@@ -868,6 +913,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         }
         self.gone.insert(session.clone(), run.clone());
         self.sequencer.end_run(run);
+        self.expire_cards(session, run, now);
         self.set_running(session, None, now);
         self.emit(
             Payload::Run(RunEvent {
@@ -886,6 +932,18 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             .is_some_and(|i| i.capabilities.exact_scan);
         if exact && !self.scans.is_active(session, run) {
             self.scans.run_ended(session.clone(), run.clone(), now);
+        }
+    }
+
+    /// The pending cards of a run that ended expire: the agent can no longer take a
+    /// decision on them, and its own word on it may have died with a host.
+    fn expire_cards(&mut self, session: &SessionId, run: &RunId, now: Millis) {
+        for id in self.approvals.ended(session, run) {
+            self.approval_resolved(
+                id,
+                Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
+                now,
+            );
         }
     }
 

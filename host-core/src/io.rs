@@ -355,6 +355,10 @@ pub enum ApprovalError {
     /// The agent did not take the decision (its text); the card stays pending.
     #[error("the agent did not take the decision: {0}")]
     Refused(String),
+    /// The card with the decision could not be saved, so the decision was not sent;
+    /// the card stays pending and any device may decide again.
+    #[error("the decision could not be saved, so it was not sent: {0}")]
+    Unsaved(String),
 }
 
 /// Something the user should see, or the embedder should log: failures the host met

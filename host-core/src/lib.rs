@@ -110,7 +110,7 @@ mod approvals;
 mod host;
 mod io;
 
-pub use approvals::DECIDED_KEPT;
+pub use approvals::{DECIDED_KEPT, DECISION_FIELD};
 pub use host::{Host, HostConfig, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS};
 pub use io::{
     AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo,

@@ -592,3 +592,219 @@ fn a_stopped_run_ends_aborted_for_the_clients() {
         .collect();
     assert_eq!(ends, vec![overlay_core::RunEventKind::Aborted]);
 }
+
+fn decide(to: u64, decision: Decision) -> (ReplyTo, ClientRequest) {
+    (
+        ReplyTo(to),
+        ClientRequest::ResolveApproval {
+            request_id: "s0-req-1".into(),
+            thread_id: "thread-s0".into(),
+            turn_id: "turn-1".into(),
+            item_id: "item-1".into(),
+            decision,
+        },
+    )
+}
+
+fn decisions_sent(effects: &[Effect]) -> Vec<Decision> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Agent(AgentCall::ResolveApproval { decision, .. }) => Some(*decision),
+            _ => None,
+        })
+        .collect()
+}
+
+fn run(n: u32) -> RunId {
+    RunId::new(format!("run-{n}")).unwrap()
+}
+
+fn ask_in(run: RunId) -> AgentInput {
+    let s = session();
+    AgentInput::ApprovalAsked {
+        session: s.clone(),
+        target: TargetId::main(&s),
+        run: Some(run),
+        request: request(),
+        summary: "cargo test -p crate-1".into(),
+    }
+}
+
+// RW-06, sim seed 229 (and 124): a device decided, the decision went to the agent, and
+// the host died before the agent's answer was saved. The new host showed the card
+// pending, and a second device decided it a second time. The decision is now saved on
+// the card before it is sent; the new host refuses other devices and sends the same
+// decision again.
+#[test]
+fn a_decision_on_its_way_survives_a_restart_and_is_not_taken_twice() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask(), Millis(10));
+    drain(&mut host);
+    let (to, req) = decide(1, Decision::Accept);
+    host.handle_client(to, req, Millis(20));
+    let effects = drain(&mut host);
+    assert_eq!(decisions_sent(&effects), vec![Decision::Accept]);
+    // Saved before it went out: still pending, with the decision on its way.
+    assert_eq!(card(&mut host), Some(CardStatus::Pending));
+    let overlays = std::mem::take(host.overlays());
+    drop(host);
+
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
+    host.start(Millis(1_000)).unwrap();
+    let effects = drain(&mut host);
+    assert_eq!(
+        decisions_sent(&effects),
+        vec![Decision::Accept],
+        "the same decision goes to the agent again"
+    );
+    let (to, req) = decide(2, Decision::Decline);
+    host.handle_client(to, req, Millis(1_010));
+    let effects = drain(&mut host);
+    assert!(
+        decisions_sent(&effects).is_empty(),
+        "a second device is refused"
+    );
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Reply {
+            to: ReplyTo(2),
+            reply: Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved {
+                result: None
+            })),
+        }
+    )));
+    host.handle_agent(
+        AgentInput::ApprovalResolved {
+            request_id: "s0-req-1".into(),
+            thread_id: "thread-s0".into(),
+            turn_id: "turn-1".into(),
+            item_id: "item-1".into(),
+            result: Ok(ApprovalResult::Accepted),
+        },
+        Millis(1_020),
+    );
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Accepted));
+}
+
+// RW-06: a decision whose card cannot be saved is not sent; the device is told, and the
+// request stays open for any device.
+#[test]
+fn a_decision_that_cannot_be_saved_is_not_sent() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask(), Millis(10));
+    drain(&mut host);
+    host.overlays().writes_off = true;
+    let (to, req) = decide(1, Decision::Accept);
+    host.handle_client(to, req, Millis(20));
+    let effects = drain(&mut host);
+    assert!(decisions_sent(&effects).is_empty());
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Reply {
+            to: ReplyTo(1),
+            reply: Reply::Approval(Err(host_core::ApprovalError::Unsaved(_))),
+        }
+    )));
+    host.overlays().writes_off = false;
+    let (to, req) = decide(2, Decision::Decline);
+    host.handle_client(to, req, Millis(30));
+    assert_eq!(
+        decisions_sent(&drain(&mut host)),
+        vec![Decision::Decline],
+        "the request is open again"
+    );
+}
+
+// RW-06: a decision the agent refused leaves the card pending without the decision it
+// showed on its way, so a restart does not send it again.
+#[test]
+fn a_refused_decision_leaves_a_plain_pending_card() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask(), Millis(10));
+    drain(&mut host);
+    let (to, req) = decide(1, Decision::Accept);
+    host.handle_client(to, req, Millis(20));
+    drain(&mut host);
+    host.handle_agent(
+        AgentInput::ApprovalResolved {
+            request_id: "s0-req-1".into(),
+            thread_id: "thread-s0".into(),
+            turn_id: "turn-1".into(),
+            item_id: "item-1".into(),
+            result: Err("the agent could not take the decision".into()),
+        },
+        Millis(30),
+    );
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Pending));
+    let overlays = std::mem::take(host.overlays());
+    drop(host);
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
+    host.start(Millis(1_000)).unwrap();
+    assert!(decisions_sent(&drain(&mut host)).is_empty());
+}
+
+// RW-06, sim seed 124: the agent expired a request as its turn ended; the host could not
+// save the expired card and died. The new host showed the card pending for ever. A card
+// whose run ended expires, when the host sees the run end and when a restart finds its
+// run no longer active.
+#[test]
+fn a_pending_card_expires_with_its_run() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask_in(run(1)), Millis(10));
+    drain(&mut host);
+    host.handle_agent(
+        AgentInput::RunEnded {
+            session: session(),
+            run: run(1),
+            outcome: overlay_core::RunEventKind::Completed,
+            untaken: Vec::new(),
+        },
+        Millis(20),
+    );
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Expired));
+
+    // Across a restart: the expiry could not be saved, and the host died.
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask_in(run(2)), Millis(10));
+    drain(&mut host);
+    host.overlays().writes_off = true;
+    host.handle_agent(expired(), Millis(20));
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Pending));
+    let mut overlays = std::mem::take(host.overlays());
+    overlays.writes_off = false;
+    drop(host);
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
+    host.start(Millis(1_000)).unwrap();
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Expired));
+}

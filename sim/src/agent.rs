@@ -327,8 +327,12 @@ fn resolved(request: &ApprovalRequest, result: Result<ApprovalResult, String>) -
 pub enum AgentViolation {
     /// A message it holds was sent to it again.
     SentTwice(OperationId, String),
-    /// A decision came for a request it had taken a decision for.
+    /// A different decision came for a request it had taken a decision for.
     DecidedTwice(String, String),
+    /// The decision it took came again: only from another host than the one whose
+    /// decision it took (a host that restarted while the decision was on its way sends
+    /// it again: one decision, delivered at least once).
+    DecidedAgain(String, String),
 }
 
 /// The agent of every session of the world.
@@ -656,6 +660,18 @@ impl Agent {
                     .get(&request.request_id)
                     .map(|(_, st)| st.clone());
                 let result = match state {
+                    // The same decision again (a host that restarted while it was on its
+                    // way sends it once more): one decision, delivered twice.
+                    Some(ApprovalState::Decided(r)) if request.decide(decision) == Ok(r) => {
+                        self.violations.push(AgentViolation::DecidedAgain(
+                            request.request_id.clone(),
+                            format!(
+                                "approval {} got the decision it took ({decision:?}) again",
+                                request.request_id
+                            ),
+                        ));
+                        Ok(r)
+                    }
                     Some(ApprovalState::Decided(r)) => {
                         self.violations.push(AgentViolation::DecidedTwice(
                             request.request_id.clone(),

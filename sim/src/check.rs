@@ -177,12 +177,6 @@ pub enum Known {
     /// the read says missing, and the user's "send now" (read again: missing) sends it
     /// a second time.
     PendingInputMissing,
-    /// host-core (a limit, not a defect): a decision was on its way to the agent, or the
-    /// agent's resolution was taken but its card not yet saved (the overlay store
-    /// refused it), when the host died. The new host knows the card the store kept,
-    /// still pending: a device may decide it a second time (the agent keeps its first
-    /// result), or the card shows pending until the run's cleanup (Codex) removes it.
-    ApprovalAcrossCrash,
 }
 
 impl Known {
@@ -197,7 +191,6 @@ impl Known {
             Known::RenumberedWhileOut => "renumbered-while-out",
             Known::StrandedAfterFailedWrite => "stranded-after-failed-write",
             Known::AcceptedAfterRunEnded => "accepted-after-run-ended",
-            Known::ApprovalAcrossCrash => "approval-across-crash",
             Known::PendingInputMissing => "pending-input-missing",
             Known::LaneLeftBusy => "lane-left-busy",
             Known::HandoffOrphaned => "handoff-orphaned",
@@ -217,7 +210,6 @@ impl Known {
         Known::LaneLeftBusy,
         Known::HandoffOrphaned,
         Known::PendingInputMissing,
-        Known::ApprovalAcrossCrash,
     ];
 }
 
@@ -493,41 +485,6 @@ impl World {
     }
 
     // ----- quiescence -----------------------------------------------------------------
-
-    /// Notes, as the host dies, what of the approvals dies with it (see
-    /// [`Known::ApprovalAcrossCrash`]): every request the agent took a decision for while
-    /// its saved card still shows pending may be decided again on the new host, and a
-    /// card whose resolution this host was told but did not save stays pending.
-    pub(crate) fn note_lost_cards(&mut self) {
-        let mut decided = Vec::new();
-        for s in self.agent.sessions() {
-            for request in &s.asked {
-                if s.decided(&request.request_id).is_some() {
-                    decided.push((s.session.clone(), request.request_id.clone()));
-                }
-            }
-        }
-        for (session, request_id) in decided {
-            let target = timeline_core::TargetId::main(&session);
-            let overlay = self
-                .stores
-                .with_overlays(|s| s.load(&session, &target))
-                .ok()
-                .flatten();
-            let pending = overlay.into_iter().flat_map(|o| o.blocks).any(|b| {
-                let a = &b.block.data["approval"];
-                a["requestId"].as_str() == Some(request_id.as_str())
-                    && a["status"].as_str() == Some("pending")
-            });
-            if !pending {
-                continue;
-            }
-            if self.resolved_in.get(&request_id) == Some(&self.incarnation) {
-                self.cards_lost.insert(request_id.clone());
-            }
-            self.decided_across_crash.insert(request_id);
-        }
-    }
 
     /// Stops every fault and runs the world until nothing is pending: the agent
     /// finishes its turns, clients come back to the present (a page in the past scrolls
@@ -949,12 +906,8 @@ impl World {
                     ));
                 }
             }
-            for (request_id, s) in stale {
-                if self.cards_lost.contains(&request_id) {
-                    self.known_issue(Known::ApprovalAcrossCrash, s);
-                } else {
-                    self.violate(Invariant::ApprovalCardStale, s);
-                }
+            for (_, s) in stale {
+                self.violate(Invariant::ApprovalCardStale, s);
             }
         }
     }

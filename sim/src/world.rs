@@ -213,6 +213,9 @@ pub struct World {
     /// When a client whose window subscription or join got no answer (or failed)
     /// connects again.
     connect_deadline: BTreeMap<usize, Millis>,
+    /// The request number of each client's newest subscribe or join: only its answer
+    /// connects the client (an answer to an older one, overtaken by a leave, does not).
+    connect_request: BTreeMap<usize, u64>,
     /// The trace.
     pub trace: Trace,
     /// What went wrong.
@@ -228,18 +231,16 @@ pub struct World {
     /// operations whose position changed while they were out.
     pub(crate) out_positions: BTreeMap<OperationId, i64>,
     pub(crate) renumbered: BTreeSet<OperationId>,
-    /// The host incarnation each approval's resolution reached; the approvals whose
-    /// decided card died with a host (its resolution was taken, the card not saved);
-    /// the approvals decided while a host died (a device may decide them again).
-    pub(crate) resolved_in: BTreeMap<String, u64>,
-    pub(crate) cards_lost: BTreeSet<String>,
-    pub(crate) decided_across_crash: BTreeSet<String>,
     /// Operations a history read reported missing to the host.
     pub(crate) missing_read: BTreeSet<OperationId>,
     /// What the run did.
     pub stats: Stats,
     /// The joins the relay passed on to the current host: (phone, session).
-    pub(crate) relay_joins: BTreeSet<(usize, SessionId)>,
+    /// The relay's view: for each (phone, session), the request number of the join it
+    /// passed on to the current host.
+    pub(crate) relay_joins: BTreeMap<(usize, SessionId), u64>,
+    /// The host incarnation that first sent a decision, by request ID.
+    pub(crate) decisions_from: BTreeMap<String, u64>,
     /// Operations the agent holds as a turn's pending input that a history read
     /// reported missing, or whose send reached the agent after the host that sent it
     /// died (see `Known::PendingInputMissing`).
@@ -363,6 +364,7 @@ impl World {
             old_answers: Vec::new(),
             replies: BTreeMap::new(),
             connect_deadline: BTreeMap::new(),
+            connect_request: BTreeMap::new(),
             trace,
             violations: Vec::new(),
             ledger_seen: BTreeMap::new(),
@@ -371,12 +373,10 @@ impl World {
             known: Vec::new(),
             out_positions: BTreeMap::new(),
             renumbered: BTreeSet::new(),
-            resolved_in: BTreeMap::new(),
-            cards_lost: BTreeSet::new(),
-            decided_across_crash: BTreeSet::new(),
             missing_read: BTreeSet::new(),
             stats: Stats::default(),
-            relay_joins: BTreeSet::new(),
+            relay_joins: BTreeMap::new(),
+            decisions_from: BTreeMap::new(),
             zombies: BTreeSet::new(),
         };
         world.boot()?;
@@ -493,7 +493,6 @@ impl World {
         self.counts.add(FaultKind::HostCrash);
         self.log(|| "HOST CRASH".to_owned());
         self.stats.restarts += 1;
-        self.note_lost_cards();
         // The last effects of the dying host are lost with it, and so are the relay's
         // connections to it.
         self.host = None;
@@ -543,6 +542,7 @@ impl World {
                     protocol: self.clients[c].protocol,
                 };
                 self.request(c, Asked::Subscribe(session), request);
+                self.connect_request.insert(c, self.next_request);
             }
             Kind::Phone => {
                 self.clients[c].joined = Some(session.clone());
@@ -554,6 +554,7 @@ impl World {
                     Asked::Join(session.clone()),
                     ClientRequest::Join { session, protocol },
                 );
+                self.connect_request.insert(c, self.next_request);
             }
         }
     }
@@ -607,11 +608,7 @@ impl World {
             if *n > 1 {
                 let text =
                     format!("a second client was told its decision on {id} was taken ({result:?})");
-                if self.decided_across_crash.contains(id) {
-                    self.known_issue(Known::ApprovalAcrossCrash, text);
-                } else {
-                    self.violate(Invariant::ApprovalTwice, text);
-                }
+                self.violate(Invariant::ApprovalTwice, text);
             }
         }
         let client = &mut self.clients[c];
@@ -699,12 +696,14 @@ impl World {
                 }
             }
             // The window tries again a second later.
-            (Asked::Subscribe(session), Reply::Subscribed(Err(_))) if client.session == session => {
+            (Asked::Subscribe(session), Reply::Subscribed(Err(_)))
+                if client.session == session && self.connect_request.get(&c) == Some(&to.0) =>
+            {
                 self.connect_deadline
                     .insert(c, now.saturating_add(millis(1_000)));
             }
             (Asked::Subscribe(session), Reply::Subscribed(Ok(sub))) => {
-                if client.session == session {
+                if client.session == session && self.connect_request.get(&c) == Some(&to.0) {
                     self.connect_deadline.remove(&c);
                 }
                 if let (Some(overlay), true) = (sub.overlay, client.session == session) {
@@ -714,7 +713,8 @@ impl World {
                 }
             }
             (Asked::Join(session), Reply::Replay(chunks))
-                if client.joined.as_ref() == Some(&session) =>
+                if client.joined.as_ref() == Some(&session)
+                    && self.connect_request.get(&c) == Some(&to.0) =>
             {
                 self.connect_deadline.remove(&c);
                 self.apply_replay(c, &chunks);
@@ -1383,19 +1383,34 @@ impl World {
                     return;
                 }
                 let join = matches!(request, ClientRequest::Join { .. });
-                // The relay knows which of its phones joined which session: it passes
-                // a leave on only for a join that reached the host.
+                // The relay knows which of its phones joined which session, in the
+                // order the phone asked: it passes a leave on only for a join that
+                // reached the host and that the phone asked before the leave (one
+                // phone's requests travel on one connection; a late leave does not
+                // undo a newer join).
                 let phone = self.requests.get(&to.0).map(|r| r.client);
                 match (&request, phone) {
                     (ClientRequest::Join { session, .. }, Some(p)) => {
-                        self.relay_joins.insert((p, session.clone()));
+                        let join = self.relay_joins.entry((p, session.clone())).or_insert(0);
+                        *join = (*join).max(to.0);
                     }
-                    (ClientRequest::Leave { session }, Some(p))
-                        if !self.relay_joins.remove(&(p, session.clone())) =>
-                    {
-                        self.log(|| format!("the relay drops #{}: that phone never joined", to.0));
-                        self.requests.remove(&to.0);
-                        return;
+                    (ClientRequest::Leave { session }, Some(p)) => {
+                        let key = (p, session.clone());
+                        match self.relay_joins.get(&key) {
+                            Some(join) if *join < to.0 => {
+                                self.relay_joins.remove(&key);
+                            }
+                            joined => {
+                                let why = if joined.is_some() {
+                                    "the phone joined again after it"
+                                } else {
+                                    "that phone never joined"
+                                };
+                                self.log(|| format!("the relay drops #{}: {why}", to.0));
+                                self.requests.remove(&to.0);
+                                return;
+                            }
+                        }
                     }
                     _ => {}
                 }
@@ -1426,17 +1441,20 @@ impl World {
             Event::ToAgent { call, incarnation } => {
                 let line = call_line(&call);
                 self.log(|| format!("agent gets {line}"));
-                match (&call, incarnation < self.incarnation) {
-                    // A send of a host that died meanwhile reaches the agent now.
-                    (AgentCall::Send(req), true) => {
-                        self.zombies.insert(req.operation_id.clone());
-                    }
-                    // So does a decision: the new host shows the request pending.
-                    (AgentCall::ResolveApproval { request, .. }, true) => {
-                        self.decided_across_crash.insert(request.request_id.clone());
-                    }
-                    _ => {}
+                // A send of a host that died meanwhile reaches the agent now.
+                if let (AgentCall::Send(req), true) = (&call, incarnation < self.incarnation) {
+                    self.zombies.insert(req.operation_id.clone());
                 }
+                // The host that first sent a decision for each request.
+                let first_decision = match &call {
+                    AgentCall::ResolveApproval { request, .. } => Some(
+                        *self
+                            .decisions_from
+                            .entry(request.request_id.clone())
+                            .or_insert(incarnation),
+                    ),
+                    _ => None,
+                };
                 let out = self
                     .agent
                     .call(call, &mut self.rng, &self.faults, &mut self.counts, now);
@@ -1449,14 +1467,13 @@ impl World {
                         AgentViolation::SentTwice(_, text) => {
                             self.violate(Invariant::SentTwice, text)
                         }
-                        // The decided card died with a host: the new host showed the
-                        // request pending again (see `Known::ApprovalAcrossCrash`).
-                        AgentViolation::DecidedTwice(id, text)
-                            if self.decided_across_crash.contains(&id) =>
+                        AgentViolation::DecidedAgain(_, text)
+                            if first_decision.is_some_and(|f| f != incarnation) =>
                         {
-                            self.known_issue(Known::ApprovalAcrossCrash, text);
+                            self.log(|| format!("  {text}, from another host"));
                         }
-                        AgentViolation::DecidedTwice(_, text) => {
+                        AgentViolation::DecidedTwice(_, text)
+                        | AgentViolation::DecidedAgain(_, text) => {
                             self.violate(Invariant::ApprovalTwice, text)
                         }
                     }
@@ -1467,15 +1484,6 @@ impl World {
                 let line = input_line(&input);
                 self.log(|| format!("agent → host {line}"));
                 self.note_input(&input);
-                if let AgentInput::ApprovalResolved {
-                    request_id,
-                    result: Ok(_),
-                    ..
-                } = &input
-                {
-                    self.resolved_in
-                        .insert(request_id.clone(), self.incarnation);
-                }
                 if let Some(host) = self.host.as_mut() {
                     let before = host.custody().stats().stale_answers;
                     host.handle_agent(input, now);
