@@ -32,6 +32,8 @@
 //! Nothing here is fatal on input from a newer Claude: unknown line types, subtypes,
 //! event, delta and block types are skipped and counted in [`diag::Diagnostics`].
 
+#![warn(unreachable_pub)]
+
 pub mod adapter;
 pub mod blocks;
 pub mod content;

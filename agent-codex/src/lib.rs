@@ -24,6 +24,8 @@
 //! Tolerance of versions: an unknown method, notification, item type, line type or
 //! field is skipped and counted in a [`diag::Diagnostics`], never an error.
 
+#![warn(unreachable_pub)]
+
 pub mod adapter;
 pub mod codec;
 pub mod diag;

@@ -103,7 +103,7 @@ fn identity(r: &ApprovalRequest) -> Identity {
 impl Approvals {
     /// The agent asks. Returns the pending card and the replay event, or nothing when
     /// the request is known already (an agent that asks twice changes nothing).
-    pub fn asked(
+    pub(crate) fn asked(
         &mut self,
         session: &SessionId,
         target: &TargetId,
@@ -146,7 +146,7 @@ impl Approvals {
     /// resolution (or a late decision) finds it: a pending card opens its request again,
     /// a decided one answers later decisions as already resolved. The card's subtitle
     /// stands for the summary it was made from. Returns false for any other row.
-    pub fn restore(&mut self, session: &SessionId, target: &TargetId, row: &StoredBlock) -> bool {
+    pub(crate) fn restore(&mut self, session: &SessionId, target: &TargetId, row: &StoredBlock) -> bool {
         if row.class != RowClass::ApprovalCard {
             return false;
         }
@@ -201,7 +201,7 @@ impl Approvals {
 
     /// The decisions found on their way on kept cards (see [`Approvals::restore`]) that
     /// were not sent again yet: each goes to the agent once more.
-    pub fn resend(&mut self) -> Vec<(SessionId, ApprovalRequest, Decision)> {
+    pub(crate) fn resend(&mut self) -> Vec<(SessionId, ApprovalRequest, Decision)> {
         let mut out: Vec<_> = self
             .open
             .values_mut()
@@ -221,7 +221,7 @@ impl Approvals {
     /// can take no decision on them any more. Each is then resolved as
     /// [`ApprovalResult::ResolvedExternally`] (it shows as expired), which the agent's
     /// own answer may have said already and a restart lost.
-    pub fn ended(&self, session: &SessionId, run: &RunId) -> Vec<Identity> {
+    pub(crate) fn ended(&self, session: &SessionId, run: &RunId) -> Vec<Identity> {
         let mut out: Vec<Identity> = self
             .open
             .iter()
@@ -238,7 +238,7 @@ impl Approvals {
     /// restart, a kept card whose run the registry no longer holds as active belongs to
     /// a turn that ended while no host was there (an agent's request lives in its turn),
     /// so it expired.
-    pub fn orphans(&self, session: &SessionId, active: Option<&RunId>) -> Vec<Identity> {
+    pub(crate) fn orphans(&self, session: &SessionId, active: Option<&RunId>) -> Vec<Identity> {
         let mut out: Vec<Identity> = self
             .open
             .iter()
@@ -255,19 +255,19 @@ impl Approvals {
     }
 
     /// The session and run of a known request.
-    pub fn run_of(&self, id: &Identity) -> Option<(&SessionId, Option<&RunId>)> {
+    pub(crate) fn run_of(&self, id: &Identity) -> Option<(&SessionId, Option<&RunId>)> {
         self.open.get(id).map(|o| (&o.session, o.run.as_ref()))
     }
 
     /// True when a request with this identity is known (open or decided).
-    pub fn knows(&self, id: &Identity) -> bool {
+    pub(crate) fn knows(&self, id: &Identity) -> bool {
         self.open.contains_key(id)
     }
 
     /// A client decides. `Ok`: the card to save with the decision on its way (the
     /// decision goes to the agent of its session once it is saved, see
     /// [`Approvals::saved`] and [`Approvals::unsaved`]).
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         id: &Identity,
         decision: Decision,
@@ -301,7 +301,7 @@ impl Approvals {
 
     /// The card with the decision on its way was saved: the decision goes to the agent
     /// (the session, the request and the decision to send).
-    pub fn saved(&self, id: &Identity) -> Option<(SessionId, ApprovalRequest, Decision)> {
+    pub(crate) fn saved(&self, id: &Identity) -> Option<(SessionId, ApprovalRequest, Decision)> {
         let open = self.open.get(id)?;
         match open.state {
             State::Deciding { decision, .. } => {
@@ -313,7 +313,7 @@ impl Approvals {
 
     /// The card with the decision on its way could not be saved: the decision is not
     /// sent, and the request is open again for any device.
-    pub fn unsaved(&mut self, id: &Identity) {
+    pub(crate) fn unsaved(&mut self, id: &Identity) {
         if let Some(open) = self.open.get_mut(id) {
             if matches!(open.state, State::Deciding { .. }) {
                 open.state = State::Pending;
@@ -322,7 +322,7 @@ impl Approvals {
     }
 
     /// The agent answered (or the request was settled elsewhere).
-    pub fn resolved(
+    pub(crate) fn resolved(
         &mut self,
         id: &Identity,
         result: Result<ApprovalResult, String>,

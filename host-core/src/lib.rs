@@ -106,6 +106,8 @@
 //! - **Failures are never dropped**: a caller's request gets its error in its [`Reply`];
 //!   anything else the host meets comes out as a [`Notice`].
 
+#![warn(unreachable_pub)]
+
 mod approvals;
 mod host;
 mod io;

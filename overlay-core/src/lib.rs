@@ -19,6 +19,8 @@
 //! Nothing here reads a clock, sleeps or touches IO: time is an argument, deadlines come
 //! out of `poll_timeout`, and work for the outside comes out as values.
 
+#![warn(unreachable_pub)]
+
 pub mod live;
 pub mod overlay;
 pub mod replay;

@@ -25,6 +25,8 @@
 //! ([`Outcome::report`]); [`shrink`] looks for fewer steps and fewer fault kinds that
 //! fail the same way. `cargo run --release -p sim -- --help` lists the options.
 
+#![warn(unreachable_pub)]
+
 pub mod agent;
 pub mod check;
 pub mod client;

@@ -90,6 +90,8 @@
 //! connection broke) may or may not have happened: the caller gets `Unavailable` and its
 //! retry is idempotent. A closed connection is opened again at the next call.
 
+#![warn(unreachable_pub)]
+
 use std::collections::HashMap;
 use std::time::Duration;
 
