@@ -29,6 +29,13 @@ pub const INITIAL_LOAD_TIMEOUT: Millis = Millis::from_secs(115);
 pub const PAGINATED_LOAD_TIMEOUT: Millis = Millis::from_secs(60);
 /// How long a phone waits for an outbox command receipt.
 pub const OUTBOX_ACK_TIMEOUT: Millis = Millis::from_secs(20);
+/// How long a client that refused a live patch from a base it does not hold (an update
+/// was lost on the way) waits for a whole snapshot before it loads the latest window
+/// itself: one relay repair tick (5 s, which sends whole snapshots while a run is
+/// active) and a second of margin. Past it nothing else would bring the client up to
+/// the version it was offered (no run is active, or a window stream, which has no
+/// repair tick).
+pub const LIVE_GAP_WAIT: Millis = Millis::from_secs(6);
 
 /// The host's handler deadline for `run.chatLoad` and `run.chatLoadThread`.
 pub const LOAD_HANDLER_DEADLINE: Millis = Millis::from_secs(90);

@@ -88,8 +88,25 @@
 //!   pending echoes are hidden and live updates are ignored; the final `newer` answer,
 //!   which reaches the present, brings the overlay back. [`Timeline::recover`] reloads
 //!   that page at the reading row instead of jumping to the newest window.
-//! - A live update before any window loaded is ignored: the load in flight brings a
-//!   complete state.
+//! - A live update before any window loaded is not applied: the load in flight brings
+//!   a complete state. The newest such update is kept, though, because the load may have
+//!   been answered before the write it carries.
+//!
+//! # Never behind a version offered (TL-06)
+//!
+//! A live update the client cannot take when it comes (a higher epoch, which only a
+//! latest window may bring; one before the first window or over a page in the past; a
+//! patch from a base the client does not hold) is remembered as the newest version it
+//! was offered, with the whole snapshot when it was one. When a window of the present
+//! lands, a kept snapshot of the window's epoch that is newer than the window's overlay
+//! is applied (within an epoch a higher revision replaces the overlay), and a client
+//! still behind the offered version loads the latest window again at once: the host
+//! saved that version before it sent it, so a window asked for now carries it. A
+//! refused patch waits [`LIVE_GAP_WAIT`] for the whole snapshot that heals it (relay
+//! repair), then loads the latest window itself ([`LoadReason::MissedUpdate`]). Once it
+//! asked again, the client forgets the offer (an offer that comes while that load
+//! travels is kept anew), so a version the host never reaches cannot make it reload
+//! forever.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -100,7 +117,7 @@ use crate::key::{BlockKey, BlockType, OperationId, TargetId};
 use crate::order::OrderKey;
 use crate::policy::{
     initial_load_retry_delay, ANCHORED_PAGE_SIZE, INITIAL_LOAD_TIMEOUT, INITIAL_PAGE_SIZE,
-    MAX_PAGE_SIZE, OLDER_PAGE_SIZE, OUTBOX_ACK_TIMEOUT, PAGINATED_LOAD_TIMEOUT,
+    LIVE_GAP_WAIT, MAX_PAGE_SIZE, OLDER_PAGE_SIZE, OUTBOX_ACK_TIMEOUT, PAGINATED_LOAD_TIMEOUT,
 };
 use crate::time::Millis;
 use crate::wire::{LiveOverlay, LivePatch, OlderPage, ResponseError, TimelineWindow};
@@ -166,6 +183,11 @@ pub enum LoadReason {
     ReloadRequired,
     /// The embedding asked for it.
     Requested,
+    /// The live path offered a newer overlay than the held one that could not be taken
+    /// in the held epoch: a patch from a base the client does not hold that no whole
+    /// snapshot healed within [`LIVE_GAP_WAIT`], or an update that came before the
+    /// first window (or over a page in the past) newer than the window that landed.
+    MissedUpdate,
 }
 
 /// What the timeline wants done outside. Drain with [`Timeline::poll_effect`].
@@ -369,7 +391,45 @@ enum RequestKind {
 #[derive(Clone, Debug)]
 struct InFlight {
     kind: RequestKind,
+    /// When it was asked for.
+    issued: Millis,
     deadline: Millis,
+}
+
+/// A newer overlay version the live path offered and the client could not take (TL-06):
+/// an update in a higher epoch (taken only from a latest window), one that came before
+/// the first window or over a page in the past, or a patch from a base the client does
+/// not hold. The client must not end up behind a version it was offered: when a window
+/// of the present lands, a kept snapshot of the window's epoch that is newer is applied,
+/// and a client still behind loads the latest window again.
+#[derive(Clone, Debug)]
+struct Behind {
+    /// The newest `(settlementEpoch, revision)` offered and not taken.
+    version: (u64, u64),
+    /// The newest whole snapshot offered and not taken.
+    snapshot: Option<LiveOverlay>,
+    /// Set by a refused patch: unless a snapshot or a window brings the client up to
+    /// [`Behind::version`] by then, the latest window is loaded.
+    due: Option<Millis>,
+}
+
+impl Behind {
+    fn offer(&mut self, version: (u64, u64), snapshot: Option<LiveOverlay>) {
+        self.version = self.version.max(version);
+        if let Some(s) = snapshot {
+            let newer = self.snapshot.as_ref().is_none_or(|k| {
+                (k.settlement_epoch, k.revision) < (s.settlement_epoch, s.revision)
+            });
+            if newer {
+                self.snapshot = Some(s);
+            }
+        }
+    }
+
+    /// Asks to catch up by `at` at the latest.
+    fn due_by(&mut self, at: Millis) {
+        self.due = Some(self.due.map_or(at, |d| d.min(at)));
+    }
 }
 
 /// Paging state of the window.
@@ -406,8 +466,14 @@ pub struct Timeline {
     /// The index entry of each visible key.
     shown: HashMap<BlockKey, OrderKey>,
     in_flight: BTreeMap<u64, InFlight>,
-    /// The request whose window of the present shows; answers to older ones are stale.
+    /// The request whose window shows (a window of the present, or a place an anchored
+    /// load opened); answers to older latest-window or place requests are stale.
     newest_window_request: u64,
+    /// The newest request that opens a place (a `link` or `row` anchor); an answer to an
+    /// older one is stale, whatever order the answers come in.
+    newest_place_request: u64,
+    /// A newer overlay version offered and not taken.
+    behind: Option<Behind>,
     retry_at: Option<(Millis, u32)>,
     effects: VecDeque<Effect>,
 }
@@ -431,6 +497,8 @@ impl Timeline {
             shown: HashMap::new(),
             in_flight: BTreeMap::new(),
             newest_window_request: 0,
+            newest_place_request: 0,
+            behind: None,
             retry_at: None,
             effects: VecDeque::new(),
         }
@@ -552,7 +620,11 @@ impl Timeline {
             Receipt::Awaited { deadline } => Some(deadline),
             _ => None,
         });
-        inflight.chain(retry).chain(receipts).min()
+        inflight
+            .chain(retry)
+            .chain(receipts)
+            .chain(self.behind.as_ref().and_then(|b| b.due))
+            .min()
     }
 
     // ----- commands --------------------------------------------------------------------
@@ -572,6 +644,7 @@ impl Timeline {
         self.index.clear();
         self.shown.clear();
         self.in_flight.clear();
+        self.behind = None;
         self.retry_at = None;
         self.load = LoadState::Loading { retry: 0 };
         self.request_latest(LoadReason::Open, 0, now);
@@ -633,7 +706,8 @@ impl Timeline {
             RequestKind::Older {
                 cursor: cursor.clone(),
             },
-            now.saturating_add(PAGINATED_LOAD_TIMEOUT),
+            now,
+            PAGINATED_LOAD_TIMEOUT,
         ) else {
             return false;
         };
@@ -772,7 +846,7 @@ impl Timeline {
         answer: Result<TimelineWindow, LoadFailure>,
         now: Millis,
     ) -> Outcome {
-        let retry = match self.take_request(tag, |k| match k {
+        let retry = match self.take_request(tag, |f| match &f.kind {
             RequestKind::Latest { retry } => Some(*retry),
             _ => None,
         }) {
@@ -789,10 +863,19 @@ impl Timeline {
             Ok(w) => w,
             Err(failure) => return self.latest_failed(failure, retry, now),
         };
-        self.apply_present_window(window, tag.request)
+        let outcome = self.apply_present_window(window, tag.request);
+        self.catch_up(now);
+        outcome
     }
 
     /// Applies a live overlay update for `target` (TL-06).
+    ///
+    /// Within the held epoch a higher revision replaces the overlay, a lower one is
+    /// ignored, the same revision with other rows reloads. A higher epoch is refused
+    /// (rows kept) and the latest window is loaded; when one is already on its way and
+    /// lands older than this update, it is loaded again. An update that comes before the
+    /// first window or over a page in the past is not applied but kept: a window that
+    /// lands older in the same epoch is brought up to it.
     pub fn handle_live_update(
         &mut self,
         target: &TargetId,
@@ -805,13 +888,17 @@ impl Timeline {
         if let Err(e) = update.validate() {
             return Outcome::Failed(LoadFailure::Malformed(e));
         }
+        let version = (update.settlement_epoch, update.revision);
         if self.paging.newer_cursor.is_some() {
+            self.note_offer(version, Some(update));
             return Outcome::Ignored(IgnoreReason::PastPage);
         }
         let Some(held) = &self.overlay else {
+            self.note_offer(version, Some(update));
             return Outcome::Ignored(IgnoreReason::NotLoaded);
         };
         if update.settlement_epoch > held.epoch {
+            self.note_offer(version, Some(update));
             return self.require_reload(LoadReason::EpochAdvanced, now);
         }
         if update.settlement_epoch < held.epoch || update.revision < held.revision {
@@ -835,6 +922,7 @@ impl Timeline {
             };
         }
         self.replace_overlay(update);
+        self.settle_behind();
         Outcome::Applied
     }
 
@@ -844,7 +932,11 @@ impl Timeline {
     /// in one step and leaves the same rows as the snapshot of its `revision`; a patch to
     /// a revision not above the held one is ignored ([`IgnoreReason::StaleRevision`]); a
     /// patch from another base is ignored ([`IgnoreReason::BaseMismatch`]) and the next
-    /// snapshot heals. A patch in a higher epoch asks for the latest window, like a
+    /// snapshot heals; when none comes within [`LIVE_GAP_WAIT`],
+    /// [`Timeline::handle_timeout`] loads the latest window
+    /// ([`LoadReason::MissedUpdate`]). The embedding may also tell the host that the
+    /// recipient lost its base, so its next update is whole (the host's
+    /// `LiveHub::report_lost`). A patch in a higher epoch asks for the latest window, like a
     /// snapshot would; a lower epoch is stale. A removal of a row the held revision does
     /// not have (or an append to a row without text) means the held revision differs
     /// from the host's: nothing is applied and the latest window is requested
@@ -862,13 +954,17 @@ impl Timeline {
         if let Err(e) = patch.validate() {
             return Outcome::Failed(LoadFailure::Malformed(e));
         }
+        let version = (patch.settlement_epoch, patch.revision);
         if self.paging.newer_cursor.is_some() {
+            self.note_offer(version, None);
             return Outcome::Ignored(IgnoreReason::PastPage);
         }
         let Some(held) = &self.overlay else {
+            self.note_offer(version, None);
             return Outcome::Ignored(IgnoreReason::NotLoaded);
         };
         if patch.settlement_epoch > held.epoch {
+            self.note_offer(version, None);
             return self.require_reload(LoadReason::EpochAdvanced, now);
         }
         if patch.settlement_epoch < held.epoch {
@@ -878,6 +974,12 @@ impl Timeline {
             return Outcome::Ignored(IgnoreReason::StaleRevision);
         }
         if patch.base_revision != held.revision {
+            // An update was lost on the way. The next whole snapshot heals; unless one
+            // comes within LIVE_GAP_WAIT, the latest window is loaded.
+            self.note_offer(version, None);
+            if let Some(b) = &mut self.behind {
+                b.due_by(now.saturating_add(LIVE_GAP_WAIT));
+            }
             return Outcome::Ignored(IgnoreReason::BaseMismatch);
         }
         let appendable = |k: &BlockKey| {
@@ -891,6 +993,7 @@ impl Timeline {
             return self.require_reload(LoadReason::RevisionConflict, now);
         }
         self.apply_patch(patch);
+        self.settle_behind();
         Outcome::Applied
     }
 
@@ -901,7 +1004,7 @@ impl Timeline {
         answer: Result<OlderPage, LoadFailure>,
         now: Millis,
     ) -> Outcome {
-        let cursor = match self.take_request(tag, |k| match k {
+        let cursor = match self.take_request(tag, |f| match &f.kind {
             RequestKind::Older { cursor } => Some(cursor.clone()),
             _ => None,
         }) {
@@ -946,21 +1049,38 @@ impl Timeline {
     /// Applies an anchored-load answer (TL-12): a `link` or `row` answer opens a window
     /// (a page in the past when it carries `newerCursor`); a `newer` answer appends the
     /// rows after the page, and leaves the past when it carries no `newerCursor`.
+    ///
+    /// Answers are tied to the request that is current, whatever order they come in: an
+    /// answer to a place asked for before a newer place (or before a window that already
+    /// shows) is [`IgnoreReason::Superseded`] and the newer place stays; a `newer` answer
+    /// is taken only while the page whose `newerCursor` it was asked with still shows.
+    /// When the answer brings the present back and the live path offered a newer overlay
+    /// meanwhile, the latest window is loaded again at once (through
+    /// [`Timeline::poll_timeout`], since this call takes no `now`).
     pub fn handle_anchored(
         &mut self,
         tag: &RequestTag,
         answer: Result<TimelineWindow, LoadFailure>,
     ) -> Outcome {
-        let anchor = match self.take_request(tag, |k| match k {
-            RequestKind::Anchored { anchor } => Some(anchor.clone()),
+        let (anchor, issued) = match self.take_request(tag, |f| match &f.kind {
+            RequestKind::Anchored { anchor } => Some((anchor.clone(), f.issued)),
             _ => None,
         }) {
-            Ok(anchor) => anchor,
+            Ok(taken) => taken,
             Err(reason) => return Outcome::Ignored(reason),
         };
-        if !anchor.opens_a_place() && self.paging.newer_cursor.is_none() {
+        let current = match &anchor {
             // Newer rows for a page in the past that is no longer shown (the present came
-            // back meanwhile): taking them would put the present back in the past.
+            // back, or another place opened): taking them would put the present back in
+            // the past, or leave a gap after the other page.
+            Anchor::Newer { token } => self.paging.newer_cursor.as_ref() == Some(token),
+            // A place asked for before a newer place, or before a window that shows.
+            Anchor::Link { .. } | Anchor::Row { .. } => {
+                tag.request >= self.newest_place_request
+                    && tag.request >= self.newest_window_request
+            }
+        };
+        if !current {
             return Outcome::Ignored(IgnoreReason::Superseded);
         }
         let window = match answer.and_then(|w| {
@@ -971,24 +1091,35 @@ impl Timeline {
             Ok(w) => w,
             Err(failure) => return Outcome::Failed(failure),
         };
-        if anchor.opens_a_place() {
+        let outcome = if anchor.opens_a_place() {
             let (row, notice) = (window.anchor_row.clone(), window.anchor_notice.clone());
             let outcome = if window.newer_cursor.is_some() {
-                self.apply_past_page(window)
+                self.apply_past_page(window, tag.request)
             } else {
                 self.apply_present_window(window, tag.request)
             };
-            self.paging.anchor_row = row;
-            self.paging.anchor_notice = notice;
+            if outcome == Outcome::Applied {
+                self.paging.anchor_row = row;
+                self.paging.anchor_notice = notice;
+            }
             outcome
         } else {
             self.apply_newer_rows(window)
+        };
+        if self.paging.newer_cursor.is_none() && self.behind.is_some() {
+            // The present shows: catch up with what the live path offered, at once.
+            self.settle_behind();
+            if let Some(b) = &mut self.behind {
+                b.due_by(issued);
+            }
         }
+        outcome
     }
 
     /// Handles every deadline that passed: a load that timed out fails (and a latest
     /// window is retried), a retry that is due is sent, a receipt that did not come in
-    /// time is reported. A deadline passes when `now` reaches it. Safe to call early or
+    /// time is reported, a client still behind a live version it was offered loads the
+    /// latest window. A deadline passes when `now` reaches it. Safe to call early or
     /// twice.
     pub fn handle_timeout(&mut self, now: Millis) {
         for (op, p) in self.pending.iter_mut() {
@@ -1023,15 +1154,31 @@ impl Timeline {
                 self.request_latest(LoadReason::Retry(retry), retry, now);
             }
         }
+        if let Some(b) = self
+            .behind
+            .as_mut()
+            .filter(|b| b.due.is_some_and(|d| d <= now))
+        {
+            // Nothing brought the client up to the version it was offered: load the
+            // latest window (unless one is on its way; its landing catches up).
+            b.due = None;
+            self.catch_up(now);
+        }
     }
 
     // ----- internals -------------------------------------------------------------------
 
-    fn tag_for(&mut self, kind: RequestKind, deadline: Millis) -> Option<RequestTag> {
+    fn tag_for(&mut self, kind: RequestKind, now: Millis, wait: Millis) -> Option<RequestTag> {
         let target = self.target.clone()?;
         self.next_request += 1;
-        self.in_flight
-            .insert(self.next_request, InFlight { kind, deadline });
+        self.in_flight.insert(
+            self.next_request,
+            InFlight {
+                kind,
+                issued: now,
+                deadline: now.saturating_add(wait),
+            },
+        );
         Some(RequestTag {
             target,
             generation: self.generation,
@@ -1040,8 +1187,7 @@ impl Timeline {
     }
 
     fn request_latest(&mut self, reason: LoadReason, retry: u32, now: Millis) {
-        let deadline = now.saturating_add(INITIAL_LOAD_TIMEOUT);
-        if let Some(tag) = self.tag_for(RequestKind::Latest { retry }, deadline) {
+        if let Some(tag) = self.tag_for(RequestKind::Latest { retry }, now, INITIAL_LOAD_TIMEOUT) {
             let page_size = self.latest_page_size();
             self.effects.push_back(Effect::LoadLatestWindow {
                 tag,
@@ -1063,13 +1209,18 @@ impl Timeline {
         // An anchored load is a `run.chatLoad` (or `run.chatLoadThread`) with an anchor:
         // the phone waits for it as long as for any load of those methods, longer than
         // the host's 95-second dispatch cap.
-        let deadline = now.saturating_add(INITIAL_LOAD_TIMEOUT);
+        let opens_a_place = anchor.opens_a_place();
         if let Some(tag) = self.tag_for(
             RequestKind::Anchored {
                 anchor: anchor.clone(),
             },
-            deadline,
+            now,
+            INITIAL_LOAD_TIMEOUT,
         ) {
+            if opens_a_place {
+                // A newer jump supersedes every place asked for before it (TL-12).
+                self.newest_place_request = tag.request;
+            }
             self.effects.push_back(Effect::LoadAnchored {
                 tag,
                 anchor,
@@ -1090,13 +1241,102 @@ impl Timeline {
         Outcome::ReloadRequired(reason)
     }
 
+    /// Keeps a version the live path offered and the client did not take, when it is
+    /// newer than the held overlay (with the whole snapshot, when it was one).
+    fn note_offer(&mut self, version: (u64, u64), snapshot: Option<LiveOverlay>) {
+        if self.overlay_version().is_some_and(|held| version <= held) {
+            return;
+        }
+        match &mut self.behind {
+            Some(b) => b.offer(version, snapshot),
+            None => {
+                self.behind = Some(Behind {
+                    version,
+                    snapshot,
+                    due: None,
+                })
+            }
+        }
+    }
+
+    /// Takes what can be taken of a version the live path offered (TL-06): while the
+    /// present shows, a kept snapshot in the held epoch and newer than the held revision
+    /// replaces the overlay, as it would have had it come after the window; a kept
+    /// snapshot of a higher epoch waits for a window of that epoch. Once the held
+    /// overlay is as new as the offered version, nothing is behind.
+    fn settle_behind(&mut self) {
+        if self.paging.newer_cursor.is_some() {
+            return;
+        }
+        let Some(held) = self.overlay_version() else {
+            return;
+        };
+        let Some(b) = self.behind.as_mut() else {
+            return;
+        };
+        match b.snapshot.take() {
+            Some(s) if s.settlement_epoch == held.0 && s.revision > held.1 => {
+                self.replace_overlay(s);
+            }
+            Some(s) if s.settlement_epoch > held.0 => b.snapshot = Some(s),
+            _ => {}
+        }
+        let held = self.overlay_version();
+        if self
+            .behind
+            .as_ref()
+            .is_some_and(|b| held.is_some_and(|h| h >= b.version))
+        {
+            self.behind = None;
+        }
+    }
+
+    /// A client still behind a version it was offered, once its window of the present
+    /// landed (or an answer was refused, or a refused patch's wait ran out), loads the
+    /// latest window again: at once, because the host saved that version before it sent
+    /// it, so a window asked for now carries it. Not while a latest window is on its way
+    /// or due (its landing catches up), a page in the past shows (the present comes back
+    /// with a `newer` answer) or loading failed ([`Timeline::recover`] loads).
+    fn catch_up(&mut self, now: Millis) {
+        self.settle_behind();
+        let (Some(offered), Some(held)) = (
+            self.behind.as_ref().map(|b| b.version),
+            self.overlay_version(),
+        ) else {
+            return;
+        };
+        if self.paging.newer_cursor.is_some()
+            || !matches!(self.load, LoadState::Ready)
+            || self.latest_pending()
+        {
+            return;
+        }
+        let reason = if offered.0 > held.0 {
+            LoadReason::EpochAdvanced
+        } else {
+            LoadReason::MissedUpdate
+        };
+        // Asked once: an offer that comes while this load travels is kept anew.
+        self.behind = None;
+        self.request_latest(reason, 0, now);
+    }
+
+    /// True while a latest window is on its way or a retry of one is due.
+    fn latest_pending(&self) -> bool {
+        self.retry_at.is_some()
+            || self
+                .in_flight
+                .values()
+                .any(|f| matches!(f.kind, RequestKind::Latest { .. }))
+    }
+
     /// Takes the request `tag` answers when `pick` accepts its kind. A request of
     /// another kind is left exactly as it was (its deadline included) and the answer is
     /// refused as [`IgnoreReason::Misrouted`].
     fn take_request<T>(
         &mut self,
         tag: &RequestTag,
-        pick: impl FnOnce(&RequestKind) -> Option<T>,
+        pick: impl FnOnce(&InFlight) -> Option<T>,
     ) -> Result<T, IgnoreReason> {
         if self.target.as_ref() != Some(&tag.target) || tag.generation != self.generation {
             return Err(IgnoreReason::StaleTarget);
@@ -1105,7 +1345,7 @@ impl Timeline {
             .in_flight
             .get(&tag.request)
             .ok_or(IgnoreReason::NotInFlight)?;
-        let taken = pick(&f.kind).ok_or(IgnoreReason::Misrouted)?;
+        let taken = pick(f).ok_or(IgnoreReason::Misrouted)?;
         self.in_flight.remove(&tag.request);
         Ok(taken)
     }
@@ -1233,7 +1473,8 @@ impl Timeline {
         Outcome::Applied
     }
 
-    fn apply_past_page(&mut self, w: TimelineWindow) -> Outcome {
+    fn apply_past_page(&mut self, w: TimelineWindow, request: u64) -> Outcome {
+        self.newest_window_request = request;
         self.history = w.blocks.into_iter().map(|b| (b.key(), b)).collect();
         self.paging.oldest_cursor = w.oldest_cursor;
         self.paging.window_revision = w.window_revision;
