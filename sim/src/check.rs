@@ -122,27 +122,10 @@ pub enum Known {
     /// `Canceled`, is held with no text at all; the seed gives it "The active run
     /// stopped before this message reached the agent. Review and send it again."
     HeldWithoutReason,
-    /// timeline-core: a live update with a higher settlement epoch that arrives while a
-    /// latest window is on its way is dropped ("one is already on its way"); when that
-    /// window was built before the epoch rose, the client keeps the older epoch until
-    /// the next write.
-    EpochRaceDropped,
-    /// timeline-core: the answers of two jumps (anchored loads that open a place) came
-    /// out of order, and the older request's page in the past replaced the newer one's
-    /// (a place answer is never superseded); `newer` loads made from the first page's
-    /// token then append rows after the other page (a `newer` answer is not tied to the
-    /// page shown), leaving a gap in the history the client shows.
-    PlacesOutOfOrder,
-    /// timeline-core and the host's API: a client was brought a newer overlay than the
-    /// one it keeps and did not take it: a snapshot that came before its first window
-    /// (`NotLoaded`: "the load in flight brings a complete state", but the load was
-    /// answered before the write), or a patch from a base it never took
-    /// (`BaseMismatch`), which the hub cannot be told of (`LiveHub::report_lost` is not
-    /// reachable through the `Host`). It keeps the older overlay until the next write.
-    NewerUpdateDropped,
-    /// overlay-core: a relay event lost after a run's last repair tick (or while no run
-    /// is active) is never sent again; the phone shows the older overlay until the next
-    /// write or a reload.
+    /// overlay-core, the seed's rule: relay repair runs "every 5 seconds while a run is
+    /// active", so a relay event lost after a run's last repair tick (or while no run is
+    /// active) is never sent again; the phone shows the older overlay until the next
+    /// write, a reconnect or a reload (checked: it heals on reload).
     RelayLossUnrepaired,
     /// outbox-core: a submit that renumbers the queue also moves the entry that is out
     /// (sending or accepted); every answer for it is then applied only to an entry equal
@@ -184,9 +167,6 @@ impl Known {
     pub fn name(self) -> &'static str {
         match self {
             Known::HeldWithoutReason => "held-without-reason",
-            Known::EpochRaceDropped => "epoch-race-dropped",
-            Known::NewerUpdateDropped => "newer-update-dropped",
-            Known::PlacesOutOfOrder => "places-out-of-order",
             Known::RelayLossUnrepaired => "relay-loss-unrepaired",
             Known::RenumberedWhileOut => "renumbered-while-out",
             Known::StrandedAfterFailedWrite => "stranded-after-failed-write",
@@ -200,9 +180,6 @@ impl Known {
     /// Every known issue.
     pub const ALL: &'static [Known] = &[
         Known::HeldWithoutReason,
-        Known::EpochRaceDropped,
-        Known::NewerUpdateDropped,
-        Known::PlacesOutOfOrder,
         Known::RelayLossUnrepaired,
         Known::RenumberedWhileOut,
         Known::StrandedAfterFailedWrite,
@@ -809,9 +786,8 @@ impl World {
     }
 
     /// Why client `c` may be behind, when the cause is a known issue: its overlay is
-    /// older than the host's, and either it was brought a higher epoch and dropped it
-    /// (timeline-core), or it is a phone the relay never brought the newest version to
-    /// (overlay-core).
+    /// older than the host's, and it is a phone the relay never brought the newest
+    /// version to (overlay-core).
     fn known_cause(&mut self, c: usize) -> Option<Known> {
         let session = self.clients[c].session.clone();
         let target = timeline_core::TargetId::main(&session);
@@ -822,21 +798,14 @@ impl World {
             .flatten()
             .map_or((0, 0), |o| (o.settlement_epoch, o.revision));
         let client = &self.clients[c];
-        if client.places_out_of_order {
-            return Some(Known::PlacesOutOfOrder);
-        }
         let held = client.timeline.overlay_version()?;
         if held >= host {
             return None;
         }
-        match client.offered {
-            Some(o) if o.0 > held.0 => Some(Known::EpochRaceDropped),
-            Some(o) if o > held => Some(Known::NewerUpdateDropped),
-            _ if client.kind == Kind::Phone && client.relay_lost.is_some() => {
-                Some(Known::RelayLossUnrepaired)
-            }
-            _ => None,
-        }
+        // A client that was offered the newer version must have taken it.
+        let offered = client.offered.is_some_and(|o| o > held);
+        (client.kind == Kind::Phone && client.relay_lost.is_some() && !offered)
+            .then_some(Known::RelayLossUnrepaired)
     }
 
     fn check_views(&mut self) {

@@ -62,8 +62,6 @@ pub struct Client {
     pub offered: Option<(u64, u64)>,
     /// The newest request whose answer opened a place (an anchored window).
     pub placed: Option<u64>,
-    /// An answer opening a place was applied after the answer of a newer request.
-    pub places_out_of_order: bool,
     /// Phones: the newest overlay version the relay dropped on its way to it, until an
     /// event at least that new reaches it.
     pub relay_lost: Option<(u64, u64)>,
@@ -88,7 +86,6 @@ impl Client {
             replays: 0,
             offered: None,
             placed: None,
-            places_out_of_order: false,
             relay_lost: None,
         }
     }

@@ -632,12 +632,21 @@ impl World {
                     .handle_anchored(&tag, w.map_err(|_| LoadFailure::Unavailable));
                 if opens && o == timeline_core::timeline::Outcome::Applied {
                     // An answer to an older place request applied after a newer one's.
-                    if client.placed.is_some_and(|p| p > tag.request) {
-                        client.places_out_of_order = true;
-                    }
+                    let out_of_order = client.placed.is_some_and(|p| p > tag.request);
                     client.placed = Some(client.placed.map_or(tag.request, |p| p.max(tag.request)));
+                    self.log(|| format!("  {o:?}"));
+                    if out_of_order {
+                        self.violate(
+                            Invariant::ViewDiffers,
+                            format!(
+                                "client {c} applied the answer of place request {} after a newer one's",
+                                tag.request
+                            ),
+                        );
+                    }
+                } else {
+                    self.log(|| format!("  {o:?}"));
                 }
-                self.log(|| format!("  {o:?}"));
             }
             (Asked::Older(tag), Reply::OlderPage(p)) => {
                 self.stats.loads += 1;
