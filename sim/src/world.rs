@@ -627,9 +627,11 @@ impl World {
                 let opens = w
                     .as_ref()
                     .is_ok_and(|w| w.anchor_row.is_some() || w.anchor_notice.is_some());
-                let o = client
-                    .timeline
-                    .handle_anchored(&tag, w.map_err(|_| LoadFailure::Unavailable));
+                let o = client.timeline.handle_anchored(
+                    &tag,
+                    w.map_err(|_| LoadFailure::Unavailable),
+                    now,
+                );
                 if opens && o == timeline_core::timeline::Outcome::Applied {
                     // An answer to an older place request applied after a newer one's.
                     let out_of_order = client.placed.is_some_and(|p| p > tag.request);

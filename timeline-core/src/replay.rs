@@ -253,12 +253,13 @@ impl ConversationClient {
         self.rebuild.as_ref().map(|r| r.deadline)
     }
 
-    /// A rebuild whose last chunk never came is dropped; a new replay is requested.
-    pub fn handle_timeout(&mut self, now: Millis) -> Option<ReplayOutcome> {
+    /// A rebuild whose last chunk never came is dropped
+    /// ([`ReplayProblem::MissingLastChunk`]); a new replay is requested
+    /// ([`ClientEffect::RequestReplay`] from [`ConversationClient::poll_effect`]).
+    pub fn handle_timeout(&mut self, now: Millis) {
         if self.rebuild.as_ref().is_some_and(|r| r.deadline <= now) {
-            return Some(self.abandon(ReplayProblem::MissingLastChunk));
+            self.abandon(ReplayProblem::MissingLastChunk);
         }
-        None
     }
 
     fn abandon(&mut self, why: ReplayProblem) -> ReplayOutcome {

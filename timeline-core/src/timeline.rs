@@ -391,8 +391,6 @@ enum RequestKind {
 #[derive(Clone, Debug)]
 struct InFlight {
     kind: RequestKind,
-    /// When it was asked for.
-    issued: Millis,
     deadline: Millis,
 }
 
@@ -1055,15 +1053,16 @@ impl Timeline {
     /// shows) is [`IgnoreReason::Superseded`] and the newer place stays; a `newer` answer
     /// is taken only while the page whose `newerCursor` it was asked with still shows.
     /// When the answer brings the present back and the live path offered a newer overlay
-    /// meanwhile, the latest window is loaded again at once (through
-    /// [`Timeline::poll_timeout`], since this call takes no `now`).
+    /// meanwhile, the latest window is loaded again at once (due at `now`, through
+    /// [`Timeline::poll_timeout`]).
     pub fn handle_anchored(
         &mut self,
         tag: &RequestTag,
         answer: Result<TimelineWindow, LoadFailure>,
+        now: Millis,
     ) -> Outcome {
-        let (anchor, issued) = match self.take_request(tag, |f| match &f.kind {
-            RequestKind::Anchored { anchor } => Some((anchor.clone(), f.issued)),
+        let anchor = match self.take_request(tag, |f| match &f.kind {
+            RequestKind::Anchored { anchor } => Some(anchor.clone()),
             _ => None,
         }) {
             Ok(taken) => taken,
@@ -1110,7 +1109,7 @@ impl Timeline {
             // The present shows: catch up with what the live path offered, at once.
             self.settle_behind();
             if let Some(b) = &mut self.behind {
-                b.due_by(issued);
+                b.due_by(now);
             }
         }
         outcome
@@ -1175,7 +1174,6 @@ impl Timeline {
             self.next_request,
             InFlight {
                 kind,
-                issued: now,
                 deadline: now.saturating_add(wait),
             },
         );

@@ -290,7 +290,7 @@ fn anchored(t: &mut Timeline, host: &mut SimHost, anchor: Anchor) -> Outcome {
         other => panic!("{other:?}"),
     };
     let answer = host.anchored(&anchor).unwrap();
-    t.handle_anchored(&tag, Ok(answer))
+    t.handle_anchored(&tag, Ok(answer), Millis(10))
 }
 
 /// Seed case 7: follow a link to a row older than the newest window, then the link back;
@@ -380,7 +380,10 @@ fn seed_case_7_newer_loads_join_without_gap_or_overlap() {
             }
             other => panic!("{other:?}"),
         };
-        assert_eq!(t.handle_anchored(&tag.0, Ok(tag.1)), Outcome::Applied);
+        assert_eq!(
+            t.handle_anchored(&tag.0, Ok(tag.1), Millis(20)),
+            Outcome::Applied
+        );
         loads += 1;
         assert!(loads < 10);
     }
@@ -431,7 +434,7 @@ fn seed_case_7_a_newer_load_answered_after_the_present_came_back_is_superseded()
     assert_eq!(t.row(&live_row).unwrap().origin, Origin::Live);
     let before: Vec<_> = t.rows().map(|r| (r.origin, r.block.clone())).collect();
     assert_eq!(
-        t.handle_anchored(&newer_tag, Ok(newer_answer)),
+        t.handle_anchored(&newer_tag, Ok(newer_answer), Millis(22)),
         Outcome::Ignored(IgnoreReason::Superseded)
     );
     let after: Vec<_> = t.rows().map(|r| (r.origin, r.block.clone())).collect();

@@ -288,7 +288,10 @@ fn an_update_offered_over_a_page_in_the_past_is_caught_up_with_when_the_present_
         let row = key(BlockType::AgentReply, "h-10");
         let (tag, _) = ask_anchored(&mut t, Anchor::row(&row));
         let page = host.anchored(&Anchor::row(&row)).unwrap();
-        assert_eq!(t.handle_anchored(&tag, Ok(page)), Outcome::Applied);
+        assert_eq!(
+            t.handle_anchored(&tag, Ok(page), Millis(100)),
+            Outcome::Applied
+        );
         let before = host.snapshot();
         let mut loads = 0;
         loop {
@@ -296,7 +299,10 @@ fn an_update_offered_over_a_page_in_the_past_is_caught_up_with_when_the_present_
             let (tag, anchor) = anchored_request(&effects(&mut t));
             let answer = host.anchored(&anchor).unwrap();
             if answer.newer_cursor.is_some() {
-                assert_eq!(t.handle_anchored(&tag, Ok(answer)), Outcome::Applied);
+                assert_eq!(
+                    t.handle_anchored(&tag, Ok(answer), Millis(20)),
+                    Outcome::Applied
+                );
                 loads += 1;
                 assert!(loads < 10);
                 continue;
@@ -310,7 +316,10 @@ fn an_update_offered_over_a_page_in_the_past_is_caught_up_with_when_the_present_
                 t.handle_live_patch(&s, p, Millis(21))
             };
             assert_eq!(outcome, Outcome::Ignored(IgnoreReason::PastPage));
-            assert_eq!(t.handle_anchored(&tag, Ok(answer)), Outcome::Applied);
+            assert_eq!(
+                t.handle_anchored(&tag, Ok(answer), Millis(21)),
+                Outcome::Applied
+            );
             assert_eq!(t.newer_cursor(), None);
             let version = (offered.settlement_epoch, offered.revision);
             if whole {
@@ -363,13 +372,13 @@ fn answers_to_two_jumps_out_of_order_keep_the_newer_place() {
             let (second, _) = ask_anchored(&mut t, Anchor::row(&b));
             let second_answer = host.anchored(&Anchor::row(&b)).unwrap();
             assert_eq!(
-                t.handle_anchored(&second, Ok(second_answer)),
+                t.handle_anchored(&second, Ok(second_answer), Millis(100)),
                 Outcome::Applied
             );
             let shown = full_rows(&t);
             let paging = t.newer_cursor().map(str::to_owned);
             assert_eq!(
-                t.handle_anchored(&first, Ok(first_answer)),
+                t.handle_anchored(&first, Ok(first_answer), Millis(100)),
                 Outcome::Ignored(IgnoreReason::Superseded),
                 "{mode:?} {newer}"
             );
@@ -395,17 +404,23 @@ fn a_newer_answer_for_a_page_that_no_longer_shows_is_refused() {
         let a = key(BlockType::AgentReply, "h-100");
         let (tag, _) = ask_anchored(&mut t, Anchor::row(&a));
         let page = host.anchored(&Anchor::row(&a)).unwrap();
-        assert_eq!(t.handle_anchored(&tag, Ok(page)), Outcome::Applied);
+        assert_eq!(
+            t.handle_anchored(&tag, Ok(page), Millis(100)),
+            Outcome::Applied
+        );
         assert!(t.load_newer(Millis(20)));
         let (newer_tag, anchor) = anchored_request(&effects(&mut t));
         let newer_answer = host.anchored(&anchor).unwrap();
         let b = key(BlockType::AgentReply, "h-10");
         let (tag, _) = ask_anchored(&mut t, Anchor::row(&b));
         let page = host.anchored(&Anchor::row(&b)).unwrap();
-        assert_eq!(t.handle_anchored(&tag, Ok(page)), Outcome::Applied);
+        assert_eq!(
+            t.handle_anchored(&tag, Ok(page), Millis(20)),
+            Outcome::Applied
+        );
         let shown = full_rows(&t);
         assert_eq!(
-            t.handle_anchored(&newer_tag, Ok(newer_answer)),
+            t.handle_anchored(&newer_tag, Ok(newer_answer), Millis(20)),
             Outcome::Ignored(IgnoreReason::Superseded),
             "{mode:?}"
         );
@@ -417,7 +432,10 @@ fn a_newer_answer_for_a_page_that_no_longer_shows_is_refused() {
             assert!(t.load_newer(Millis(30)));
             let (tag, anchor) = anchored_request(&effects(&mut t));
             let answer = host.anchored(&anchor).unwrap();
-            assert_eq!(t.handle_anchored(&tag, Ok(answer)), Outcome::Applied);
+            assert_eq!(
+                t.handle_anchored(&tag, Ok(answer), Millis(30)),
+                Outcome::Applied
+            );
             assert_contiguous(&t, &host);
             loads += 1;
             assert!(loads < 10);
@@ -445,7 +463,7 @@ fn the_newest_of_a_reload_and_a_jump_wins_whatever_order_they_are_answered_in() 
         Outcome::Applied
     );
     assert_eq!(
-        t.handle_anchored(&jump, Ok(page)),
+        t.handle_anchored(&jump, Ok(page), Millis(31)),
         Outcome::Ignored(IgnoreReason::Superseded)
     );
     assert_eq!(t.newer_cursor(), None, "the present stays");
@@ -457,7 +475,10 @@ fn the_newest_of_a_reload_and_a_jump_wins_whatever_order_they_are_answered_in() 
     let (w, _) = host.latest_window();
     let (jump, _) = ask_anchored(&mut t, Anchor::row(&row));
     let page = host.anchored(&Anchor::row(&row)).unwrap();
-    assert_eq!(t.handle_anchored(&jump, Ok(page)), Outcome::Applied);
+    assert_eq!(
+        t.handle_anchored(&jump, Ok(page), Millis(30)),
+        Outcome::Applied
+    );
     assert_eq!(
         t.handle_latest_window(&reload, Ok(w), Millis(31)),
         Outcome::Ignored(IgnoreReason::Superseded)
@@ -754,7 +775,7 @@ fn run_places(mode: ClientMode, steps: &[PlaceStep]) -> Result<(), TestCaseError
                         t.handle_latest_window(&tag, Ok(w), now);
                     }
                     Answer::Anchored(tag, w, place) => {
-                        let outcome = t.handle_anchored(&tag, Ok(w));
+                        let outcome = t.handle_anchored(&tag, Ok(w), now);
                         if place && outcome == Outcome::Applied {
                             // An answer to an older place never applies after a newer one's.
                             prop_assert!(

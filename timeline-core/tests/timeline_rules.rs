@@ -410,7 +410,7 @@ fn an_anchored_load_asks_for_40_rows_and_needs_exactly_one_of_row_and_notice() {
     both.anchor_row = Some(reply("a"));
     both.anchor_notice = Some("This row is not in the saved history.".into());
     assert_eq!(
-        t.handle_anchored(&tag, Ok(both)),
+        t.handle_anchored(&tag, Ok(both), Millis(1)),
         Outcome::Failed(LoadFailure::Malformed(ResponseError::AnchorFields))
     );
     t.load_anchored(Anchor::row(&reply("a")), Millis(1))
@@ -422,7 +422,7 @@ fn an_anchored_load_asks_for_40_rows_and_needs_exactly_one_of_row_and_notice() {
     let mut neither = window(vec![hist("a", 1)], overlay(1, 1, vec![]));
     neither.anchor_row = Some(reply("zzz"));
     assert_eq!(
-        t.handle_anchored(&tag, Ok(neither)),
+        t.handle_anchored(&tag, Ok(neither), Millis(1)),
         Outcome::Failed(LoadFailure::Malformed(ResponseError::AnchorRowMissing))
     );
 }
@@ -725,7 +725,10 @@ fn a_patch_for_another_target_before_a_window_or_over_a_past_page_is_ignored() {
         })
         .unwrap();
     past.anchor_row = Some(reply("h"));
-    assert_eq!(t.handle_anchored(&anchored, Ok(past)), Outcome::Applied);
+    assert_eq!(
+        t.handle_anchored(&anchored, Ok(past), Millis(1)),
+        Outcome::Applied
+    );
     assert_eq!(
         t.handle_live_patch(
             &target("s"),
@@ -1068,7 +1071,7 @@ fn answer(
         Kind::Anchored => {
             let row = host.history()[0].key();
             let w = host.anchored(&Anchor::row(&row)).unwrap();
-            t.handle_anchored(tag, Ok(w))
+            t.handle_anchored(tag, Ok(w), now)
         }
     }
 }

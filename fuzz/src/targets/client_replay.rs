@@ -199,7 +199,7 @@ impl World {
             }
             Op::Timeout => {
                 self.now = self.now.saturating_add(Millis(u64::from(s.u16()) * 16));
-                let _outcome = self.c.handle_timeout(self.now);
+                self.c.handle_timeout(self.now);
                 false
             }
         }

@@ -340,7 +340,7 @@ impl World {
                 let i = s.byte();
                 let answer = TimelineWindow::from_json(&s.text()).map_err(LoadFailure::Malformed);
                 if let Some(tag) = self.tag(Kind::Anchored, i) {
-                    let _outcome = self.t.handle_anchored(&tag, answer);
+                    let _outcome = self.t.handle_anchored(&tag, answer, self.now);
                 }
             }
             Op::LatestBuilt => {
@@ -361,7 +361,7 @@ impl World {
                 let i = s.byte();
                 let answer = as_wire_window(&built_window(s));
                 if let Some(tag) = self.tag(Kind::Anchored, i) {
-                    let _outcome = self.t.handle_anchored(&tag, answer);
+                    let _outcome = self.t.handle_anchored(&tag, answer, self.now);
                 }
             }
             Op::LiveRaw => {
@@ -413,7 +413,7 @@ impl World {
                     let _outcome = match kind {
                         Kind::Latest => self.t.handle_latest_window(&tag, Err(failure), self.now),
                         Kind::Older => self.t.handle_older_page(&tag, Err(failure), self.now),
-                        Kind::Anchored => self.t.handle_anchored(&tag, Err(failure)),
+                        Kind::Anchored => self.t.handle_anchored(&tag, Err(failure), self.now),
                     };
                 }
             }
