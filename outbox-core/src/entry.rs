@@ -41,8 +41,10 @@
 //! | [`mark_confirming`](EntryState::mark_confirming) | `Ready`, `Held` | `Sending`, notice kept | a turn accepted an earlier attempt: history first (OB-08) |
 //! | [`accept`](EntryState::accept) | `Sending`, `Accepted` | `Accepted` | an accepted steer or turn (OB-08) |
 //! | [`defer`](EntryState::defer) | `Sending` | `Ready` with the reason, `Held` for a dedicated replay | deferred (OB-08) |
-//! | [`hold`](EntryState::hold) | any | `Held` with the error, hold reason kept, acceptance dropped | canceled, proven unadmitted, unconfirmed, model changed, failed sending write, stopped before delivery (OB-08, OB-09, OB-11, OB-15) |
-//! | [`pause_for_reopen`](EntryState::pause_for_reopen) | `Ready`, `Held` | `Held`, nothing else changed | the reopen check reads history (OB-12) |
+//! | [`hold`](EntryState::hold) | any | `Held` with the error, hold reason kept, acceptance dropped | proven unadmitted, unconfirmed, model changed, failed sending write, stopped before delivery (OB-08, OB-09, OB-11, OB-15) |
+//! | [`cancel`](EntryState::cancel) | any | `Held` with no error and [`CANCELED_TEXT`] as hold reason, acceptance dropped | canceled (OB-08) |
+//! | [`pause_for_reopen`](EntryState::pause_for_reopen) | `Ready`, `Held` | `Held`, nothing else changed | an unconfirmed entry sent again reads history first (OB-08, OB-12) |
+//! | [`await_reopen_check`](EntryState::await_reopen_check) | `Ready`, `Held` | `Held` with [`REOPEN_CHECK_TEXT`] as hold reason, an error kept | the reopen check of a canceled send reads history (OB-12) |
 //! | [`release`](EntryState::release) | `Ready`, `Held` | `Ready`, notice cleared | send now (OB-11), reopened (OB-12) |
 //! | [`resubmit`](EntryState::resubmit) | `Ready`, `Held` | `Ready`, notice cleared, unless an error is shown | queue, then send now (OB-04) |
 //! | [`request_handoff`](EntryState::request_handoff) | `Accepted` without a mark | `HandingOff` | stop and send now requested (OB-13) |
@@ -87,9 +89,21 @@ use crate::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId, TurnI
 /// The hold text after an uncertain send whose history read did not find the message
 /// (OB-08, OB-10).
 pub const UNCONFIRMED_TEXT: &str = "The desktop could not confirm whether this message reached the agent. Check the timeline before sending it again.";
-/// The text of an accepted steer that a stop returned (OB-15).
+/// The text of an accepted steer that its run did not take before it ended, whether a
+/// stop ended it or not (OB-11, OB-15).
 pub const STOPPED_BEFORE_DELIVERY_TEXT: &str =
     "The active run stopped before this message reached the agent. Review and send it again.";
+/// The hold reason of a send the agent answered canceled (OB-08): the seed's meaning of
+/// the canceled status. It is a hold reason, not an error: the seed returns a canceled
+/// send "with autoDrain off and no error".
+pub const CANCELED_TEXT: &str = "The run was stopped before the message was confirmed.";
+/// The hold reason while the reopen check reads the agent's history before a canceled
+/// message that a turn accepted goes out again (OB-12). The seed has no text for this
+/// wait; the entry shows it so that a check cut short (the host stopped) never leaves it
+/// waiting without a reason, and custody resumes the check when it reads the outbox
+/// again.
+pub const REOPEN_CHECK_TEXT: &str =
+    "Checking the agent's history before this message is sent again.";
 /// A second start in a session with an active run (OB-14).
 pub const RUN_IN_PROGRESS_TEXT: &str =
     "Chat send already in progress for this session. Please wait or stop current run.";
@@ -750,13 +764,38 @@ impl EntryState {
     }
 
     /// Back in the queue for the user, showing `error` (OB-08, OB-09, OB-11, OB-15): a
-    /// canceled or proven unadmitted attempt, an unconfirmed send, a changed model, a
-    /// failed sending write, a steer its stopped run did not take. A hold reason and the
-    /// stop-and-send-now mark stay (a requested hand-off keeps its mark); a queued entry
-    /// holds no acceptance, so what a turn accepted stays only in the ledger (the reopen
-    /// check reads it there). Applies to every state.
+    /// proven unadmitted attempt, an unconfirmed send, a changed model, a failed sending
+    /// write, a steer its run did not take. A hold reason and the stop-and-send-now mark
+    /// stay (a requested hand-off keeps its mark); a queued entry holds no acceptance, so
+    /// what a turn accepted stays only in the ledger (the reopen check reads it there).
+    /// Applies to every state.
     pub fn hold(&self, error: Option<String>) -> EntryState {
-        let (hold_reason, handoff) = match self {
+        let (hold_reason, handoff) = self.kept_when_held();
+        EntryState::Held {
+            notice: Notice { error, hold_reason },
+            handoff,
+        }
+    }
+
+    /// The agent answered the attempt canceled (OB-08): back in the queue for the user
+    /// with auto-drain off and no error, showing [`CANCELED_TEXT`] as its hold reason so
+    /// the user sees why it waits. The stop-and-send-now mark stays, as with
+    /// [`EntryState::hold`]. Applies to every state.
+    pub fn cancel(&self) -> EntryState {
+        let (_, handoff) = self.kept_when_held();
+        EntryState::Held {
+            notice: Notice {
+                error: None,
+                hold_reason: Some(CANCELED_TEXT.to_owned()),
+            },
+            handoff,
+        }
+    }
+
+    /// What an entry held for the user keeps: its hold reason and its mark (a requested
+    /// hand-off keeps its mark).
+    fn kept_when_held(&self) -> (Option<String>, Option<Handoff>) {
+        match self {
             EntryState::Ready { notice, handoff }
             | EntryState::Held { notice, handoff }
             | EntryState::Sending { notice, handoff } => {
@@ -766,10 +805,6 @@ impl EntryState {
             EntryState::HandingOff { acceptance } => {
                 (None, Some(Handoff::requested(acceptance.clone())))
             }
-        };
-        EntryState::Held {
-            notice: Notice { error, hold_reason },
-            handoff,
         }
     }
 
@@ -779,6 +814,21 @@ impl EntryState {
         let (notice, handoff) = self.queued_parts()?;
         Some(EntryState::Held {
             notice: notice.clone(),
+            handoff: handoff.clone(),
+        })
+    }
+
+    /// The drain found the operation canceled after a turn accepted it, so the reopen
+    /// check reads the agent's history before it goes out (OB-12): auto-drain off,
+    /// showing [`REOPEN_CHECK_TEXT`] as its hold reason; an error it shows stays. Queued
+    /// states only.
+    pub fn await_reopen_check(&self) -> Option<EntryState> {
+        let (notice, handoff) = self.queued_parts()?;
+        Some(EntryState::Held {
+            notice: Notice {
+                error: notice.error.clone(),
+                hold_reason: Some(REOPEN_CHECK_TEXT.to_owned()),
+            },
             handoff: handoff.clone(),
         })
     }
@@ -908,6 +958,18 @@ impl OutboxEntry {
             state,
             ..self.clone()
         }
+    }
+
+    /// True when this entry equals `snapshot` in everything but its place: a
+    /// renumbering of the queue moves an entry without changing its custody, so an
+    /// answer for the attempt `snapshot` was taken for still applies to it (OB-09).
+    pub(crate) fn same_but_position(&self, snapshot: &OutboxEntry) -> bool {
+        self.queue_id == snapshot.queue_id
+            && self.operation_id == snapshot.operation_id
+            && self.state == snapshot.state
+            && self.request == snapshot.request
+            && self.controls == snapshot.controls
+            && self.session_message == snapshot.session_message
     }
 }
 

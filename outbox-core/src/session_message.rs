@@ -115,6 +115,7 @@ impl<S: OutboxStore> Custody<S> {
         call: SessionMessageCall,
         now: Millis,
     ) -> Result<ToolResult, StoreError> {
+        self.saw(now);
         let Some(recipient) = call.recipient.clone().filter(|r| self.session(r).is_some()) else {
             return Ok(ToolResult::Error {
                 message: UNKNOWN_SESSION_TEXT.to_owned(),

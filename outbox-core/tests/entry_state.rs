@@ -9,6 +9,7 @@ use fixtures::strategies::{acceptance, entry_state, handoff};
 use outbox_core::entry::{
     Acceptance, Controls, EntryState, EntryStatus, Handoff, HandoffPhase, InvalidEntryState,
     MessageRequest, Notice, OutboxEntry, SessionMessageOrigin, StateFields, StoredEntry,
+    CANCELED_TEXT, REOPEN_CHECK_TEXT,
 };
 use outbox_core::ids::{OperationId, QueueId, SessionId};
 use outbox_core::store::memory::MemoryOutboxStore;
@@ -276,6 +277,23 @@ proptest! {
             f.error = error.clone();
             f.acceptance = None;
         }));
+        // Canceled (OB-08): held with no error and the seed's text as hold reason.
+        prop_assert_eq!(flags_of(&state.cancel()), edit(&f, |f| {
+            f.status = LegacyStatus::Queued;
+            f.auto_drain = false;
+            f.error = None;
+            f.hold_reason = Some(CANCELED_TEXT.to_owned());
+            f.acceptance = None;
+        }));
+        // The reopen check's wait (OB-12): held with its text, an error kept.
+        let checking = state.await_reopen_check();
+        prop_assert_eq!(checking.is_some(), queued);
+        if let Some(checking) = checking {
+            prop_assert_eq!(flags_of(&checking), edit(&f, |f| {
+                f.auto_drain = false;
+                f.hold_reason = Some(REOPEN_CHECK_TEXT.to_owned());
+            }));
+        }
         // The hold check of a session message.
         let held = state.hold_for_approval(text.clone());
         prop_assert_eq!(held.is_some(), queued);

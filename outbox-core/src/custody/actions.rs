@@ -20,6 +20,7 @@ impl<S: OutboxStore> Custody<S> {
         request: MessageRequest,
         now: Millis,
     ) -> Result<Receipt, ActionError> {
+        self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         let mut new = current.clone();
         new.operation_id = new_operation.clone();
@@ -58,6 +59,7 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
+        self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         if let Err(e) = self.store.remove_entry(session, queue_id) {
             self.forget(session);
@@ -82,6 +84,7 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
+        self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         // Held because custody could not confirm whether the agent has it: the agent's
         // history is read before it is sent again (found: sent; missing: sent now;

@@ -22,6 +22,7 @@ impl<S: OutboxStore> Custody<S> {
     /// Wakes both drain lanes of a session. A lane that is busy records a follow-up that
     /// its finishing pass runs, so no wake-up is lost.
     pub fn wake(&mut self, session: &SessionId, now: Millis) {
+        self.saw(now);
         self.pass(session, LaneKind::Normal, now);
         self.pass(session, LaneKind::Steer, now);
     }
@@ -323,9 +324,7 @@ impl<S: OutboxStore> Custody<S> {
                 // A turn accepted an earlier attempt and nothing settled it: read history
                 // instead of sending again.
                 let confirming = head.state.mark_confirming();
-                if let Some(state) =
-                    confirming.filter(|_| !self.reading(session, &head.operation_id))
-                {
+                if let Some(state) = confirming.filter(|_| !self.reading(session, &head)) {
                     let waiting = head.with_state(state);
                     self.read_after_replace(session, &head, waiting, ReadPurpose::Confirm)?;
                 }
@@ -335,7 +334,7 @@ impl<S: OutboxStore> Custody<S> {
                 // The reopen check (OB-12): a canceled attempt that a turn accepted is
                 // read from history first; one that no turn accepted reopens at once.
                 if l.acceptance.is_some() {
-                    if let Some(state) = head.state.pause_for_reopen() {
+                    if let Some(state) = head.state.await_reopen_check() {
                         let waiting = head.with_state(state);
                         self.read_after_replace(session, &head, waiting, ReadPurpose::Reopen)?;
                     }

@@ -54,7 +54,17 @@
 //!   deadline [`STORE_RETRY`] later, from [`Custody::poll_timeout`]. Every step is
 //!   idempotent (the ledger lattice, compare-and-set entry writes), so doing it again is
 //!   safe. The lane stays busy meanwhile: nothing else of that lane is sent until the
-//!   answer is recorded.
+//!   answer is recorded (or a newer attempt of the same message replaces it, which
+//!   frees the lane);
+//! - repairs the session at that deadline, as a restart does: a write reported as
+//!   failed may have been made (a lost commit reply), so the session is read again, and
+//!   every entry found out with nothing under way for it as it is now (no send in
+//!   flight, read or take-back pending, or answer kept for a retry that was taken for
+//!   the entry in this state) is confirmed from the agent's history, never sent again
+//!   blindly; a detached stop and send now whose run is gone goes on to its own turn,
+//!   and a reopen check whose read is not pending is asked again. The repair runs after
+//!   the answers due at the same moment, and what a run that still works accepted waits
+//!   for that run's end. Every write failure, a caller's included, schedules it.
 //!
 //! A failed hand-off write is the seed's "failed sending write": nothing is sent, and the
 //! entry is held with [`SENDING_WRITE_FAILED_TEXT`] (when even that cannot be written,
@@ -94,6 +104,33 @@
 //!   because sending again without the user is the one thing custody must never guess.
 //! - A run that fails to start (the registry's two texts) is told to the embedding as
 //!   [`Effect::RunRefused`]; the entry stays queued and drains when the run ends.
+//! - A send answered canceled returns "with autoDrain off and no error", as the seed
+//!   says, and shows the seed's meaning of canceled as its hold reason
+//!   ([`crate::entry::CANCELED_TEXT`]), so no held entry waits without a reason.
+//! - The stop's text ([`crate::entry::STOPPED_BEFORE_DELIVERY_TEXT`]) is given to every
+//!   message a run accepted and did not take before it ended, whether a stop ended it or
+//!   not: the agent said so, or the history read after the run does not hold it. A
+//!   steer whose `Accepted` arrives after its run ended is settled the same way, from
+//!   history.
+//! - A history read does not see a running turn's pending input. While the run a
+//!   message waits in (the run that accepted it, or the run a steer was sent to) works,
+//!   "missing" or "unreadable" proves nothing: the entry stays out, and the end of that
+//!   run settles it. A run works while the registry holds it, or, when the registry
+//!   does not (a run from before a restart), while the agent reports its activity
+//!   ([`Custody::touch_run`]) and has not ended it; one silent for
+//!   [`crate::runs::STALE_RUN_AFTER`] counts as gone, and what it accepted is confirmed
+//!   from history.
+//! - Stop and send now applies only while the turn that accepted the steer runs
+//!   ([`ActionError::NotAnAcceptedSteer`] otherwise). When that run ends before the
+//!   take-back is answered, the hand-off goes on without it: a steer the run did not
+//!   take (the agent said so, or its history does not hold it) is dedicated to its own
+//!   turn, with the acceptance revoked.
+//! - An answer matches its attempt's snapshot of the entry in everything but the
+//!   position: a submit that renumbers the queue moves the entries that are out, and
+//!   their answers still apply.
+//! - The reopen check of a canceled operation that a turn accepted shows
+//!   [`crate::entry::REOPEN_CHECK_TEXT`] while it reads history, and is asked again
+//!   when its read is lost with the host.
 //!
 //! # Drive loop
 //!
@@ -135,7 +172,7 @@ use crate::adapter::{Capabilities, DetachResult, HistoryRead, ProofKind, SendReq
 use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, OutboxEntry, StoredEntry};
 use crate::ids::{OperationId, QueueId, RunId, SessionId};
 use crate::ledger::{LedgerRecord, MemoryFallback};
-use crate::runs::{RunError, RunRegistry};
+use crate::runs::{RunError, RunRegistry, STALE_RUN_AFTER};
 use crate::store::{OutboxStore, RouteDelivery, StoreError};
 
 mod actions;
@@ -456,8 +493,12 @@ struct InFlight {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ReadPurpose {
-    /// After an uncertain send, a run end, or at start-up.
+    /// After an uncertain send, at start-up, or in the repair after a failed write.
     Confirm,
+    /// After the run that accepted the message (or that a steer was sent to) ended: the
+    /// turn is over, so a readable history without the message proves the run did not
+    /// take it (OB-11, OB-15).
+    Settle,
     /// Before reopening a canceled operation that had an acceptance.
     Reopen,
 }
@@ -511,14 +552,20 @@ enum Retry {
         session: SessionId,
         run: RunId,
         untaken: Vec<OperationId>,
-        stopped: bool,
     },
+    /// Read a session again and confirm every entry found out with nothing under way, as
+    /// a restart does: after a failed write, or when a run the registry does not hold
+    /// went silent.
+    Repair(SessionId),
 }
 
 impl Retry {
     fn session(&self) -> &SessionId {
         match self {
-            Retry::Wake(s) | Retry::Proof(s, _) | Retry::Settle { session: s, .. } => s,
+            Retry::Wake(s)
+            | Retry::Repair(s)
+            | Retry::Proof(s, _)
+            | Retry::Settle { session: s, .. } => s,
             Retry::Send(f, _) => &f.request.session,
             Retry::Read(p, _) => &p.session,
             Retry::TakeBack(t, _, _) => &t.session,
@@ -527,7 +574,7 @@ impl Retry {
 
     fn operation(&self) -> Option<&OperationId> {
         match self {
-            Retry::Wake(_) | Retry::Settle { .. } => None,
+            Retry::Wake(_) | Retry::Repair(_) | Retry::Settle { .. } => None,
             Retry::Proof(_, op) | Retry::TakeBack(_, op, _) => Some(op),
             Retry::Send(f, _) => Some(&f.request.operation_id),
             Retry::Read(p, _) => Some(&p.snapshot.operation_id),
@@ -560,6 +607,13 @@ pub struct Custody<S> {
     vetoes: BTreeSet<(SessionId, RunId)>,
     retries: Vec<(Millis, Retry)>,
     failures: BTreeMap<SessionId, StoreFailure>,
+    /// The latest time custody was given: a repair after a failed write is due
+    /// [`STORE_RETRY`] after it.
+    clock: Millis,
+    /// Runs the agent reports working that the registry does not hold (a run from
+    /// before a restart, or one the registry let go), with their latest activity. What
+    /// they accepted waits for their end, as with a registered run.
+    foreign_runs: BTreeMap<(SessionId, RunId), Millis>,
     stats: CustodyStats,
     uuids: Box<dyn FnMut() -> String + Send>,
     effects: VecDeque<Effect>,
@@ -605,6 +659,8 @@ impl<S: OutboxStore> Custody<S> {
             vetoes: BTreeSet::new(),
             retries: Vec::new(),
             failures: BTreeMap::new(),
+            clock: Millis(0),
+            foreign_runs: BTreeMap::new(),
             stats: CustodyStats::default(),
             uuids,
             effects: VecDeque::new(),
@@ -684,6 +740,7 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Every active run, after the stale reclaim (OB-14).
     pub fn active_runs(&mut self, now: Millis) -> Vec<(SessionId, RunId)> {
+        self.saw(now);
         for session in self.reclaim_stale(now) {
             self.wake_scope(&session, now);
         }
@@ -702,12 +759,11 @@ impl<S: OutboxStore> Custody<S> {
         let reclaimed = self.runs.reclaim_stale(now, &veto);
         let mut sessions = Vec::new();
         for (session, run) in reclaimed {
-            if let Err(error) = self.settle_run(&session, &run, &[], false, now) {
+            if let Err(error) = self.settle_run(&session, &run, &[], now) {
                 let work = Retry::Settle {
                     session: session.clone(),
                     run,
                     untaken: Vec::new(),
-                    stopped: false,
                 };
                 self.retry_later(work, error, now);
             }
@@ -745,16 +801,22 @@ impl<S: OutboxStore> Custody<S> {
             .flat_map(|w| w.callers.iter().map(|(_, d)| *d));
         let stop_retries = self.stops.values().filter_map(|w| w.retry_at);
         let retries = self.retries.iter().map(|(at, _)| *at);
+        let foreign = self
+            .foreign_runs
+            .values()
+            .map(|last| foreign_stale_at(*last));
         sends
             .chain(interrupts)
             .chain(callers)
             .chain(stop_retries)
             .chain(retries)
+            .chain(foreign)
             .min()
     }
 
     /// Handles every deadline that passed. Safe to call early or twice.
     pub fn handle_timeout(&mut self, now: Millis) {
+        self.saw(now);
         let expired: Vec<AttemptId> = self
             .in_flight
             .iter()
@@ -772,11 +834,27 @@ impl<S: OutboxStore> Custody<S> {
         }
         self.poll_interrupts(now);
         self.poll_stops(now);
+        // A run the agent stopped reporting is gone: what it accepted is confirmed from
+        // history, as in the repair after a failed write.
+        let gone: Vec<(SessionId, RunId)> = self
+            .foreign_runs
+            .iter()
+            .filter(|(_, last)| foreign_stale_at(**last) <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in gone {
+            self.foreign_runs.remove(&key);
+            self.run_answer(Retry::Repair(key.0), now);
+        }
         self.stop_cache.retain(|_, until| now < *until);
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
+        let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
             .into_iter()
             .partition(|(at, _)| *at <= now);
         self.retries = later;
+        // Repairs come last: the answers due with them are applied (or kept again)
+        // first, so a repair never confirms from history an entry an answer is about
+        // to settle.
+        due.sort_by_key(|(_, r)| matches!(r, Retry::Repair(_)));
         for (_, retry) in due {
             self.failures.remove(retry.session());
             self.run_answer(retry, now);
@@ -788,11 +866,15 @@ impl<S: OutboxStore> Custody<S> {
     /// Does `work`; on a store failure keeps it for [`STORE_RETRY`] later and tells the
     /// embedding.
     fn run_answer(&mut self, work: Retry, now: Millis) {
+        self.saw(now);
         let result = match work.clone() {
             Retry::Wake(session) => {
                 self.wake(&session, now);
                 Ok(())
             }
+            Retry::Repair(session) => self
+                .confirm_sending(&session)
+                .map(|()| self.wake(&session, now)),
             Retry::Send(f, result) => self.apply_send_result(*f, result, now),
             Retry::Read(p, read) => self.apply_history_read(*p, read, now),
             Retry::TakeBack(t, op, result) => self.apply_take_back(*t, &op, result, now),
@@ -801,9 +883,8 @@ impl<S: OutboxStore> Custody<S> {
                 session,
                 run,
                 untaken,
-                stopped,
             } => self
-                .settle_run(&session, &run, &untaken, stopped, now)
+                .settle_run(&session, &run, &untaken, now)
                 .map(|()| self.wake_scope(&session, now)),
         };
         if let Err(error) = result {
@@ -813,8 +894,12 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Records a store failure met while doing `work`, and keeps the work for later.
     fn retry_later(&mut self, work: Retry, error: StoreError, now: Millis) {
+        self.saw(now);
         let session = work.session().clone();
         let waking = matches!(&work, Retry::Wake(s) if self.retries.iter().any(|(_, r)| matches!(r, Retry::Wake(t) if t == s)));
+        // Forgetting the session schedules its repair, which is all a failed repair
+        // needs.
+        let repairing = matches!(&work, Retry::Repair(_));
         let retry_at = now.saturating_add(STORE_RETRY);
         self.forget(&session);
         let failure = StoreFailure {
@@ -826,21 +911,53 @@ impl<S: OutboxStore> Custody<S> {
         self.stats.store_failures += 1;
         self.failures.insert(session, failure.clone());
         self.effects.push_back(Effect::StoreFailed(failure));
-        if !waking {
+        if !waking && !repairing {
             self.retries.push((retry_at, work));
         }
     }
 
+    /// Custody was given `now`: the clock a repair after a failed write is timed by.
+    pub(crate) fn saw(&mut self, now: Millis) {
+        self.clock = self.clock.max(now);
+    }
+
+    /// True while `run` is the active run of `session`.
+    pub(crate) fn run_active(&self, session: &SessionId, run: &RunId) -> bool {
+        self.runs.active(session).is_some_and(|a| &a.run_id == run)
+    }
+
+    /// True while `run` works for `session`: the registry holds it, or the agent reports
+    /// it working and its end has not come. A message it accepted, or a steer sent to
+    /// it, is settled by its end.
+    pub(crate) fn run_working(&self, session: &SessionId, run: &RunId) -> bool {
+        self.run_active(session, run)
+            || self
+                .foreign_runs
+                .contains_key(&(session.clone(), run.clone()))
+    }
+
     /// A new attempt for (`session`, `op`) begins: answers of its older attempts that
     /// wait for a retry are dropped (counted as stale), so an old answer never lands on
-    /// the new attempt's entry, even when the two entries look the same.
+    /// the new attempt's entry, even when the two entries look the same. A dropped send
+    /// result frees the lane its attempt held; the new attempt's answer wakes the
+    /// session, so a wake-up that came meanwhile is not lost.
     fn supersede(&mut self, session: &SessionId, op: &OperationId) {
         let before = self.retries.len();
+        let mut freed = Vec::new();
         self.retries.retain(|(_, r)| {
             let answer = matches!(r, Retry::Send(..) | Retry::Read(..) | Retry::TakeBack(..));
-            !(answer && r.session() == session && r.operation() == Some(op))
+            let dropped = answer && r.session() == session && r.operation() == Some(op);
+            if let (true, Retry::Send(f, _)) = (dropped, r) {
+                freed.push(f.lane);
+            }
+            !dropped
         });
         self.stats.stale_answers += (before - self.retries.len()) as u64;
+        if let Some(lanes) = self.lanes.get_mut(session) {
+            for lane in freed {
+                lanes.get(lane).busy = false;
+            }
+        }
     }
 
     /// Settles a run's entries, or keeps that for later when the store fails.
@@ -849,7 +966,6 @@ impl<S: OutboxStore> Custody<S> {
         session: SessionId,
         run: RunId,
         untaken: Vec<OperationId>,
-        stopped: bool,
         now: Millis,
     ) {
         self.run_answer(
@@ -857,7 +973,6 @@ impl<S: OutboxStore> Custody<S> {
                 session,
                 run,
                 untaken,
-                stopped,
             },
             now,
         );
@@ -903,12 +1018,24 @@ impl<S: OutboxStore> Custody<S> {
         }
     }
 
-    /// Forgets what memory holds of `session` (after a failed or refused write).
+    /// Forgets what memory holds of `session` (after a failed or refused write), and
+    /// schedules its repair: a write reported as failed may have been made, so an entry
+    /// may be out in the store with nothing in flight. [`STORE_RETRY`] later the session
+    /// is read again and every such entry is confirmed from the agent's history, as a
+    /// restart does; it is never sent again blindly.
     pub(crate) fn forget(&mut self, session: &SessionId) {
         self.states.remove(session);
         let base = crate::ids::base_session(session);
         self.ledgers.retain(|(s, _), _| s != &base);
         self.outbox_sessions = None;
+        let scheduled = self
+            .retries
+            .iter()
+            .any(|(_, r)| matches!(r, Retry::Repair(s) if s == session));
+        if !scheduled {
+            let at = self.clock.saturating_add(STORE_RETRY);
+            self.retries.push((at, Retry::Repair(session.clone())));
+        }
     }
 
     fn forget_all(&mut self) {
@@ -966,6 +1093,14 @@ impl<S: OutboxStore> Custody<S> {
     fn has_outbox(&mut self, session: &SessionId) -> Result<bool, StoreError> {
         Ok(self.outbox_sessions()?.contains(session))
     }
+}
+
+/// When a run the registry does not hold counts as gone: [`STALE_RUN_AFTER`] after its
+/// latest activity, as the stale reclaim has it for a registered run (OB-14).
+fn foreign_stale_at(last_activity: Millis) -> Millis {
+    last_activity
+        .saturating_add(STALE_RUN_AFTER)
+        .saturating_add(Millis(1))
 }
 
 /// The first attempt number of a machine whose first UUID is `uuid`: its FNV-1a hash in

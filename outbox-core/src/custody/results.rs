@@ -13,7 +13,8 @@ use super::{
 };
 use crate::adapter::{HistoryRead, ProofKind, SendKind, SendResult};
 use crate::entry::{
-    HandoffPhase, OutboxEntry, StoredEntry, STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
+    Controls, EntryState, HandoffPhase, OutboxEntry, SendMode, StoredEntry, REOPEN_CHECK_TEXT,
+    STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
 };
 use crate::ids::{base_session, OperationId, RunId, SessionId};
 use crate::ledger::{reopen, LedgerRecord, LedgerStatus};
@@ -44,21 +45,29 @@ impl<S: OutboxStore> Custody<S> {
             SendKind::Start { run } => Some(run.clone()),
             SendKind::Steer { .. } => None,
         };
+        // The entry as it went sending; a renumbering of the queue may have moved it.
         let current = self
             .entry(&session, &f.snapshot.queue_id)?
-            .filter(|e| e == &f.snapshot);
+            .filter(|e| e.same_but_position(&f.snapshot));
         match result {
             SendResult::Delivered => self.confirm_sent(&session, &op, now)?,
             SendResult::Accepted(acceptance) => {
                 if let Some(run) = &started {
                     self.runs.touch(&session, run, now);
                 }
+                let run_gone = !self.run_working(&session, &acceptance.run_id);
                 let mut record = LedgerRecord::new(LedgerStatus::Sending, now);
                 record.acceptance = Some(acceptance.clone());
                 let accepted = current.and_then(|e| Some((e.state.accept(acceptance)?, e)));
                 match accepted {
                     Some((state, e)) => {
-                        self.replace_recording(&session, &e, e.with_state(state), record)?;
+                        let new = e.with_state(state);
+                        let written = self.replace_recording(&session, &e, new.clone(), record)?;
+                        // The run ended before its acceptance arrived, so no run end will
+                        // settle it: its history says now whether the run took it.
+                        if written && run_gone {
+                            self.read_history(&session, ReadPurpose::Settle, new);
+                        }
                     }
                     None => self.record_ledger(&base_session(&session), &op, record)?,
                 }
@@ -77,17 +86,18 @@ impl<S: OutboxStore> Custody<S> {
                     self.runs.end(&session, run);
                 }
                 let record = LedgerRecord::new(LedgerStatus::Canceled, now);
-                self.hold_recording(&session, current, &op, None, record)?;
+                self.hold_recording(&session, current, &op, EntryState::cancel, record)?;
             }
             SendResult::ProvenUnadmitted { error } => {
                 if let Some(run) = &started {
                     self.runs.end(&session, run);
                 }
                 let record = LedgerRecord::new(LedgerStatus::Failed, now);
-                self.hold_recording(&session, current, &op, Some(error), record)?;
+                let held = |s: &EntryState| s.hold(Some(error));
+                self.hold_recording(&session, current, &op, held, record)?;
             }
             SendResult::AdmissionUncertain { .. } => {
-                if !self.reading(&session, &op) {
+                if !self.reading(&session, &f.snapshot) {
                     self.read_history(&session, ReadPurpose::Confirm, f.snapshot.clone());
                 }
             }
@@ -119,19 +129,19 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     /// Puts `current` (when it is still the entry) back in the queue with auto-drain
-    /// off, showing `error`, with the ledger moved toward `record` in the same
-    /// transaction; only the ledger when the entry changed meanwhile.
+    /// off, in the state `held` makes of it, with the ledger moved toward `record` in
+    /// the same transaction; only the ledger when the entry changed meanwhile.
     fn hold_recording(
         &mut self,
         session: &SessionId,
         current: Option<OutboxEntry>,
         op: &OperationId,
-        error: Option<String>,
+        held: impl FnOnce(&EntryState) -> EntryState,
         record: LedgerRecord,
     ) -> Result<(), StoreError> {
         match current {
             Some(e) => {
-                let held = e.with_state(e.state.hold(error));
+                let held = e.with_state(held(&e.state));
                 self.replace_recording(session, &e, held, record)?;
             }
             None => self.record_ledger(&base_session(session), op, record)?,
@@ -177,7 +187,11 @@ impl<S: OutboxStore> Custody<S> {
         let base = base_session(&session);
         let current = self
             .entry(&session, &p.snapshot.queue_id)?
-            .filter(|e| e == &p.snapshot);
+            .filter(|e| e.same_but_position(&p.snapshot));
+        // A history read does not see what a running turn holds as pending input: while
+        // the run the message waits in works, "missing" or "unreadable" proves nothing,
+        // and the end of that run settles the entry (OB-08, OB-15).
+        let waits_in_run = awaited_run(&p.snapshot).is_some_and(|r| self.run_working(&session, r));
         match (p.purpose, read) {
             (_, HistoryRead::Found) => self.confirm_sent(&session, &op, now)?,
             (ReadPurpose::Reopen, HistoryRead::Missing) => {
@@ -195,14 +209,17 @@ impl<S: OutboxStore> Custody<S> {
                     self.release_to_front(&session, &e, now)?;
                 }
             }
+            (_, HistoryRead::Missing | HistoryRead::Unreadable) if waits_in_run => {}
+            (ReadPurpose::Settle, HistoryRead::Missing) => {
+                // The run is over and its history does not hold the message: the run
+                // did not take it (OB-11, OB-15).
+                if let Some(e) = current {
+                    self.settle_untaken(&session, &e, false, now)?;
+                }
+            }
             (_, HistoryRead::Missing) => {
                 // Readable and not there: whatever turn accepted it did not apply it.
-                if let Some(mut l) = self.ledger_of(&base, &op)? {
-                    if l.acceptance.take().is_some() {
-                        l.updated_at = now;
-                        self.write_ledger(&base, &op, l)?;
-                    }
-                }
+                self.drop_acceptance(&base, &op, now)?;
                 if let Some(e) = current {
                     self.hold_unconfirmed(&session, &e)?;
                 }
@@ -217,17 +234,35 @@ impl<S: OutboxStore> Custody<S> {
         Ok(())
     }
 
-    /// True while a history read of (`session`, `op`) is pending.
-    pub(super) fn reading(&self, session: &SessionId, op: &OperationId) -> bool {
+    /// True while a history read is pending whose answer applies to `e` as it is: a
+    /// read taken for the entry in another state (it changed since) settles nothing.
+    pub(super) fn reading(&self, session: &SessionId, e: &OutboxEntry) -> bool {
         self.reads
             .values()
-            .any(|p| &p.session == session && &p.snapshot.operation_id == op)
+            .any(|p| &p.session == session && e.same_but_position(&p.snapshot))
     }
 
-    fn sending_now(&self, session: &SessionId, op: &OperationId) -> bool {
-        self.in_flight
+    /// True when nothing under way will settle `e` as it is: no send in flight, history
+    /// read or take-back pending, and no answer waiting for a retry of its write, that
+    /// was taken for the entry in this state. One taken for the entry in another state
+    /// (it changed since) applies to nothing, so it does not count.
+    fn nothing_in_flight(&self, session: &SessionId, e: &OutboxEntry) -> bool {
+        let sending = self
+            .in_flight
             .values()
-            .any(|f| &f.request.session == session && &f.request.operation_id == op)
+            .any(|f| &f.request.session == session && e.same_but_position(&f.snapshot));
+        let taking_back = self
+            .take_backs
+            .values()
+            .any(|t| &t.session == session && e.same_but_position(&t.snapshot));
+        let answer_kept = self.retries.iter().any(|(_, r)| match r {
+            Retry::Send(f, _) => &f.request.session == session && e.same_but_position(&f.snapshot),
+            Retry::Read(p, _) => &p.session == session && e.same_but_position(&p.snapshot),
+            Retry::TakeBack(t, _, _) => &t.session == session && e.same_but_position(&t.snapshot),
+            Retry::Proof(s, op) => s == session && op == &e.operation_id,
+            Retry::Wake(_) | Retry::Settle { .. } | Retry::Repair(_) => false,
+        });
+        !(self.reading(session, e) || sending || taking_back || answer_kept)
     }
 
     /// Asks the adapter to read the agent's history for `snapshot`'s operation, as a new
@@ -281,14 +316,89 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     fn hold_unconfirmed(&mut self, session: &SessionId, e: &OutboxEntry) -> Result<(), StoreError> {
-        let held = e.state.hold(Some(UNCONFIRMED_TEXT.to_owned()));
+        // The reopen check is over: its wait shows no more.
+        let state = match e.state.release() {
+            Some(released) if e.state.hold_reason() == Some(REOPEN_CHECK_TEXT) => released,
+            _ => e.state.clone(),
+        };
+        let held = state.hold(Some(UNCONFIRMED_TEXT.to_owned()));
         self.replace(session, e, e.with_state(held))?;
         Ok(())
     }
 
-    /// A run ended. Accepted messages the agent reported as not taken come back with
-    /// auto-drain off; the rest of the run's accepted messages are confirmed from
-    /// history.
+    /// Drops the acceptance from the ledger row of `op`: whatever turn accepted it did
+    /// not apply it.
+    fn drop_acceptance(
+        &mut self,
+        base: &SessionId,
+        op: &OperationId,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        if let Some(mut l) = self.ledger_of(base, op)? {
+            if l.acceptance.take().is_some() {
+                l.updated_at = now;
+                self.write_ledger(base, op, l)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The run that ended did not take `e` (OB-11, OB-15): the agent said so
+    /// (`reported`: the ledger says canceled), or its history, read after the run, does
+    /// not hold it (the acceptance is dropped). A message the run accepted, or a steer
+    /// sent to it, returns with auto-drain off and the seed's text; a stop and send now
+    /// that was requested for it goes on to its own turn, since the run it was to be
+    /// taken back from is gone (OB-13).
+    fn settle_untaken(
+        &mut self,
+        session: &SessionId,
+        e: &OutboxEntry,
+        reported: bool,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let base = base_session(session);
+        if let EntryState::HandingOff { acceptance } = &e.state {
+            let ledger = self.ledger_of(&base, &e.operation_id)?;
+            if ledger
+                .as_ref()
+                .is_some_and(|l| l.status == LedgerStatus::Sent)
+            {
+                return self.confirm_sent(session, &e.operation_id, now);
+            }
+            let Some(state) = e.state.take_back().and_then(|s| s.dedicate()) else {
+                return Ok(());
+            };
+            let mut dedicated = e.with_state(state);
+            dedicated.controls = Controls::automatic();
+            // Revoke only the acceptance of that exact run, thread and turn, with the
+            // entry change.
+            let revoked = ledger
+                .filter(|l| l.acceptance.as_ref() == Some(acceptance))
+                .map(|mut l| {
+                    l.acceptance = None;
+                    l.updated_at = now;
+                    l
+                });
+            match revoked {
+                Some(l) => self.replace_with_ledger(session, e, dedicated, &base, l)?,
+                None => self.replace(session, e, dedicated)?,
+            };
+            return Ok(());
+        }
+        let held = e.with_state(e.state.hold(Some(STOPPED_BEFORE_DELIVERY_TEXT.to_owned())));
+        if reported {
+            let record = LedgerRecord::new(LedgerStatus::Canceled, now);
+            self.replace_recording(session, e, held, record)?;
+        } else {
+            self.drop_acceptance(&base, &e.operation_id, now)?;
+            self.replace(session, e, held)?;
+        }
+        Ok(())
+    }
+
+    /// A run ended. Messages it accepted that the agent reported as not taken come back
+    /// with auto-drain off and the seed's text; the rest of what the run accepted, and
+    /// steers sent to it that wait with nothing in flight, are confirmed from history.
     pub fn handle_run_ended(
         &mut self,
         session: &SessionId,
@@ -296,23 +406,45 @@ impl<S: OutboxStore> Custody<S> {
         untaken: &[OperationId],
         now: Millis,
     ) {
+        self.saw(now);
         self.runs.end(session, run);
-        self.settle_or_retry(session.clone(), run.clone(), untaken.to_vec(), false, now);
+        self.foreign_runs.remove(&(session.clone(), run.clone()));
+        self.settle_or_retry(session.clone(), run.clone(), untaken.to_vec(), now);
         self.wake_scope(session, now);
     }
 
-    /// Settles the entries `run` accepted: a requested hand-off is dedicated, an
-    /// untaken steer is canceled and held (with the stop text when a stop ended the
-    /// run), and the rest are confirmed from history.
+    /// Settles the entries of `run`, which ended: a requested hand-off is dedicated, a
+    /// message the run did not take is held with the seed's text (or, when stop and
+    /// send now was requested for it, goes on to its own turn), and the rest are
+    /// confirmed from history, where a missing message is one the run did not take.
     pub(super) fn settle_run(
         &mut self,
         session: &SessionId,
         run: &RunId,
         untaken: &[OperationId],
-        stopped: bool,
         now: Millis,
     ) -> Result<(), StoreError> {
         let accepted: Vec<OutboxEntry> = self.state(session)?.accepted().cloned().collect();
+        // Steers sent to the run that wait with nothing in flight: a history read found
+        // them missing while the run worked (its pending input is not in history).
+        let steers: Vec<OutboxEntry> = self
+            .state(session)?
+            .sending()
+            .filter(|e| {
+                matches!(e.state, EntryState::Sending { .. }) && awaited_run(e) == Some(run)
+            })
+            .cloned()
+            .collect();
+        for e in steers {
+            if !self.nothing_in_flight(session, &e) {
+                continue;
+            }
+            if untaken.contains(&e.operation_id) {
+                self.settle_untaken(session, &e, true, now)?;
+            } else {
+                self.read_history(session, ReadPurpose::Settle, e);
+            }
+        }
         for e in accepted {
             // A detached steer waits queued for its run to stop; an entry that went
             // sending again meanwhile is never pulled back.
@@ -329,12 +461,9 @@ impl<S: OutboxStore> Custody<S> {
                 continue;
             }
             if untaken.contains(&e.operation_id) {
-                let error = stopped.then(|| STOPPED_BEFORE_DELIVERY_TEXT.to_owned());
-                let record = LedgerRecord::new(LedgerStatus::Canceled, now);
-                let held = e.with_state(e.state.hold(error));
-                self.replace_recording(session, &e, held, record)?;
-            } else if !self.reading(session, &e.operation_id) {
-                self.read_history(session, ReadPurpose::Confirm, e);
+                self.settle_untaken(session, &e, true, now)?;
+            } else if !self.reading(session, &e) {
+                self.read_history(session, ReadPurpose::Settle, e);
             }
         }
         Ok(())
@@ -350,9 +479,21 @@ impl<S: OutboxStore> Custody<S> {
         self.runs.restore(session, run)
     }
 
-    /// Records agent activity of a run (for the stale reclaim).
+    /// Records agent activity of a run (for the stale reclaim). A run the registry does
+    /// not hold (one from before a restart) is remembered as working until its end, or
+    /// until it is silent for [`crate::runs::STALE_RUN_AFTER`]: a history read cannot
+    /// see its pending input, so what it accepted waits for it.
     pub fn touch_run(&mut self, session: &SessionId, run: &RunId, now: Millis) {
-        self.runs.touch(session, run, now);
+        self.saw(now);
+        if self.run_active(session, run) {
+            self.runs.touch(session, run, now);
+        } else {
+            let last = self
+                .foreign_runs
+                .entry((session.clone(), run.clone()))
+                .or_insert(now);
+            *last = (*last).max(now);
+        }
     }
 
     // ----- start-up and outbox loads (OB-10) -------------------------------------------
@@ -361,6 +502,7 @@ impl<S: OutboxStore> Custody<S> {
     /// sending is confirmed from history (held with the unconfirmed text when the ledger
     /// cannot be read). Each outbox is read once here and kept in memory.
     pub fn start_up(&mut self, now: Millis) -> Result<(), StoreError> {
+        self.saw(now);
         let sessions: Vec<SessionId> = self.outbox_sessions()?.iter().cloned().collect();
         for session in sessions {
             self.confirm_sending(&session)?;
@@ -379,7 +521,12 @@ impl<S: OutboxStore> Custody<S> {
         self.entries(session)
     }
 
-    fn confirm_sending(&mut self, session: &SessionId) -> Result<(), StoreError> {
+    /// Confirms from history every entry of `session` that is out with nothing in
+    /// flight (at start-up, when an outbox is loaded, and in the repair after a failed
+    /// write), lets a detached stop and send now whose run is gone go on to its own
+    /// turn, and asks again for a reopen check whose read is not pending. What a run
+    /// that still works accepted waits for that run's end.
+    pub(super) fn confirm_sending(&mut self, session: &SessionId) -> Result<(), StoreError> {
         let base = base_session(session);
         // A stop and send now whose take-back was confirmed waits for its run to stop;
         // when that run is gone (a restart drops every run), it goes on to its own turn.
@@ -406,8 +553,10 @@ impl<S: OutboxStore> Custody<S> {
         }
         let sending: Vec<OutboxEntry> = self.state(session)?.sending().cloned().collect();
         for e in sending {
-            if self.reading(session, &e.operation_id) || self.sending_now(session, &e.operation_id)
-            {
+            if !self.nothing_in_flight(session, &e) {
+                continue;
+            }
+            if awaited_run(&e).is_some_and(|r| self.run_working(session, r)) {
                 continue;
             }
             if let Err(error) = self.ledger_of(&base, &e.operation_id) {
@@ -419,6 +568,33 @@ impl<S: OutboxStore> Custody<S> {
             }
             self.read_history(session, ReadPurpose::Confirm, e);
         }
+        // A reopen check cut short (its read was lost with the host that asked) is
+        // asked again.
+        let checking: Vec<OutboxEntry> = self
+            .state(session)?
+            .ordered()
+            .filter(|e| e.state.hold_reason() == Some(REOPEN_CHECK_TEXT) && !e.state.auto_drain())
+            .cloned()
+            .collect();
+        for e in checking {
+            if !self.reading(session, &e) {
+                self.read_history(session, ReadPurpose::Reopen, e);
+            }
+        }
         Ok(())
+    }
+}
+
+/// The run an out entry waits in: the run that accepted it, or the run a steer that no
+/// turn accepted yet was sent to.
+fn awaited_run(e: &OutboxEntry) -> Option<&RunId> {
+    match &e.state {
+        EntryState::Accepted { acceptance, .. } | EntryState::HandingOff { acceptance } => {
+            Some(&acceptance.run_id)
+        }
+        EntryState::Sending { .. } if e.controls.send_mode == SendMode::SteerRunning => {
+            e.controls.expected_active_run_id.as_ref()
+        }
+        EntryState::Ready { .. } | EntryState::Held { .. } | EntryState::Sending { .. } => None,
     }
 }

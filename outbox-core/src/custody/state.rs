@@ -3,11 +3,12 @@
 //! Custody reads a session's outbox from the store once (at start-up or on first touch)
 //! and from then on changes it only after the store accepted the change, so the copy
 //! always equals what the store holds. A failed or refused write drops the copy; the next
-//! touch reads the store again. The indexes answer every question a drain pass asks
-//! (the head of the queue, the first drainable entry, whether a send is in flight, the
-//! place for a new entry, the entries a run accepted) in O(log n), so the cost of a pass
-//! does not grow with entries that just sit in the queue. Lookups by key are hashed;
-//! only the queue order is a tree.
+//! touch reads the store again, and the repair that the failure schedules does at the
+//! latest. The indexes answer every question a drain pass asks (the head of the queue,
+//! the first drainable entry, whether a send is in flight, the place for a new entry,
+//! the entries a run accepted) in O(log n), so the cost of a pass does not grow with
+//! entries that just sit in the queue. Lookups by key are hashed; only the queue order
+//! is a tree.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;

@@ -7,9 +7,9 @@
 use timeline_core::time::Millis;
 
 use super::{
-    ActionError, AttemptId, CallerId, Custody, Effect, Interrupt, PendingTakeBack, Retry,
-    StopAnswer, StopWorker, INTERRUPT_POLL, INTERRUPT_WAIT, MODEL_CHANGED_TEXT, STOP_CALLER_WAIT,
-    STOP_RETRY, STOP_SUCCESS_CACHE,
+    ActionError, AttemptId, CallerId, Custody, Effect, Interrupt, PendingTakeBack, ReadPurpose,
+    Retry, StopAnswer, StopWorker, INTERRUPT_POLL, INTERRUPT_WAIT, MODEL_CHANGED_TEXT,
+    STOP_CALLER_WAIT, STOP_RETRY, STOP_SUCCESS_CACHE,
 };
 use crate::adapter::{DetachResult, StopResult};
 use crate::entry::{Controls, EntryState, OutboxEntry};
@@ -94,6 +94,7 @@ impl<S: OutboxStore> Custody<S> {
         caller: Option<CallerId>,
         now: Millis,
     ) {
+        self.saw(now);
         let k = (session.clone(), run.clone());
         if self.stop_cache.get(&k).is_some_and(|until| now < *until) {
             if let Some(c) = caller {
@@ -128,6 +129,7 @@ impl<S: OutboxStore> Custody<S> {
 
     /// The answer to [`Effect::StopRun`] `attempt`.
     pub fn handle_stop_result(&mut self, attempt: AttemptId, result: StopResult, now: Millis) {
+        self.saw(now);
         let Some(k) = self
             .stops
             .iter()
@@ -153,7 +155,8 @@ impl<S: OutboxStore> Custody<S> {
                     .insert(k, now.saturating_add(STOP_SUCCESS_CACHE));
                 self.runs.end_cancellation(&session, &run);
                 self.runs.end(&session, &run);
-                self.settle_or_retry(session.clone(), run.clone(), untaken, true, now);
+                self.foreign_runs.remove(&(session.clone(), run.clone()));
+                self.settle_or_retry(session.clone(), run.clone(), untaken, now);
                 StopAnswer::Stopped
             }
             StopResult::Failed { error } => {
@@ -212,13 +215,18 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
     ) -> Result<(), ActionError> {
         let current = self.entry_by_queue(session, queue_id)?;
-        // Only an accepted steer without a hand-off of its own can be requested.
+        // Only an accepted steer without a hand-off of its own can be requested, and
+        // only while the turn that accepted it runs: the end of a run that is gone
+        // settles what it accepted.
         let (Some(handing_off), Some(acceptance)) = (
             current.state.request_handoff(),
             current.state.acceptance().cloned(),
         ) else {
             return Err(ActionError::NotAnAcceptedSteer);
         };
+        if !self.run_active(session, &acceptance.run_id) {
+            return Err(ActionError::NotAnAcceptedSteer);
+        }
         if self.model_changed(session, &current) {
             return Err(ActionError::ModelChanged);
         }
@@ -266,7 +274,9 @@ impl<S: OutboxStore> Custody<S> {
         let Some(current) = self.entry(&session, &snapshot.queue_id)? else {
             return Ok(());
         };
-        if current != snapshot {
+        // A renumbering of the queue may have moved it; any other change ends the
+        // hand-off this answer is for.
+        if !current.same_but_position(&snapshot) {
             return Ok(());
         }
         let EntryState::HandingOff { acceptance } = &snapshot.state else {
@@ -317,12 +327,19 @@ impl<S: OutboxStore> Custody<S> {
                 let Some(kept) = current.state.keep_accepted() else {
                     return Ok(());
                 };
-                self.replace(&session, &current, current.with_state(kept))?;
+                let kept = current.with_state(kept);
+                let written = self.replace(&session, &current, kept.clone())?;
                 self.effects.push_back(Effect::HandoffRefused {
                     session: session.clone(),
                     operation_id: op.clone(),
                     reason,
                 });
+                // The run ended while the take-back was asked: no run end will settle
+                // the entry, so its history says now whether the run took it.
+                let run_gone = !self.run_working(&session, &acceptance.run_id);
+                if written && run_gone {
+                    self.read_history(&session, ReadPurpose::Settle, kept);
+                }
             }
         }
         Ok(())

@@ -22,6 +22,7 @@ impl<S: OutboxStore> Custody<S> {
     /// transaction, idempotent replay, conflicts. A message that finds its session idle
     /// is handed off in the same transaction (see the module docs).
     pub fn submit(&mut self, req: SubmitRequest, now: Millis) -> Result<Receipt, SubmitError> {
+        self.saw(now);
         let info = self
             .sessions
             .get(&req.session)

@@ -1,0 +1,664 @@
+//! Defects of custody the whole-system simulator (`sim`) found, each pinned through the
+//! public API with the first seed that showed it. Custody runs over the
+//! failure-injecting store of `fixtures`, and the test plays the agent by hand, so each
+//! answer arrives exactly when the seed had it arrive.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{op, q, s, submit_req, uuids};
+use fixtures::failing::{FailingStore, FaultPlan};
+use outbox_core::adapter::{
+    AttemptId, Capabilities, DetachResult, HistoryRead, SendKind, SendRequest, SendResult,
+    StopResult,
+};
+use outbox_core::custody::{ActionError, Custody, Effect, SessionInfo, STORE_RETRY};
+use outbox_core::entry::{
+    Acceptance, Controls, EntryState, HandoffPhase, OutboxEntry, CANCELED_TEXT, REOPEN_CHECK_TEXT,
+    STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
+};
+use outbox_core::ids::{RunId, ThreadId, TurnId};
+use outbox_core::ledger::LedgerStatus;
+use outbox_core::store::memory::MemoryOutboxStore;
+use outbox_core::store::OutboxStore;
+use timeline_core::time::Millis;
+
+const SESSION: &str = "s1";
+
+/// Custody over a store that fails when told, with the effects it asked for so far.
+struct Rig {
+    c: Custody<FailingStore<MemoryOutboxStore>>,
+    plan: Arc<Mutex<FaultPlan>>,
+    now: Millis,
+    effects: Vec<Effect>,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let store = FailingStore::new(MemoryOutboxStore::new());
+        let plan = store.plan();
+        let mut c = Custody::new(store, uuids());
+        c.set_session(&s(SESSION), SessionInfo::new(Capabilities::codex()));
+        Rig {
+            c,
+            plan,
+            now: Millis(1_000),
+            effects: Vec::new(),
+        }
+    }
+
+    /// Every write fails from now on; a failing write is made first when `commit`.
+    fn fail_writes(&self, commit: bool) {
+        let mut plan = self.plan.lock().unwrap();
+        plan.writes_off = true;
+        plan.commit_then_fail = commit;
+    }
+
+    fn heal(&self) {
+        self.plan.lock().unwrap().heal();
+    }
+
+    fn collect(&mut self) {
+        while let Some(e) = self.c.poll_effect() {
+            self.effects.push(e);
+        }
+    }
+
+    fn tick(&mut self, ms: u64) {
+        self.now = self.now.saturating_add(Millis(ms));
+    }
+
+    fn submit(&mut self, n: &str, controls: Controls) {
+        self.c
+            .submit(submit_req(SESSION, n, controls), self.now)
+            .unwrap();
+        self.collect();
+    }
+
+    /// Takes the send of `n` asked for so far (the latest one).
+    fn take_send(&mut self, n: &str) -> SendRequest {
+        let at = self
+            .effects
+            .iter()
+            .rposition(|e| matches!(e, Effect::Send(r) if r.operation_id == op(&format!("op-{n}"))))
+            .unwrap_or_else(|| panic!("op-{n} was sent: {:?}", self.effects));
+        match self.effects.remove(at) {
+            Effect::Send(r) => r,
+            _ => unreachable!("a send was found"),
+        }
+    }
+
+    fn sends(&self, n: &str) -> usize {
+        self.effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Send(r) if r.operation_id == op(&format!("op-{n}"))))
+            .count()
+    }
+
+    /// Takes the history read of `n` asked for so far, if any.
+    fn take_read(&mut self, n: &str) -> Option<AttemptId> {
+        let at = self.effects.iter().position(|e| {
+            matches!(e, Effect::ReadHistory { operation_id, .. } if operation_id == &op(&format!("op-{n}")))
+        })?;
+        match self.effects.remove(at) {
+            Effect::ReadHistory { attempt, .. } => Some(attempt),
+            _ => unreachable!("a read was found"),
+        }
+    }
+
+    fn answer(&mut self, attempt: AttemptId, result: SendResult) {
+        self.c.handle_send_result(attempt, result, self.now);
+        self.collect();
+    }
+
+    fn read(&mut self, attempt: AttemptId, read: HistoryRead) {
+        self.c.handle_history_read(attempt, read, self.now);
+        self.collect();
+    }
+
+    fn run_ended(&mut self, run: &RunId, untaken: &[&str]) {
+        let untaken: Vec<_> = untaken.iter().map(|n| op(&format!("op-{n}"))).collect();
+        self.c
+            .handle_run_ended(&s(SESSION), run, &untaken, self.now);
+        self.collect();
+    }
+
+    fn timeout(&mut self) {
+        self.c.handle_timeout(self.now);
+        self.collect();
+    }
+
+    fn entry(&mut self, n: &str) -> Option<OutboxEntry> {
+        self.plan.lock().unwrap().paused = true;
+        let entries = self.c.entries(&s(SESSION));
+        self.plan.lock().unwrap().paused = false;
+        entries
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.entry().cloned())
+            .find(|e| e.operation_id == op(&format!("op-{n}")))
+    }
+
+    /// The entry of `n` as the store holds it, read past custody's memory.
+    fn stored(&mut self, n: &str) -> Option<OutboxEntry> {
+        self.plan.lock().unwrap().paused = true;
+        let entries = self.c.store().entries(&s(SESSION));
+        self.plan.lock().unwrap().paused = false;
+        entries
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.entry().cloned())
+            .find(|e| e.operation_id == op(&format!("op-{n}")))
+    }
+
+    /// The host stops; a new one starts from the same store and reads every outbox.
+    fn restart(&mut self) {
+        let empty = Custody::new(FailingStore::new(MemoryOutboxStore::new()), uuids());
+        let store = std::mem::replace(&mut self.c, empty).into_store();
+        // A new machine draws other UUIDs, so its attempts are numbered apart.
+        let mut n = 0u64;
+        let fresh = Box::new(move || {
+            n += 1;
+            format!("restarted-{n}")
+        });
+        self.c = Custody::new(store, fresh);
+        self.c
+            .set_session(&s(SESSION), SessionInfo::new(Capabilities::codex()));
+        self.effects.clear();
+        self.c.start_up(self.now).unwrap();
+        self.collect();
+    }
+
+    /// A run started by `n`, which its turn accepted: `n` goes out, the turn accepts it.
+    fn running(&mut self, n: &str) -> RunId {
+        self.submit(n, Controls::automatic());
+        let send = self.take_send(n);
+        let SendKind::Start { run } = send.kind.clone() else {
+            panic!("op-{n} starts a run")
+        };
+        self.answer(send.attempt, SendResult::Accepted(acceptance(&run, 1)));
+        run
+    }
+
+    /// A steer `n` for `run`, which the running turn accepted.
+    fn accepted_steer(&mut self, n: &str, run: &RunId) {
+        self.submit(n, Controls::steer(run.clone()));
+        let send = self.take_send(n);
+        self.answer(send.attempt, SendResult::Accepted(acceptance(run, 2)));
+        assert!(matches!(
+            self.entry(n).unwrap().state,
+            EntryState::Accepted { .. }
+        ));
+    }
+}
+
+fn acceptance(run: &RunId, turn: u8) -> Acceptance {
+    Acceptance {
+        run_id: run.clone(),
+        thread_id: ThreadId::new("thread-1").unwrap(),
+        turn_id: TurnId::new(format!("turn-{turn}")).unwrap(),
+        accepted_at: Millis(1_000),
+    }
+}
+
+// OB-09, OB-10, sim seed 6: the submit's one-commit hand-off was made but reported as
+// failed, and so was the plain claim after it. The entry stayed sending with nothing in
+// flight, and the queue behind it waited until a restart. Now the failed write makes
+// custody read the session again after `STORE_RETRY` and confirm the entry from history,
+// as a restart does; it is never sent blindly.
+#[test]
+fn a_hand_off_written_but_reported_failed_is_confirmed_from_history() {
+    let mut r = Rig::new();
+    r.fail_writes(true);
+    let refused =
+        r.c.submit(submit_req(SESSION, "1", Controls::automatic()), r.now);
+    assert!(refused.is_err(), "the store reported the submit as failed");
+    r.heal();
+    r.collect();
+    assert_eq!(r.sends("1"), 0, "nothing reached the agent");
+    assert!(
+        r.stored("1").unwrap().state.is_sending(),
+        "the store holds the hand-off all the same"
+    );
+    // The user sends it again: the same operation, already saved.
+    r.submit("1", Controls::automatic());
+    r.submit("2", Controls::enqueue());
+    assert_eq!(
+        r.sends("2"),
+        0,
+        "the queue waits behind the entry that is out"
+    );
+    assert_eq!(
+        r.c.poll_timeout(),
+        Some(Millis(1_000).saturating_add(STORE_RETRY)),
+        "the repair is due"
+    );
+    r.tick(STORE_RETRY.as_u64());
+    r.timeout();
+    let read = r
+        .take_read("1")
+        .expect("the entry is confirmed from history");
+    assert_eq!(r.sends("1"), 0, "never sent blindly");
+    r.read(read, HistoryRead::Missing);
+    assert_eq!(r.entry("1").unwrap().state.error(), Some(UNCONFIRMED_TEXT));
+    assert_eq!(r.sends("1"), 0);
+    assert_eq!(r.sends("2"), 1, "the queue behind it moves on");
+}
+
+// OB-09, OB-10, sim seed 6: the same in the drain. The hand-off of a queued message was
+// made but reported as failed, and so was the hold that should have followed it: the
+// entry stayed sending with nothing in flight until a restart.
+#[test]
+fn a_drain_hand_off_written_but_reported_failed_is_confirmed_from_history() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.submit("2", Controls::automatic());
+    assert_eq!(r.sends("2"), 0, "op-2 waits for the run");
+    r.fail_writes(true);
+    r.run_ended(&run, &[]);
+    r.heal();
+    assert_eq!(r.sends("2"), 0, "nothing reached the agent");
+    assert!(r.stored("2").unwrap().state.is_sending());
+    let read = r.take_read("1").expect("the run's end confirms op-1");
+    r.read(read, HistoryRead::Found);
+    r.tick(STORE_RETRY.as_u64());
+    r.timeout();
+    let read = r.take_read("2").expect("op-2 is confirmed from history");
+    r.read(read, HistoryRead::Missing);
+    assert_eq!(r.entry("2").unwrap().state.error(), Some(UNCONFIRMED_TEXT));
+    assert_eq!(r.sends("2"), 0, "never sent blindly");
+    r.submit("3", Controls::enqueue());
+    assert_eq!(r.sends("3"), 1, "the queue moves on");
+}
+
+// OB-11, OB-15, sim seed 4: a steer the run accepted but did not take before the run
+// ended (no stop) came back with no text at all. The seed gives it the stop's text.
+#[test]
+fn an_untaken_steer_of_a_run_that_ended_is_held_with_the_seeds_text() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.accepted_steer("2", &run);
+    r.run_ended(&run, &["2"]);
+    let e = r.entry("2").unwrap();
+    assert!(!e.state.auto_drain());
+    assert_eq!(e.state.error(), Some(STOPPED_BEFORE_DELIVERY_TEXT));
+    assert_eq!(r.sends("2"), 0, "not sent again without the user");
+}
+
+// OB-08, sim seed 4: a send answered canceled was held with no text. The seed returns it
+// "with autoDrain off and no error"; its hold reason is the seed's meaning of canceled.
+#[test]
+fn a_canceled_send_is_held_with_a_reason_and_no_error() {
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let send = r.take_send("1");
+    r.answer(send.attempt, SendResult::Canceled);
+    let e = r.entry("1").unwrap();
+    assert!(!e.state.auto_drain());
+    assert_eq!(e.state.error(), None);
+    assert_eq!(e.state.hold_reason(), Some(CANCELED_TEXT));
+}
+
+// OB-04, OB-09, sim seed 78: an automatic submit found no room at the front and
+// renumbered the queue, moving the entry that was out. Its answer no longer equalled
+// the entry's snapshot, so it was dropped, and the entry stayed sending (and the queue
+// behind it waiting) until a restart. A renumbering is not a change of custody.
+#[test]
+fn an_answer_lands_on_an_entry_the_queue_renumbered_while_it_was_out() {
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let send = r.take_send("1");
+    let SendKind::Start { run } = send.kind.clone() else {
+        panic!("op-1 starts a run")
+    };
+    let before = r.entry("1").unwrap().position;
+    r.submit("b", Controls::enqueue());
+    // Each automatic submit halves the gap in front; the 21st renumbers the queue.
+    for n in 0..21 {
+        r.submit(&format!("a{n}"), Controls::automatic());
+    }
+    assert_ne!(r.entry("1").unwrap().position, before, "op-1 was moved");
+    r.answer(send.attempt, SendResult::Accepted(acceptance(&run, 1)));
+    assert_eq!(
+        r.entry("1").unwrap().state.acceptance(),
+        Some(&acceptance(&run, 1)),
+        "the answer is applied"
+    );
+    r.run_ended(&run, &[]);
+    let read = r.take_read("1").expect("the run's end confirms it");
+    r.read(read, HistoryRead::Found);
+    assert!(r.entry("1").is_none());
+    assert_eq!(r.sends("a20"), 1, "the queue moves on");
+}
+
+// OB-08, OB-15, sim seed 160: the stop's result and the run's end (both saying the steer
+// was not taken) came before the steer's `Accepted`, which then left the entry accepted
+// by a run that was gone, until a restart. The run's history now settles it.
+#[test]
+fn an_acceptance_after_its_run_ended_is_settled_from_history() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.submit("2", Controls::steer(run.clone()));
+    let steer = r.take_send("2");
+    r.c.stop(&s(SESSION), &run, None, r.now);
+    r.collect();
+    let stop = r
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::StopRun { attempt, .. } => Some(*attempt),
+            _ => None,
+        })
+        .unwrap();
+    r.c.handle_stop_result(
+        stop,
+        StopResult::Stopped {
+            untaken: vec![op("op-2")],
+        },
+        r.now,
+    );
+    r.collect();
+    r.run_ended(&run, &["2"]);
+    r.answer(steer.attempt, SendResult::Accepted(acceptance(&run, 2)));
+    let read = r
+        .take_read("2")
+        .expect("the acceptance of a gone run is settled from history");
+    r.read(read, HistoryRead::Missing);
+    let e = r.entry("2").unwrap();
+    assert_eq!(e.state.error(), Some(STOPPED_BEFORE_DELIVERY_TEXT));
+    assert!(!e.state.auto_drain());
+    assert_eq!(r.sends("2"), 0, "not sent again");
+}
+
+// OB-13, sim seed 796: stop and send now was asked for a steer whose run had ended (the
+// run's end was confirming it from history), and the take-back was refused; the entry
+// went back to accepted by a run that was gone. Only a running turn's steer can be
+// taken back.
+#[test]
+fn stop_and_send_now_refuses_a_steer_whose_run_ended() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.accepted_steer("2", &run);
+    r.run_ended(&run, &[]);
+    let read = r.take_read("2").expect("the run's end confirms the steer");
+    assert_eq!(
+        r.c.stop_and_send_now(&s(SESSION), &q("q-2")),
+        Err(ActionError::NotAnAcceptedSteer)
+    );
+    r.collect();
+    assert!(!r
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::TakeBack { .. })));
+    r.read(read, HistoryRead::Missing);
+    assert_eq!(
+        r.entry("2").unwrap().state.error(),
+        Some(STOPPED_BEFORE_DELIVERY_TEXT)
+    );
+}
+
+// OB-10, sim seed 120: the `Accepted` of a new run was written but reported as failed,
+// so the answer waited for its retry with the normal lane busy. The run's end then read
+// the entry's history, which dropped that retry as superseded but never freed the lane:
+// the queue waited until a restart.
+#[test]
+fn a_superseded_answer_frees_its_lane() {
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let send = r.take_send("1");
+    let SendKind::Start { run } = send.kind.clone() else {
+        panic!("op-1 starts a run")
+    };
+    r.fail_writes(true);
+    r.answer(send.attempt, SendResult::Accepted(acceptance(&run, 1)));
+    r.heal();
+    r.submit("2", Controls::enqueue());
+    r.run_ended(&run, &[]);
+    let read = r.take_read("1").expect("the run's end confirms op-1");
+    r.read(read, HistoryRead::Found);
+    assert!(r.entry("1").is_none());
+    assert_eq!(r.sends("2"), 1, "the lane is free: the queue moves on");
+}
+
+// OB-13, sim seed 1654: stop and send now asked for the take-back; the run ended first
+// and reported the steer untaken, so the entry went back held, marked requested, and
+// waited for a run that was gone (the take-back's answer no longer matched it) until a
+// restart. With the run gone, the hand-off goes on: the message starts its own turn.
+#[test]
+fn stop_and_send_now_goes_on_when_the_run_ends_first() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.accepted_steer("2", &run);
+    r.c.stop_and_send_now(&s(SESSION), &q("q-2")).unwrap();
+    r.collect();
+    let take_back = r
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::TakeBack { attempt, .. } => Some(*attempt),
+            _ => None,
+        })
+        .unwrap();
+    r.run_ended(&run, &["2"]);
+    let again = r.take_send("2");
+    assert!(matches!(again.kind, SendKind::Start { .. }), "its own turn");
+    let e = r.entry("2").unwrap();
+    assert_eq!(
+        e.state.handoff().map(|h| h.phase),
+        Some(HandoffPhase::Dedicated)
+    );
+    // The take-back's late answer changes nothing.
+    r.c.handle_take_back(
+        take_back,
+        DetachResult::NotDetached {
+            reason: "the run is gone".into(),
+        },
+        r.now,
+    );
+    r.collect();
+    assert_eq!(r.sends("2"), 0, "sent once for its own turn");
+    r.answer(again.attempt, SendResult::Delivered);
+    assert!(r.entry("2").is_none());
+}
+
+// OB-08, OB-15, a limit the simulator names (pending-input-missing): a steer waiting as
+// the running turn's pending input is not in the agent's history yet. Its uncertain send
+// read history, which said missing, and the entry was held; "send now" would have sent
+// it a second time. While the run works, "missing" proves nothing: the run's end
+// settles the steer.
+#[test]
+fn a_steer_missing_from_history_while_its_run_works_waits_for_the_run() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.submit("2", Controls::steer(run.clone()));
+    let steer = r.take_send("2");
+    r.answer(
+        steer.attempt,
+        SendResult::AdmissionUncertain {
+            error: "the reply was lost".into(),
+        },
+    );
+    let read = r.take_read("2").expect("an uncertain send reads history");
+    r.read(read, HistoryRead::Missing);
+    let e = r.entry("2").unwrap();
+    assert!(e.state.is_sending(), "still out: {e:?}");
+    assert_eq!(
+        r.c.send_now(&s(SESSION), &q("q-2"), r.now),
+        Err(ActionError::Blocked),
+        "not the user's to send again while the run works"
+    );
+    r.run_ended(&run, &["2"]);
+    let e = r.entry("2").unwrap();
+    assert_eq!(e.state.error(), Some(STOPPED_BEFORE_DELIVERY_TEXT));
+    let ledger =
+        r.c.ledger_of(&s(SESSION), &op("op-2"))
+            .unwrap()
+            .map(|l| l.status);
+    assert_eq!(ledger, Some(LedgerStatus::Canceled));
+    assert_eq!(r.sends("2"), 0, "not sent again");
+}
+
+// OB-12, sim seed 3115: the reopen check of a canceled steer (the user sent it again)
+// held the entry with nothing shown while it read the agent's history; the host stopped
+// before the answer, and the entry stayed held with no reason for good. The wait now
+// shows why, and the check is asked again when custody reads the outbox at start-up.
+#[test]
+fn a_reopen_check_cut_short_by_a_restart_is_asked_again() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.accepted_steer("2", &run);
+    r.run_ended(&run, &["2"]);
+    let read = r.take_read("1").expect("the run's end confirms op-1");
+    r.read(read, HistoryRead::Found);
+    r.c.send_now(&s(SESSION), &q("q-2"), r.now).unwrap();
+    r.collect();
+    assert!(r.take_read("2").is_some(), "the reopen check reads history");
+    let e = r.entry("2").unwrap();
+    assert_eq!(e.state.hold_reason(), Some(REOPEN_CHECK_TEXT));
+    // The host stops before the answer; a new one starts from the same store.
+    r.restart();
+    let read = r.take_read("2").expect("the check is asked again");
+    r.read(read, HistoryRead::Missing);
+    let again = r.take_send("2");
+    assert!(matches!(again.kind, SendKind::Start { .. }), "its own turn");
+}
+
+// OB-09, OB-10, sim seed 4150: an acceptance whose write failed waited for its retry; the
+// repair of the same failure, due at the same moment, ran first, found the entry sending
+// with nothing in flight and read its history; the retry then recorded the acceptance,
+// and the read (taken for the entry as it was) settled nothing, so the entry stayed
+// accepted by a run that ended. A repair runs after the answers due with it.
+#[test]
+fn a_repair_runs_after_the_answers_due_with_it() {
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let send = r.take_send("1");
+    let SendKind::Start { run } = send.kind.clone() else {
+        panic!("op-1 starts a run")
+    };
+    r.fail_writes(false);
+    r.answer(send.attempt, SendResult::Accepted(acceptance(&run, 1)));
+    r.heal();
+    r.tick(STORE_RETRY.as_u64());
+    r.timeout();
+    assert!(
+        matches!(r.entry("1").unwrap().state, EntryState::Accepted { .. }),
+        "the acceptance was recorded on retry"
+    );
+    assert!(
+        r.take_read("1").is_none(),
+        "what the working run accepted waits for the run's end"
+    );
+    r.run_ended(&run, &[]);
+    let read = r.take_read("1").expect("the run's end confirms op-1");
+    r.read(read, HistoryRead::Found);
+    assert!(r.entry("1").is_none());
+}
+
+// OB-09, OB-10, OB-12, sim seed 4494: the reopen check's answer could not be written (the
+// write was made and reported failed), so it waited for its retry; meanwhile the drain's
+// hand-off of the message was made and reported failed as well, leaving it sending with
+// nothing in flight. The repair took the waiting answer for something under way,
+// though that answer was for the entry as it was before and applied to nothing. Only
+// what applies to the entry as it is now counts as under way.
+#[test]
+fn a_repair_does_not_wait_for_an_answer_taken_for_an_older_state() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.accepted_steer("2", &run);
+    r.run_ended(&run, &["2"]);
+    let read = r.take_read("1").expect("the run's end confirms op-1");
+    r.read(read, HistoryRead::Found);
+    // A failed submit schedules the session's repair.
+    r.fail_writes(false);
+    let refused =
+        r.c.submit(submit_req(SESSION, "3", Controls::enqueue()), r.now);
+    assert!(refused.is_err());
+    r.heal();
+    r.collect();
+    let repair_at = r.c.poll_timeout().unwrap();
+    // The user sends op-2 again: the reopen check reads history.
+    r.c.send_now(&s(SESSION), &q("q-2"), r.now).unwrap();
+    r.collect();
+    let read = r.take_read("2").expect("the reopen check");
+    // Its answer and the drain's hand-off are written, and reported failed.
+    r.tick(100);
+    r.fail_writes(true);
+    r.read(read, HistoryRead::Missing);
+    r.tick(100);
+    r.c.wake(&s(SESSION), r.now);
+    r.collect();
+    r.heal();
+    assert!(r.stored("2").unwrap().state.is_sending());
+    assert_eq!(r.sends("2"), 0, "nothing reached the agent");
+    r.now = repair_at;
+    r.timeout();
+    let read = r.take_read("2").expect("the repair confirms op-2");
+    r.read(read, HistoryRead::Missing);
+    assert_eq!(r.entry("2").unwrap().state.error(), Some(UNCONFIRMED_TEXT));
+    r.tick(10_000);
+    r.timeout();
+    assert_eq!(r.sends("2"), 0, "never sent blindly");
+}
+
+// OB-08, OB-10, OB-15, sim seed 7543 (pending-input-missing): the host restarted while a
+// steer waited as the pending input of a run the agent kept working on. The start-up
+// read said missing (history does not see pending input), the entry was held as
+// unconfirmed, and the user's "send now" sent it a second time. A run the agent reports
+// working counts as working though the new host's registry does not hold it: what it
+// accepted waits for its end.
+#[test]
+fn a_steer_of_a_run_from_before_a_restart_waits_for_that_run() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.accepted_steer("2", &run);
+    r.restart();
+    r.tick(10);
+    r.c.touch_run(&s(SESSION), &run, r.now);
+    let read = r.take_read("2").expect("start-up confirms op-2");
+    r.read(read, HistoryRead::Missing);
+    assert!(
+        matches!(r.entry("2").unwrap().state, EntryState::Accepted { .. }),
+        "missing proves nothing while the run works"
+    );
+    assert_eq!(
+        r.c.send_now(&s(SESSION), &q("q-2"), r.now),
+        Err(ActionError::Blocked)
+    );
+    r.run_ended(&run, &["2"]);
+    assert_eq!(
+        r.entry("2").unwrap().state.error(),
+        Some(STOPPED_BEFORE_DELIVERY_TEXT)
+    );
+    assert_eq!(r.sends("2"), 0, "not sent again");
+}
+
+// OB-10, OB-14: a run from before a restart that the agent stops reporting counts as
+// gone once it is silent for as long as the stale reclaim waits; what it accepted is
+// then confirmed from history.
+#[test]
+fn a_run_from_before_a_restart_that_goes_silent_is_gone() {
+    let mut r = Rig::new();
+    let run = r.running("1");
+    r.accepted_steer("2", &run);
+    r.restart();
+    r.c.touch_run(&s(SESSION), &run, r.now);
+    let read = r.take_read("2").expect("start-up confirms op-2");
+    r.read(read, HistoryRead::Missing);
+    assert!(r.entry("2").unwrap().state.is_sending());
+    let silent_at = r.c.poll_timeout().expect("the run's silence is timed");
+    assert_eq!(
+        silent_at,
+        r.now
+            .saturating_add(outbox_core::runs::STALE_RUN_AFTER)
+            .saturating_add(Millis(1))
+    );
+    r.now = silent_at;
+    r.timeout();
+    let read = r.take_read("2").expect("confirmed from history again");
+    r.read(read, HistoryRead::Missing);
+    assert_eq!(r.entry("2").unwrap().state.error(), Some(UNCONFIRMED_TEXT));
+    assert_eq!(r.sends("2"), 0);
+}
