@@ -56,6 +56,10 @@ enum State {
     },
     /// A decision found on its way on a kept card, not sent again yet.
     Kept(Decision),
+    /// Expired by the host, not by the agent: its run ended, or the agent refused a
+    /// decision after it. Shown as expired; an answer of the agent's that took a
+    /// decision (one on its way when the run ended) still replaces it.
+    Lapsed,
     Decided(ApprovalResult),
 }
 
@@ -146,7 +150,12 @@ impl Approvals {
     /// resolution (or a late decision) finds it: a pending card opens its request again,
     /// a decided one answers later decisions as already resolved. The card's subtitle
     /// stands for the summary it was made from. Returns false for any other row.
-    pub(crate) fn restore(&mut self, session: &SessionId, target: &TargetId, row: &StoredBlock) -> bool {
+    pub(crate) fn restore(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        row: &StoredBlock,
+    ) -> bool {
         if row.class != RowClass::ApprovalCard {
             return false;
         }
@@ -237,7 +246,8 @@ impl Approvals {
     /// The requests of `session` still pending with a run other than `active`: after a
     /// restart, a kept card whose run the registry no longer holds as active belongs to
     /// a turn that ended while no host was there (an agent's request lives in its turn),
-    /// so it expired.
+    /// so it expired. A decision found on its way is sent again instead (the agent may
+    /// have taken it before the run ended); the agent's refusal then expires it.
     pub(crate) fn orphans(&self, session: &SessionId, active: Option<&RunId>) -> Vec<Identity> {
         let mut out: Vec<Identity> = self
             .open
@@ -278,6 +288,11 @@ impl Approvals {
             State::Pending => {}
             State::Deciding { .. } | State::Kept(_) => {
                 return Err(ApprovalError::AlreadyResolved { result: None })
+            }
+            State::Lapsed => {
+                return Err(ApprovalError::AlreadyResolved {
+                    result: Some(ApprovalResult::ResolvedExternally),
+                })
             }
             State::Decided(result) => {
                 return Err(ApprovalError::AlreadyResolved {
@@ -321,21 +336,27 @@ impl Approvals {
         }
     }
 
-    /// The agent answered (or the request was settled elsewhere).
+    /// The agent answered (or the request was settled elsewhere). With `lapsed`, the
+    /// host itself expires the request (`result` is then `resolvedExternally`): it
+    /// shows as expired until an answer of the agent's says what it took.
     pub(crate) fn resolved(
         &mut self,
         id: &Identity,
         result: Result<ApprovalResult, String>,
+        lapsed: bool,
     ) -> Result<Resolved, String> {
         let mut out = Resolved::default();
         let Some(open) = self.open.get_mut(id) else {
             return Ok(out);
         };
-        let by = match open.state {
-            State::Deciding { by, .. } => by,
-            State::Pending | State::Kept(_) => None,
+        let was_lapsed = open.state == State::Lapsed;
+        let by = match (&open.state, &result) {
+            (State::Deciding { by, .. }, _) => *by,
+            (State::Pending | State::Kept(_), _) => None,
+            // The agent took a decision the host had given up on.
+            (State::Lapsed, Ok(r)) if !lapsed && *r != ApprovalResult::ResolvedExternally => None,
             // The first result the agent took stays; a repeated answer changes nothing.
-            State::Decided(_) => return Ok(out),
+            (State::Decided(_) | State::Lapsed, _) => return Ok(out),
         };
         match result {
             Err(text) => {
@@ -351,7 +372,11 @@ impl Approvals {
                 out.reply = by.map(|to| (to, Reply::Approval(Err(ApprovalError::Refused(text)))));
             }
             Ok(result) => {
-                open.state = State::Decided(result);
+                open.state = if lapsed {
+                    State::Lapsed
+                } else {
+                    State::Decided(result)
+                };
                 out.reply = by.map(|to| {
                     let answer = if result == ApprovalResult::ResolvedExternally {
                         Err(ApprovalError::AlreadyResolved {
@@ -378,7 +403,9 @@ impl Approvals {
                     open.request.request_id.clone(),
                     allowed,
                 ));
-                self.decided.push_back(id.clone());
+                if !was_lapsed {
+                    self.decided.push_back(id.clone());
+                }
                 if self.decided.len() > DECIDED_KEPT {
                     if let Some(old) = self.decided.pop_front() {
                         self.open.remove(&old);

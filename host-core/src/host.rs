@@ -240,11 +240,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                         .active(&session)
                         .map(|r| r.run_id.clone());
                     for id in self.approvals.orphans(&session, active.as_ref()) {
-                        self.approval_resolved(
-                            id,
-                            Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
-                            now,
-                        );
+                        self.lapse_approval(id, now);
                     }
                     // A decision that was on its way when the last host stopped goes to
                     // the agent again (one decision, delivered at least once).
@@ -286,6 +282,27 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         result: Result<timeline_core::rows::ApprovalResult, String>,
         now: Millis,
     ) {
+        self.resolve_approval(id, result, false, now);
+    }
+
+    /// The host expires a request itself: its run ended, so the agent can no longer
+    /// take a decision on it (an answer of the agent's that says otherwise still wins).
+    fn lapse_approval(&mut self, id: crate::approvals::Identity, now: Millis) {
+        self.resolve_approval(
+            id,
+            Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
+            true,
+            now,
+        );
+    }
+
+    fn resolve_approval(
+        &mut self,
+        id: crate::approvals::Identity,
+        result: Result<timeline_core::rows::ApprovalResult, String>,
+        lapsed: bool,
+        now: Millis,
+    ) {
         if !self.approvals.knows(&id) && !self.unread_cards.is_empty() {
             self.read_cards(now);
             if !self.approvals.knows(&id) && !self.unread_cards.is_empty() {
@@ -296,17 +313,24 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 return;
             }
         }
-        // "The request is no longer open" after its run ended: it expired.
-        let result = match result {
+        // A refusal after the request's run ended: it expired (unless the agent says
+        // otherwise later).
+        let (result, lapsed) = match result {
             Err(text) => match self.approvals.run_of(&id) {
-                Some((session, Some(run))) if self.gone.get(session) == Some(run) => {
-                    Ok(timeline_core::rows::ApprovalResult::ResolvedExternally)
+                Some((session, Some(run)))
+                    if self.gone.get(session) == Some(run)
+                        || self.custody.runs().active(session).map(|r| &r.run_id) != Some(run) =>
+                {
+                    (
+                        Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
+                        true,
+                    )
                 }
-                _ => Err(text),
+                _ => (Err(text), lapsed),
             },
-            ok => ok,
+            ok => (ok, lapsed),
         };
-        match self.approvals.resolved(&id, result) {
+        match self.approvals.resolved(&id, result, lapsed) {
             Ok(done) => {
                 if let Some((session, request_id, allowed)) = &done.stamp {
                     self.replay.decide_approval(session, request_id, *allowed);
@@ -939,11 +963,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// decision on them, and its own word on it may have died with a host.
     fn expire_cards(&mut self, session: &SessionId, run: &RunId, now: Millis) {
         for id in self.approvals.ended(session, run) {
-            self.approval_resolved(
-                id,
-                Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
-                now,
-            );
+            self.lapse_approval(id, now);
         }
     }
 

@@ -808,3 +808,61 @@ fn a_pending_card_expires_with_its_run() {
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Expired));
 }
+
+// RW-06, sim seed 7545: a decision was on its way when the run ended and the host died
+// before the expired card was saved; the new host sent the decision again, the agent
+// said the request was no longer open, and the card went back to pending for ever. The
+// refusal of a request whose run is gone expires it (sim seed 1867: the agent may have
+// taken the decision before the run ended, so the decision is sent again first).
+#[test]
+fn a_decision_on_its_way_to_a_run_that_ended_expires_when_the_agent_refuses_it() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask_in(run(3)), Millis(10));
+    drain(&mut host);
+    let (to, req) = decide(1, Decision::Accept);
+    host.handle_client(to, req, Millis(20));
+    assert_eq!(decisions_sent(&drain(&mut host)), vec![Decision::Accept]);
+    let overlays = std::mem::take(host.overlays());
+    drop(host);
+
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
+    host.start(Millis(1_000)).unwrap();
+    assert_eq!(
+        decisions_sent(&drain(&mut host)),
+        vec![Decision::Accept],
+        "the agent may have taken it: asked again"
+    );
+    host.handle_agent(
+        AgentInput::ApprovalResolved {
+            request_id: "s0-req-1".into(),
+            thread_id: "thread-s0".into(),
+            turn_id: "turn-1".into(),
+            item_id: "item-1".into(),
+            result: Err("the request is no longer open".into()),
+        },
+        Millis(1_010),
+    );
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Expired));
+
+    // Sim seed 1977: the refusal answered one of two copies of the decision (the dead
+    // host's and the new host's); the other was taken. What the agent took wins over
+    // the expiry the host inferred.
+    host.handle_agent(
+        AgentInput::ApprovalResolved {
+            request_id: "s0-req-1".into(),
+            thread_id: "thread-s0".into(),
+            turn_id: "turn-1".into(),
+            item_id: "item-1".into(),
+            result: Ok(ApprovalResult::Accepted),
+        },
+        Millis(1_020),
+    );
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Accepted));
+}

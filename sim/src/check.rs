@@ -118,47 +118,17 @@ impl Invariant {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Known {
-    /// outbox-core: an untaken steer of a run that was not stopped, or a send answered
-    /// `Canceled`, is held with no text at all; the seed gives it "The active run
-    /// stopped before this message reached the agent. Review and send it again."
-    HeldWithoutReason,
     /// overlay-core, the seed's rule: relay repair runs "every 5 seconds while a run is
     /// active", so a relay event lost after a run's last repair tick (or while no run is
     /// active) is never sent again; the phone shows the older overlay until the next
     /// write, a reconnect or a reload (checked: it heals on reload).
     RelayLossUnrepaired,
-    /// outbox-core: a submit that renumbers the queue also moves the entry that is out
-    /// (sending or accepted); every answer for it is then applied only to an entry equal
-    /// to its snapshot, so none is, and the entry stays out (and its lane busy, the
-    /// queue behind it waiting) until the host restarts.
-    RenumberedWhileOut,
-    /// outbox-core: a write that committed but reported a failure (the failing store's
-    /// commit-then-fail: a hand-off, or the write of an answer) leaves the entry
-    /// sending with no attempt in flight; nothing confirms it until the host restarts,
-    /// and the queue behind it waits.
-    StrandedAfterFailedWrite,
-    /// outbox-core: a steer's `Accepted` answer that arrives after its run ended (the
-    /// stop's result and the run's end, which reported it untaken, came first) leaves
-    /// the entry accepted by a run that is gone; nothing settles it (and its queue
-    /// waits) until the host restarts.
-    AcceptedAfterRunEnded,
-    /// outbox-core: stop and send now marked the entry (handoff requested) and asked
-    /// for the take-back; the run ended first and reported the steer untaken, so the
-    /// entry went back held with no text and the mark, and the take-back's answer no
-    /// longer matched it. It waits for the run it was taken from to stop, which is gone;
-    /// only a restart's start-up confirmation dedicates it to its own turn.
-    HandoffOrphaned,
-    /// outbox-core: an answer whose store write failed waits for its retry with its
-    /// lane busy; a history read of the same operation started meanwhile (a run's end
-    /// confirms what it accepted) drops that retry as superseded (`Custody::supersede`)
-    /// but never frees the lane, so the session's queue waits until the host restarts.
-    LaneLeftBusy,
     /// outbox-core (a limit of confirming from history): a steer the turn accepted
-    /// waits as the turn's pending input, which no history read sees. When custody
-    /// confirms it from history (its answer was lost, the run went stale, the host
-    /// restarted, or its send reached the agent only after the host that sent it died),
-    /// the read says missing, and the user's "send now" (read again: missing) sends it
-    /// a second time.
+    /// waits as the turn's pending input, which no history read sees. Custody waits for
+    /// the run before it takes a "missing" as proof, but a host that restarted knows the
+    /// old run only from the agent's next report: when its send reached the agent only
+    /// after the host that sent it died, and the new host's start-up read said missing
+    /// first, the user's "send now" sends it a second time.
     PendingInputMissing,
 }
 
@@ -166,28 +136,13 @@ impl Known {
     /// The name in reports.
     pub fn name(self) -> &'static str {
         match self {
-            Known::HeldWithoutReason => "held-without-reason",
             Known::RelayLossUnrepaired => "relay-loss-unrepaired",
-            Known::RenumberedWhileOut => "renumbered-while-out",
-            Known::StrandedAfterFailedWrite => "stranded-after-failed-write",
-            Known::AcceptedAfterRunEnded => "accepted-after-run-ended",
             Known::PendingInputMissing => "pending-input-missing",
-            Known::LaneLeftBusy => "lane-left-busy",
-            Known::HandoffOrphaned => "handoff-orphaned",
         }
     }
 
     /// Every known issue.
-    pub const ALL: &'static [Known] = &[
-        Known::HeldWithoutReason,
-        Known::RelayLossUnrepaired,
-        Known::RenumberedWhileOut,
-        Known::StrandedAfterFailedWrite,
-        Known::AcceptedAfterRunEnded,
-        Known::LaneLeftBusy,
-        Known::HandoffOrphaned,
-        Known::PendingInputMissing,
-    ];
+    pub const ALL: &'static [Known] = &[Known::RelayLossUnrepaired, Known::PendingInputMissing];
 }
 
 /// One broken invariant.
@@ -549,101 +504,28 @@ impl World {
     /// The invariants at quiescence.
     pub(crate) fn check_final(&mut self) {
         self.check_step();
-        let stranded = self.check_delivered(true);
+        self.check_delivered();
         self.check_views();
         self.check_cards();
-        if stranded && self.violations.is_empty() {
-            // Entries stranded by a known issue must come out when the host restarts.
-            self.log(|| "entries are stranded: the host restarts".to_owned());
-            self.crash();
-            self.settle();
-            if self.violations.is_empty() {
-                self.check_delivered(false);
-            }
-        }
     }
 
-    /// Every acknowledged message delivered or held with a reason. With `excuse`,
-    /// entries stranded by [`Known::RenumberedWhileOut`] (and the queue behind them)
-    /// are recorded as that known issue; returns whether any was.
-    fn check_delivered(&mut self, excuse: bool) -> bool {
+    /// Every acknowledged message delivered or held with a reason.
+    fn check_delivered(&mut self) {
         let saved = self.outboxes();
         let mut stuck = Vec::new();
-        let mut known = Vec::new();
-        let mut stranded = Vec::new();
         for (op, m) in &self.messages {
             if !m.acked || m.removed || m.replaced {
                 continue;
             }
             let delivered = self.agent_saved(op);
-            // An entry out with no attempt for a known reason strands itself and the
-            // queue behind it.
-            let active = self.host.as_ref().and_then(|h| {
-                h.custody()
-                    .runs()
-                    .active(&m.session)
-                    .map(|r| r.run_id.clone())
-            });
-            let store_failed = self.counts.get(crate::faults::FaultKind::OutboxStoreFail) > 0;
-            let cause = |o: &OperationId, st: &EntryState| {
-                if self.renumbered.contains(o) {
-                    Some(Known::RenumberedWhileOut)
-                } else if st.acceptance().is_none() && store_failed {
-                    // Out with nothing in flight at quiescence: a write failed around
-                    // it (never sent at all, or an answer that could not be applied).
-                    Some(Known::StrandedAfterFailedWrite)
-                } else if st
-                    .acceptance()
-                    .is_some_and(|a| Some(&a.run_id) != active.as_ref())
-                {
-                    Some(Known::AcceptedAfterRunEnded)
-                } else {
-                    None
-                }
-            };
-            let in_session =
-                |o: &OperationId| self.messages.get(o).is_some_and(|x| x.session == m.session);
-            let mut stranding = saved
-                .iter()
-                .filter(|(o, st)| excuse && st.is_sending() && in_session(o))
-                .find_map(|(o, st)| cause(o, st).map(|k| (o.clone(), k)));
-            let lanes = self
-                .host
-                .as_ref()
-                .map_or((false, false), |h| h.custody().lane_busy(&m.session));
-            let nothing_out = !saved.iter().any(|(o, st)| st.is_sending() && in_session(o));
-            if stranding.is_none() && excuse && (lanes.0 || lanes.1) && nothing_out {
-                stranding = Some((op.clone(), Known::LaneLeftBusy));
-            }
             match saved.get(op) {
-                Some(state) if stranding.is_some() && (state.is_sending() || state.is_ready()) => {
-                    if let Some((by, kind)) = &stranding {
-                        stranded.push((*kind, format!("{op} is stranded by {by}: {state:?}")));
-                    }
-                }
                 None if delivered => {}
                 None => stuck.push((Invariant::MessageLost, format!("{op} is gone undelivered"))),
                 Some(EntryState::Held { notice, .. }) if !notice.is_empty() => {}
-                Some(EntryState::Held { handoff, .. })
-                    if handoff
-                        .as_ref()
-                        .is_none_or(|h| h.phase == outbox_core::entry::HandoffPhase::Dedicated) =>
-                {
-                    known.push(format!("{op} is held with no reason"));
-                }
-                Some(
-                    state @ EntryState::Held {
-                        handoff: Some(h), ..
-                    },
-                ) if excuse
-                    && h.phase == outbox_core::entry::HandoffPhase::Requested
-                    && active.as_ref() != Some(&h.acceptance.run_id) =>
-                {
-                    stranded.push((
-                        Known::HandoffOrphaned,
-                        format!("{op} waits for a run that is gone: {state:?}"),
-                    ));
-                }
+                Some(state @ EntryState::Held { .. }) => stuck.push((
+                    Invariant::Stuck,
+                    format!("{op} is held with no reason: {state:?}"),
+                )),
                 Some(state) if delivered => stuck.push((
                     Invariant::Stuck,
                     format!("{op} was delivered but the outbox still holds it: {state:?}"),
@@ -677,17 +559,9 @@ impl World {
                 });
             }
         }
-        for d in known {
-            self.known_issue(Known::HeldWithoutReason, d);
-        }
-        let any_stranded = !stranded.is_empty();
-        for (kind, d) in stranded {
-            self.known_issue(kind, d);
-        }
         for (i, d) in stuck {
             self.violate(i, d);
         }
-        any_stranded
     }
 
     /// The host's history of `session`'s main target: every saved row, and the rows of

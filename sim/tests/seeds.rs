@@ -2,7 +2,7 @@
 //! kind must have struck and every kind of user action must have reached the host, so
 //! a run that silently stops exercising something fails too.
 //!
-//! `SIM_SEEDS` sets how many seeds (800 by default; the soak command runs hundreds of
+//! `SIM_SEEDS` sets how many seeds (2,000 by default; the soak command runs hundreds of
 //! thousands), `SIM_FIRST_SEED` where they start.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +20,7 @@ fn env(name: &str, default: u64) -> u64 {
 #[test]
 fn a_range_of_seeds_keeps_every_invariant() {
     let first = env("SIM_FIRST_SEED", 0);
-    let seeds = env("SIM_SEEDS", 800);
+    let seeds = env("SIM_SEEDS", 2000);
     let next = Arc::new(AtomicU64::new(first));
     let found: Arc<Mutex<(Vec<Outcome>, FaultCounts, Stats)>> = Arc::default();
     let workers: Vec<_> = (0..2)
