@@ -180,11 +180,15 @@ impl Approvals {
                 Some(decision) => State::Kept(decision),
                 None => State::Pending,
             },
+            // An expired card may be one a host inferred (its run ended): the agent's
+            // word on what it took still replaces it.
+            (CardStatus::Expired, _) | (_, Some(ApprovalResult::ResolvedExternally)) => {
+                State::Lapsed
+            }
             (_, Some(result)) => State::Decided(result),
-            (CardStatus::Expired, None) => State::Decided(ApprovalResult::ResolvedExternally),
             _ => return false,
         };
-        let decided = matches!(state, State::Decided(_));
+        let decided = matches!(state, State::Decided(_) | State::Lapsed);
         self.open.insert(
             id.clone(),
             Open {

@@ -866,3 +866,52 @@ fn a_decision_on_its_way_to_a_run_that_ended_expires_when_the_agent_refuses_it()
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Accepted));
 }
+
+// RW-06, sim seed 24480: a host expired a card at a restart (its run was gone) and saved
+// it; the next host restored it as decided, so the agent's later `Accepted` (a decision
+// on its way when the run ended) no longer replaced it. A saved expired card still
+// yields to what the agent took.
+#[test]
+fn a_saved_expired_card_yields_to_the_agents_decision_after_a_restart() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_agent(ask_in(run(4)), Millis(10));
+    drain(&mut host);
+    host.handle_agent(
+        AgentInput::RunEnded {
+            session: session(),
+            run: run(4),
+            outcome: overlay_core::RunEventKind::Completed,
+            untaken: Vec::new(),
+        },
+        Millis(20),
+    );
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Expired));
+    let overlays = std::mem::take(host.overlays());
+    drop(host);
+
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
+    host.start(Millis(1_000)).unwrap();
+    drain(&mut host);
+    host.handle_agent(
+        AgentInput::ApprovalResolved {
+            request_id: "s0-req-1".into(),
+            thread_id: "thread-s0".into(),
+            turn_id: "turn-1".into(),
+            item_id: "item-1".into(),
+            result: Ok(ApprovalResult::Accepted),
+        },
+        Millis(1_010),
+    );
+    drain(&mut host);
+    assert_eq!(card(&mut host), Some(CardStatus::Accepted));
+    // A device is still told the request is settled.
+    let (to, req) = decide(9, Decision::Decline);
+    host.handle_client(to, req, Millis(1_020));
+    assert!(decisions_sent(&drain(&mut host)).is_empty());
+}
