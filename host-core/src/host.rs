@@ -466,7 +466,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 Some(Reply::Done(self.custody.send_now(&session, &queue_id, now)))
             }
             ClientRequest::StopAndSendNow { session, queue_id } => Some(Reply::Done(
-                self.custody.stop_and_send_now(&session, &queue_id),
+                self.custody.stop_and_send_now(&session, &queue_id, now),
             )),
             ClientRequest::Stop { session } => {
                 match self

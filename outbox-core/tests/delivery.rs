@@ -442,7 +442,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     let run = b.active_run("s1").unwrap();
     b.submit("s1", "1", Controls::steer(run.clone()));
     assert_eq!(b.agent.send_count(&op("op-1")), 1);
-    b.c.stop_and_send_now(&s("s1"), &q("q-1")).unwrap();
+    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
     assert_eq!(
         b.entry("s1", "1").unwrap().state.handoff().unwrap().phase,
         HandoffPhase::Requested
@@ -467,7 +467,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
         .push_back(outbox_core::adapter::DetachResult::NotDetached {
             reason: "already started".into(),
         });
-    b.c.stop_and_send_now(&s("s1"), &q("q-1")).unwrap();
+    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
     b.drive();
     assert_eq!(b.agent.send_count(&op("op-1")), 1);
     assert_eq!(b.active_run("s1"), Some(run));
@@ -482,7 +482,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     b.submit("s1", "run", Controls::automatic());
     let run = b.active_run("s1").unwrap();
     b.submit("s1", "1", Controls::steer(run));
-    b.c.stop_and_send_now(&s("s1"), &q("q-1")).unwrap();
+    b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
     let Some(Effect::TakeBack { attempt, .. }) = b.c.poll_effect() else {
         panic!()
     };

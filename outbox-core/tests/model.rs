@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::*;
 use fixtures::adapters::{ScriptedAdapter, Step as AgentStep, WhenUnscripted};
 use outbox_core::adapter::{AgentAdapter, Capabilities, SendResult, StopResult};
-use outbox_core::custody::{Custody, Effect, SubmitError};
+use outbox_core::custody::{ActionError, Custody, Effect, SubmitError};
 use outbox_core::entry::{Controls, UNCONFIRMED_TEXT};
 use outbox_core::ids::{OperationId, SessionId};
 use outbox_core::ledger::LedgerStatus;
@@ -296,14 +296,31 @@ impl World {
             }
             Cmd::StopAndSendNow { n } => {
                 if let Some((session, e)) = self.entry_session(&opn(n)) {
-                    let _ = self.c.stop_and_send_now(&session, &e.queue_id);
+                    // A refusal is an answer the user sees (OB-13): the entry is not an
+                    // accepted steer of a running turn (any more), or it moved on. The
+                    // memory store never fails, so nothing else may come back.
+                    let r = self.c.stop_and_send_now(&session, &e.queue_id, self.now);
+                    assert!(
+                        matches!(
+                            r,
+                            Ok(())
+                                | Err(ActionError::NotAnAcceptedSteer
+                                    | ActionError::Blocked
+                                    | ActionError::ModelChanged
+                                    | ActionError::NotFound)
+                        ),
+                        "stop and send now: {r:?}"
+                    );
                 }
             }
             Cmd::SendNow { n } => {
                 if let Some((session, e)) = self.entry_session(&opn(n)) {
                     // The user checks the timeline before resending an unconfirmed one.
                     if e.state.error() != Some(UNCONFIRMED_TEXT) {
-                        let _ = self.c.send_now(&session, &e.queue_id, self.now);
+                        // Refused only as the user would see it (OB-12): the entry moved
+                        // on, or is out; the memory store never fails.
+                        let r = self.c.send_now(&session, &e.queue_id, self.now);
+                        assert!(!matches!(r, Err(ActionError::Store(_))), "send now: {r:?}");
                     }
                 }
             }
@@ -339,7 +356,13 @@ impl World {
                     last_activity: self.now,
                     finalizing: false,
                 };
-                let _ = self.c.restore_run(&alias, run);
+                // The alias scope may hold a run already: then the restore is refused,
+                // and nothing else may come back.
+                let r = self.c.restore_run(&alias, run);
+                assert!(
+                    matches!(r, Ok(()) | Err(outbox_core::runs::RunError::RestoreRefused)),
+                    "restore: {r:?}"
+                );
             }
         }
         self.drive()?;

@@ -384,7 +384,7 @@ fn stop_and_send_now_refuses_a_steer_whose_run_ended() {
     r.run_ended(&run, &[]);
     let read = r.take_read("2").expect("the run's end confirms the steer");
     assert_eq!(
-        r.c.stop_and_send_now(&s(SESSION), &q("q-2")),
+        r.c.stop_and_send_now(&s(SESSION), &q("q-2"), r.now),
         Err(ActionError::NotAnAcceptedSteer)
     );
     r.collect();
@@ -431,7 +431,8 @@ fn stop_and_send_now_goes_on_when_the_run_ends_first() {
     let mut r = Rig::new();
     let run = r.running("1");
     r.accepted_steer("2", &run);
-    r.c.stop_and_send_now(&s(SESSION), &q("q-2")).unwrap();
+    r.c.stop_and_send_now(&s(SESSION), &q("q-2"), r.now)
+        .unwrap();
     r.collect();
     let take_back = r
         .effects

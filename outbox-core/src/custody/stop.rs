@@ -213,7 +213,9 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         queue_id: &QueueId,
+        now: Millis,
     ) -> Result<(), ActionError> {
+        self.saw(now);
         let current = self.entry_by_queue(session, queue_id)?;
         // Only an accepted steer without a hand-off of its own can be requested, and
         // only while the turn that accepted it runs: the end of a run that is gone
