@@ -55,7 +55,7 @@ fn str_field<'a>(input: &'a serde_json::Value, name: &str) -> Option<&'a str> {
 }
 
 /// The words of a tool call's row.
-pub fn tool_row(call: &ToolCall) -> ActivityRow {
+pub(crate) fn tool_row(call: &ToolCall) -> ActivityRow {
     let status = match &call.result {
         None => RowStatus::InProgress,
         Some(r) if r.is_error => RowStatus::Failed,
@@ -94,7 +94,7 @@ pub fn tool_row(call: &ToolCall) -> ActivityRow {
 }
 
 /// The user row of prompt `uuid`; `None` for a blank UUID.
-pub fn user_block(uuid: &str, at: Millis, order: SourceOrder, text: &str) -> Option<Block> {
+pub(crate) fn user_block(uuid: &str, at: Millis, order: SourceOrder, text: &str) -> Option<Block> {
     let op = OperationId::new(uuid).ok()?;
     Some(
         Block::new(BlockKey::user_message(&op), at)
@@ -109,12 +109,17 @@ fn keyed(ty: BlockType, id: &str, at: Millis, order: SourceOrder) -> Option<Bloc
 }
 
 /// The reply row of message `message_id`.
-pub fn reply_block(message_id: &str, at: Millis, order: SourceOrder, text: &str) -> Option<Block> {
+pub(crate) fn reply_block(
+    message_id: &str,
+    at: Millis,
+    order: SourceOrder,
+    text: &str,
+) -> Option<Block> {
     Some(keyed(BlockType::AgentReply, message_id, at, order)?.with_data(text_data(text)))
 }
 
 /// The reasoning row of message `message_id`.
-pub fn thinking_block(
+pub(crate) fn thinking_block(
     message_id: &str,
     at: Millis,
     order: SourceOrder,
@@ -124,14 +129,19 @@ pub fn thinking_block(
 }
 
 /// The activity row of a tool call.
-pub fn tool_block(call: &ToolCall, at: Millis, order: SourceOrder) -> Option<Block> {
+pub(crate) fn tool_block(call: &ToolCall, at: Millis, order: SourceOrder) -> Option<Block> {
     // An ActivityRow is plain strings and enums: serializing it cannot fail.
     let data = serde_json::to_value(tool_row(call)).unwrap_or_default();
     Some(keyed(BlockType::Activity, &call.id, at, order)?.with_data(data))
 }
 
 /// A system row.
-pub fn system_block(uuid: &str, at: Millis, order: SourceOrder, text: &str) -> Option<Block> {
+pub(crate) fn system_block(
+    uuid: &str,
+    at: Millis,
+    order: SourceOrder,
+    text: &str,
+) -> Option<Block> {
     Some(keyed(BlockType::System, uuid, at, order)?.with_data(text_data(text)))
 }
 

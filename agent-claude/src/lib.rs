@@ -26,8 +26,9 @@
 //!   transcript file as a history source, the history read of a delivery proof.
 //! - [`driver`]: the process edge: one `claude` child, lines with deadlines, its exit.
 //! - [`adapter`]: the [`outbox_core::adapter::AgentAdapter`] for Claude.
-//! - [`blocks`]: the rows both paths build, keyed alike; [`content`]: message content;
-//!   [`diag`]: what was parsed, skipped, unknown or malformed; [`time`]: timestamps.
+//! - [`diag`]: what was parsed, skipped, unknown or malformed. Message content
+//!   ([`Content`], [`ContentBlock`], [`Message`]) is re-exported here; the rows both paths
+//!   build (keyed alike) and timestamp parsing are private to the crate.
 //!
 //! Nothing here is fatal on input from a newer Claude: unknown line types, subtypes,
 //! event, delta and block types are skipped and counted in [`diag::Diagnostics`].
@@ -35,8 +36,8 @@
 #![warn(unreachable_pub)]
 
 pub mod adapter;
-pub mod blocks;
-pub mod content;
+mod blocks;
+mod content;
 pub mod diag;
 pub mod driver;
 pub mod file;
@@ -47,10 +48,12 @@ pub mod run;
 pub mod source;
 pub mod stream;
 pub mod tail;
-pub mod time;
+mod time;
 pub mod transcript;
 
 pub use adapter::{AdapterConfig, ApprovalError, ClaudeAdapter};
+pub use blocks::{ToolCall, ToolResult};
+pub use content::{Content, ContentBlock, Message};
 pub use diag::Diagnostics;
 pub use driver::{ClaudeCommand, Driver, DriverError, DriverEvent};
 pub use file::{

@@ -6,7 +6,7 @@
 //! 2. [`Projector::handle_line`] takes it with `now` (the time the host read it);
 //! 3. the host drains [`Projector::poll_output`] until `None`: rows to write to the
 //!    live overlay ([`Output::Row`], a whole row each time, keyed like its saved twin in
-//!    the transcript, see [`crate::blocks`]), delta events for the packed-history path
+//!    the transcript: both paths build rows alike), delta events for the packed-history path
 //!    ([`Output::Event`], one `assistant/*-delta` [`SessionEvent`] per fragment),
 //!    delivery evidence ([`Output::Proof`]), the turn's end, permission requests.
 //!

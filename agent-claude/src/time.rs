@@ -28,7 +28,7 @@ fn digits(s: &str) -> Option<i64> {
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)` into milliseconds since 1970.
-pub fn parse_timestamp(text: &str) -> Option<Millis> {
+pub(crate) fn parse_timestamp(text: &str) -> Option<Millis> {
     let (date, rest) = text.split_once('T')?;
     let mut date_parts = date.splitn(3, '-');
     let y = digits(date_parts.next()?)?;
