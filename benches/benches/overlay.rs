@@ -60,7 +60,7 @@ fn emit_per_write(c: &mut Criterion) {
                 now += 60;
                 let mut o = overlay.clone();
                 o.revision = now;
-                hub.emit(
+                hub.handle_payload(
                     Payload::Blocks {
                         session: session.clone(),
                         target: ids[0].clone(),

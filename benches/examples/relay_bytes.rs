@@ -96,7 +96,7 @@ fn stream(tokens: u64) -> (Bytes, Bytes) {
         let mut hub = LiveHub::new();
         hub.set_phone_interest(&session, true);
         hub.set_relay_protocol(&session, protocol);
-        hub.emit(run_event(RunEventKind::Started, &session, 0), Millis(0));
+        hub.handle_payload(run_event(RunEventKind::Started, &session, 0), Millis(0));
         while hub.poll_delivery().is_some() {}
         hub
     });
@@ -128,7 +128,7 @@ fn stream(tokens: u64) -> (Bytes, Bytes) {
                 target: target.clone(),
                 overlay: snap.clone(),
             };
-            hub.emit(blocks, Millis(now));
+            hub.handle_payload(blocks, Millis(now));
             if i == 0 {
                 // A window opens on the overlay before the row streams.
                 let protocol = [LiveProtocol::Snapshots, LiveProtocol::Patches][h];
@@ -138,7 +138,7 @@ fn stream(tokens: u64) -> (Bytes, Bytes) {
             hub.handle_timeout(Millis(now));
             if i == tokens {
                 hub.handle_timeout(Millis(now + 50));
-                hub.emit(
+                hub.handle_payload(
                     run_event(RunEventKind::Completed, &session, now + 50),
                     Millis(now + 50),
                 );

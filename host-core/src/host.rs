@@ -891,7 +891,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             _ => None,
         };
         if let (RelayOutcome::Rejected(error), Some(session)) =
-            (self.hub.emit(payload, now), session)
+            (self.hub.handle_payload(payload, now), session)
         {
             self.effects
                 .push_back(Effect::Notice(Notice::RelayRefused { session, error }));

@@ -81,7 +81,7 @@
 //! let mut hub = LiveHub::new();
 //! let sub = hub.subscribe(&mut store, WindowId(1), &s, &t).unwrap();
 //! let overlay = LiveOverlay { settlement_epoch: 0, revision: 1, blocks: vec![] };
-//! hub.emit(Payload::Blocks { session: s, target: t, overlay }, Millis(0));
+//! hub.handle_payload(Payload::Blocks { session: s, target: t, overlay }, Millis(0));
 //! assert!(hub.poll_delivery().is_none(), "coalesced for 50 ms");
 //! let at = hub.poll_timeout().unwrap();
 //! hub.handle_timeout(at);
@@ -579,8 +579,9 @@ impl LiveHub {
         }
     }
 
-    /// The one emit entry point. Returns what happened at the relay.
-    pub fn emit(&mut self, payload: Payload, now: Millis) -> RelayOutcome {
+    /// The one emit entry point: a payload the producer saved (or a run event), to every
+    /// sink it concerns. Returns what happened at the relay.
+    pub fn handle_payload(&mut self, payload: Payload, now: Millis) -> RelayOutcome {
         if let Payload::AgentThreads { session, .. } = &payload {
             let th = self.throttles.entry(session.clone()).or_default();
             if th.window_end.is_some_and(|end| now < end) {

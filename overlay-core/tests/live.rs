@@ -67,11 +67,11 @@ fn seed_case_3_three_snapshots_in_50_ms_are_one_event_before_completed() {
     let t = main_target();
     let (mut hub, sub) = hub_with_window(&t);
     hub.set_phone_interest(&session(), true);
-    hub.emit(run_event(RunEventKind::Started, 0), Millis(0));
+    hub.handle_payload(run_event(RunEventKind::Started, 0), Millis(0));
     let _ = deliveries(&mut hub);
     for (rev, at) in [(41, 0), (42, 20), (43, 45)] {
         assert_eq!(
-            hub.emit(blocks(&t, rev), Millis(10 + at)),
+            hub.handle_payload(blocks(&t, rev), Millis(10 + at)),
             RelayOutcome::Sent
         );
     }
@@ -89,7 +89,7 @@ fn seed_case_3_three_snapshots_in_50_ms_are_one_event_before_completed() {
         Some(Millis(60)),
         "the first snapshot started the 50 ms timer"
     );
-    hub.emit(run_event(RunEventKind::Completed, 58), Millis(58));
+    hub.handle_payload(run_event(RunEventKind::Completed, 58), Millis(58));
     let got = deliveries(&mut hub);
     let windows: Vec<&Payload> = got
         .iter()
@@ -130,7 +130,7 @@ fn snapshots_go_only_to_windows_of_their_target_and_never_to_progress() {
         .subscribe(&mut store, WindowId(2), &session(), &b)
         .unwrap();
     assert_ne!(sa.subscription_id, sb.subscription_id);
-    hub.emit(blocks(&a, 1), Millis(0));
+    hub.handle_payload(blocks(&a, 1), Millis(0));
     hub.handle_timeout(Millis(50));
     let got = deliveries(&mut hub);
     assert_eq!(
@@ -146,7 +146,7 @@ fn snapshots_go_only_to_windows_of_their_target_and_never_to_progress() {
         }
     ));
     // Run, runtime and agent-threads events go to every window; a shared streamRevision.
-    hub.emit(
+    hub.handle_payload(
         Payload::Runtime {
             session: session(),
             data: serde_json::json!({"x": 1}),
@@ -186,7 +186,7 @@ fn subscribe_returns_the_saved_overlay() {
         .subscribe(&mut store, WindowId(1), &session(), &other)
         .unwrap();
     assert!(sub2.overlay.is_none());
-    hub.emit(blocks(&main_target(), 5), Millis(0));
+    hub.handle_payload(blocks(&main_target(), 5), Millis(0));
     hub.handle_timeout(Millis(100));
     assert!(
         deliveries(&mut hub).is_empty(),
@@ -207,10 +207,10 @@ fn the_129th_waiting_target_flushes_all() {
             .unwrap();
     }
     for t in &targets[..128] {
-        hub.emit(blocks(t, 1), Millis(0));
+        hub.handle_payload(blocks(t, 1), Millis(0));
     }
     assert!(deliveries(&mut hub).is_empty(), "128 targets wait");
-    hub.emit(blocks(&targets[128], 1), Millis(1));
+    hub.handle_payload(blocks(&targets[128], 1), Millis(1));
     assert_eq!(deliveries(&mut hub).len(), 129);
     assert_eq!(hub.poll_timeout(), None);
 }
@@ -221,7 +221,7 @@ fn the_129th_waiting_target_flushes_all() {
 fn progress_and_relay_fields_of_run_events() {
     let (mut hub, _) = hub_with_window(&main_target());
     hub.set_phone_interest(&session(), true);
-    hub.emit(run_event(RunEventKind::Failed, 7), Millis(7));
+    hub.handle_payload(run_event(RunEventKind::Failed, 7), Millis(7));
     let got = deliveries(&mut hub);
     let progress = got
         .iter()
@@ -251,7 +251,7 @@ fn progress_and_relay_fields_of_run_events() {
         })
         .unwrap();
     assert_eq!(relay.json["agentErrorInfo"]["code"], "overloaded");
-    hub.emit(run_event(RunEventKind::Aborted, 8), Millis(8));
+    hub.handle_payload(run_event(RunEventKind::Aborted, 8), Millis(8));
     let relay = deliveries(&mut hub)
         .into_iter()
         .find_map(|d| match d {
@@ -268,14 +268,17 @@ fn progress_and_relay_fields_of_run_events() {
 fn the_relay_checks_interest_and_the_overlay_shape() {
     let mut hub = LiveHub::new();
     let t = main_target();
-    assert_eq!(hub.emit(blocks(&t, 1), Millis(0)), RelayOutcome::NoInterest);
+    assert_eq!(
+        hub.handle_payload(blocks(&t, 1), Millis(0)),
+        RelayOutcome::NoInterest
+    );
     hub.set_phone_interest(&session(), true);
     assert_eq!(
-        hub.emit(blocks(&t, 0), Millis(0)),
+        hub.handle_payload(blocks(&t, 0), Millis(0)),
         RelayOutcome::Rejected(RelayError::ZeroRevision)
     );
     assert_eq!(
-        hub.emit(blocks(&t, 9_007_199_254_740_991), Millis(0)),
+        hub.handle_payload(blocks(&t, 9_007_199_254_740_991), Millis(0)),
         RelayOutcome::Sent
     );
     let ok = serde_json::json!({"settlementEpoch": 1, "revision": 2, "blocks": []});
@@ -304,7 +307,10 @@ fn the_relay_checks_interest_and_the_overlay_shape() {
         );
     }
     hub.set_phone_interest(&session(), false);
-    assert_eq!(hub.emit(blocks(&t, 3), Millis(0)), RelayOutcome::NoInterest);
+    assert_eq!(
+        hub.handle_payload(blocks(&t, 3), Millis(0)),
+        RelayOutcome::NoInterest
+    );
 }
 
 // OV-08: every 5 s while a run is active, targets without a new write are re-sent to
@@ -314,25 +320,25 @@ fn relay_repair_resends_quiet_targets_every_5_seconds_while_a_run_is_active() {
     let (a, b) = (main_target(), TargetId::new("thread-2").unwrap());
     let (mut hub, _) = hub_with_window(&a);
     hub.set_phone_interest(&session(), true);
-    hub.emit(run_event(RunEventKind::Started, 0), Millis(0));
+    hub.handle_payload(run_event(RunEventKind::Started, 0), Millis(0));
     assert_eq!(
         hub.poll_timeout(),
         None,
         "armed by the first snapshot of the run"
     );
-    hub.emit(blocks(&a, 10), Millis(100));
-    hub.emit(blocks(&b, 11), Millis(200));
+    hub.handle_payload(blocks(&a, 10), Millis(100));
+    hub.handle_payload(blocks(&b, 11), Millis(200));
     hub.handle_timeout(Millis(150));
     let _ = deliveries(&mut hub);
     assert_eq!(hub.poll_timeout(), Some(Millis(5_100)));
     // Target B is written again within the first tick; A is not.
-    hub.emit(blocks(&b, 12), Millis(4_000));
+    hub.handle_payload(blocks(&b, 12), Millis(4_000));
     let _ = deliveries(&mut hub);
     hub.handle_timeout(Millis(5_100));
     let first_tick = deliveries(&mut hub);
     // Both were written since the run started: the first tick resends nothing.
     assert!(first_tick.is_empty(), "{first_tick:?}");
-    hub.emit(blocks(&b, 13), Millis(6_000));
+    hub.handle_payload(blocks(&b, 13), Millis(6_000));
     let _ = deliveries(&mut hub);
     hub.handle_timeout(Millis(10_100));
     let second_tick = deliveries(&mut hub);
@@ -345,7 +351,7 @@ fn relay_repair_resends_quiet_targets_every_5_seconds_while_a_run_is_active() {
         other => panic!("relay only, got {other:?}"),
     }
     // The run ends: no more ticks.
-    hub.emit(run_event(RunEventKind::Completed, 11_000), Millis(11_000));
+    hub.handle_payload(run_event(RunEventKind::Completed, 11_000), Millis(11_000));
     let _ = deliveries(&mut hub);
     hub.handle_timeout(Millis(15_100));
     assert!(deliveries(&mut hub).is_empty());
@@ -361,7 +367,7 @@ fn agent_threads_signals_are_throttled_to_one_per_second() {
         session: session(),
         timestamp: Millis(at),
     };
-    assert_eq!(hub.emit(signal(0), Millis(0)), RelayOutcome::Sent);
+    assert_eq!(hub.handle_payload(signal(0), Millis(0)), RelayOutcome::Sent);
     let first = deliveries(&mut hub);
     assert_eq!(first.len(), 1);
     let Delivery::Relay(r) = &first[0] else {
@@ -370,7 +376,10 @@ fn agent_threads_signals_are_throttled_to_one_per_second() {
     assert_eq!(r.json["event"], "agent-threads");
     assert_eq!(r.json["threadId"], serde_json::Value::Null);
     for at in [100, 300, 900] {
-        assert_eq!(hub.emit(signal(at), Millis(at)), RelayOutcome::Throttled);
+        assert_eq!(
+            hub.handle_payload(signal(at), Millis(at)),
+            RelayOutcome::Throttled
+        );
     }
     assert!(deliveries(&mut hub).is_empty());
     assert_eq!(hub.poll_timeout(), Some(Millis(1_000)));
@@ -385,7 +394,7 @@ fn agent_threads_signals_are_throttled_to_one_per_second() {
     let other = SessionId::new("other").unwrap();
     hub.set_phone_interest(&other, true);
     assert_eq!(
-        hub.emit(
+        hub.handle_payload(
             Payload::AgentThreads {
                 session: other,
                 timestamp: Millis(1_001)
@@ -416,9 +425,9 @@ fn the_first_repair_tick_resends_a_target_written_before_the_timer_started() {
     // Written between runs.
     let (mut hub, _) = hub_with_window(&a);
     hub.set_phone_interest(&session(), true);
-    hub.emit(blocks(&a, 1), Millis(0));
-    hub.emit(run_event(RunEventKind::Started, 1_000), Millis(1_000));
-    hub.emit(blocks(&b, 2), Millis(2_000));
+    hub.handle_payload(blocks(&a, 1), Millis(0));
+    hub.handle_payload(run_event(RunEventKind::Started, 1_000), Millis(1_000));
+    hub.handle_payload(blocks(&b, 2), Millis(2_000));
     hub.handle_timeout(Millis(2_050));
     let _ = deliveries(&mut hub);
     assert_eq!(hub.poll_timeout(), Some(Millis(7_000)));
@@ -432,11 +441,11 @@ fn the_first_repair_tick_resends_a_target_written_before_the_timer_started() {
     // Written in an earlier run that ended before its first tick.
     let (mut hub, _) = hub_with_window(&a);
     hub.set_phone_interest(&session(), true);
-    hub.emit(run_event(RunEventKind::Started, 0), Millis(0));
-    hub.emit(blocks(&a, 1), Millis(100));
-    hub.emit(run_event(RunEventKind::Completed, 200), Millis(200));
-    hub.emit(run_event(RunEventKind::Started, 300), Millis(300));
-    hub.emit(blocks(&b, 2), Millis(400));
+    hub.handle_payload(run_event(RunEventKind::Started, 0), Millis(0));
+    hub.handle_payload(blocks(&a, 1), Millis(100));
+    hub.handle_payload(run_event(RunEventKind::Completed, 200), Millis(200));
+    hub.handle_payload(run_event(RunEventKind::Started, 300), Millis(300));
+    hub.handle_payload(blocks(&b, 2), Millis(400));
     hub.handle_timeout(Millis(450));
     let _ = deliveries(&mut hub);
     hub.handle_timeout(Millis(5_400));
@@ -485,16 +494,16 @@ fn coalescing_keeps_the_newest_snapshot_not_the_last_to_arrive() {
     let t = main_target();
     let (mut hub, _) = hub_with_window(&t);
     hub.set_phone_interest(&session(), true);
-    hub.emit(blocks(&t, 43), Millis(0));
-    hub.emit(blocks(&t, 42), Millis(20));
+    hub.handle_payload(blocks(&t, 43), Millis(0));
+    hub.handle_payload(blocks(&t, 42), Millis(20));
     let relay = deliveries(&mut hub);
     assert_eq!(relay.len(), 2, "the relay is not coalesced: {relay:?}");
     hub.handle_timeout(Millis(50));
     assert_eq!(window_versions(&deliveries(&mut hub)), [(0, 43)]);
 
-    hub.emit(blocks_at(&t, 4, 45), Millis(100));
-    hub.emit(blocks_at(&t, 3, 50), Millis(110));
-    hub.emit(blocks_at(&t, 4, 44), Millis(120));
+    hub.handle_payload(blocks_at(&t, 4, 45), Millis(100));
+    hub.handle_payload(blocks_at(&t, 3, 50), Millis(110));
+    hub.handle_payload(blocks_at(&t, 4, 44), Millis(120));
     let _ = deliveries(&mut hub);
     hub.handle_timeout(Millis(150));
     assert_eq!(window_versions(&deliveries(&mut hub)), [(4, 45)]);
@@ -518,10 +527,16 @@ fn a_signal_that_goes_out_drops_the_older_held_signal() {
             })
             .collect()
     };
-    assert_eq!(hub.emit(signal(0), Millis(0)), RelayOutcome::Sent);
-    assert_eq!(hub.emit(signal(900), Millis(900)), RelayOutcome::Throttled);
+    assert_eq!(hub.handle_payload(signal(0), Millis(0)), RelayOutcome::Sent);
+    assert_eq!(
+        hub.handle_payload(signal(900), Millis(900)),
+        RelayOutcome::Throttled
+    );
     // The window's timer is not handled before the next signal arrives at its end.
-    assert_eq!(hub.emit(signal(1_000), Millis(1_000)), RelayOutcome::Sent);
+    assert_eq!(
+        hub.handle_payload(signal(1_000), Millis(1_000)),
+        RelayOutcome::Sent
+    );
     assert_eq!(sent_timestamps(deliveries(&mut hub)), [0, 1_000]);
     assert_eq!(hub.poll_timeout(), None, "nothing is held any more");
     hub.handle_timeout(Millis(1_000));
@@ -529,10 +544,13 @@ fn a_signal_that_goes_out_drops_the_older_held_signal() {
     assert!(deliveries(&mut hub).is_empty());
     // Later than the window's end too.
     assert_eq!(
-        hub.emit(signal(1_500), Millis(1_500)),
+        hub.handle_payload(signal(1_500), Millis(1_500)),
         RelayOutcome::Throttled
     );
-    assert_eq!(hub.emit(signal(2_200), Millis(2_200)), RelayOutcome::Sent);
+    assert_eq!(
+        hub.handle_payload(signal(2_200), Millis(2_200)),
+        RelayOutcome::Sent
+    );
     hub.handle_timeout(Millis(10_000));
     assert_eq!(sent_timestamps(deliveries(&mut hub)), [2_200]);
 }
@@ -576,7 +594,7 @@ fn a_client_that_missed_events_recovers_from_the_next_saved_snapshot() {
             &Change::Publish(vec![live(id, i as u64, "run-1")]),
         )
         .unwrap();
-        hub.emit(
+        hub.handle_payload(
             Payload::Blocks {
                 session: s.clone(),
                 target: t.clone(),
@@ -618,7 +636,7 @@ fn publish(
     let (s, t) = (session(), main_target());
     let written = write(store, &s, &t, &Change::Publish(rows)).unwrap();
     let snap = written.stored().unwrap().client_form();
-    hub.emit(
+    hub.handle_payload(
         Payload::Blocks {
             session: s,
             target: t,
@@ -699,7 +717,7 @@ fn relay_hub(protocol: LiveProtocol) -> LiveHub {
     let mut hub = LiveHub::new();
     hub.set_phone_interest(&session(), true);
     hub.set_relay_protocol(&session(), protocol);
-    hub.emit(run_event(RunEventKind::Started, 0), Millis(0));
+    hub.handle_payload(run_event(RunEventKind::Started, 0), Millis(0));
     let _ = deliveries(&mut hub);
     hub
 }
@@ -731,7 +749,7 @@ fn a_patching_relay_gets_patches_and_its_phone_matches_a_snapshot_phone() {
     let mut kinds = Vec::new();
     for (i, rows) in writes.into_iter().enumerate() {
         let snap = publish(&mut store, &mut patching, rows, 10 + i as u64);
-        seed.emit(
+        seed.handle_payload(
             Payload::Blocks {
                 session: session(),
                 target: main_target(),
@@ -799,7 +817,7 @@ fn the_relay_gets_a_whole_snapshot_whenever_its_base_is_unknown() {
         "blocks",
         "no run is active"
     );
-    hub.emit(run_event(RunEventKind::Started, 3), Millis(3));
+    hub.handle_payload(run_event(RunEventKind::Started, 3), Millis(3));
     let _ = deliveries(&mut hub);
     assert_eq!(
         kind_of_next(&mut store, &mut hub, "3", 4),
@@ -808,7 +826,7 @@ fn the_relay_gets_a_whole_snapshot_whenever_its_base_is_unknown() {
     // Interest dropped and back: the relay's phones may be others.
     hub.set_phone_interest(&session(), false);
     assert_eq!(
-        hub.emit(blocks(&main_target(), 1), Millis(5)),
+        hub.handle_payload(blocks(&main_target(), 1), Millis(5)),
         RelayOutcome::NoInterest
     );
     hub.set_phone_interest(&session(), true);
@@ -837,7 +855,7 @@ fn the_relay_gets_a_whole_snapshot_whenever_its_base_is_unknown() {
     .unwrap();
     let snap = settled.stored().unwrap().client_form();
     assert_eq!(snap.settlement_epoch, 1);
-    hub.emit(
+    hub.handle_payload(
         Payload::Blocks {
             session: s,
             target: t,
@@ -911,7 +929,7 @@ fn repair_and_the_run_end_send_whole_snapshots_that_heal_a_phone_that_lost_a_pat
         "healed by the first repair tick after the loss, at {healed_at}"
     );
     // The run ends: one whole snapshot first, then the completed event.
-    hub.emit(run_event(RunEventKind::Completed, 8_000), Millis(8_000));
+    hub.handle_payload(run_event(RunEventKind::Completed, 8_000), Millis(8_000));
     let end: Vec<String> = deliveries(&mut hub)
         .iter()
         .filter_map(|d| match d {
@@ -1130,10 +1148,10 @@ fn stream_one_row(rows: u64, tokens: u64) -> (usize, usize, Vec<Block>, Vec<Bloc
                 target: t.clone(),
                 overlay: snap.clone(),
             };
-            assert_eq!(hub.emit(payload, Millis(now)), RelayOutcome::Sent);
+            assert_eq!(hub.handle_payload(payload, Millis(now)), RelayOutcome::Sent);
             hub.handle_timeout(Millis(now));
             if i == tokens {
-                hub.emit(run_event(RunEventKind::Completed, now), Millis(now));
+                hub.handle_payload(run_event(RunEventKind::Completed, now), Millis(now));
             }
             for d in deliveries(hub) {
                 match &d {
@@ -1289,7 +1307,7 @@ proptest! {
                     let kind = if start { RunEventKind::Started } else { RunEventKind::Completed };
                     if start != running {
                         running = start;
-                        hub.emit(run_event(kind, now), Millis(now));
+                        hub.handle_payload(run_event(kind, now), Millis(now));
                     }
                     None
                 }
@@ -1302,7 +1320,7 @@ proptest! {
                 if let Some(stored) = write(&mut store, &s, &t, &change).unwrap().stored() {
                     let snap = stored.client_form();
                     saved.insert(snap.revision, snap.clone());
-                    hub.emit(Payload::Blocks { session: s.clone(), target: t.clone(), overlay: snap }, Millis(now));
+                    hub.handle_payload(Payload::Blocks { session: s.clone(), target: t.clone(), overlay: snap }, Millis(now));
                 }
             }
             for d in deliveries(&mut hub) {
@@ -1358,12 +1376,12 @@ proptest! {
         // One more write in a run, then the run ends, nothing lost now: the whole
         // snapshot of the run's end (or a reload) heals the lossy phone.
         if !running {
-            hub.emit(run_event(RunEventKind::Started, now), Millis(now));
+            hub.handle_payload(run_event(RunEventKind::Started, now), Millis(now));
         }
         write(&mut store, &s, &t, &Change::Publish(vec![text_row("live-0", 0, "final")])).unwrap();
         let last = store.load(&s, &t).unwrap().unwrap().client_form();
-        hub.emit(Payload::Blocks { session: s.clone(), target: t.clone(), overlay: last.clone() }, Millis(now));
-        hub.emit(run_event(RunEventKind::Completed, now + 1), Millis(now + 1));
+        hub.handle_payload(Payload::Blocks { session: s.clone(), target: t.clone(), overlay: last.clone() }, Millis(now));
+        hub.handle_payload(run_event(RunEventKind::Completed, now + 1), Millis(now + 1));
         let deliveries = deliveries(&mut hub);
         let phone = lossy.get_or_insert_with(|| phone_at(last.clone(), ClientMode::Phone));
         for d in deliveries {
@@ -1403,7 +1421,7 @@ fn a_target_written_again_after_a_delete_reaches_clients_that_held_the_old_one()
     }
     let old = store.load(&s, &t).unwrap().unwrap().client_form();
     assert_eq!(old.settlement_epoch, 2);
-    hub.emit(
+    hub.handle_payload(
         Payload::Blocks {
             session: s.clone(),
             target: t.clone(),
@@ -1500,7 +1518,7 @@ proptest! {
         offsets.sort_unstable();
         let start = 1_000;
         for ((epoch, revision), at) in versions.iter().zip(&offsets) {
-            hub.emit(blocks_at(&t, *epoch, *revision), Millis(start + at));
+            hub.handle_payload(blocks_at(&t, *epoch, *revision), Millis(start + at));
         }
         let relayed: Vec<(u64, u64)> = relay_blocks(&deliveries(&mut hub))
             .iter()
@@ -1549,7 +1567,7 @@ proptest! {
                     now += gap;
                     emitted.push(now);
                     let first = sent.is_empty() && emitted.len() == 1;
-                    let outcome = hub.emit(
+                    let outcome = hub.handle_payload(
                         Payload::AgentThreads { session: session(), timestamp: Millis(now) },
                         Millis(now),
                     );

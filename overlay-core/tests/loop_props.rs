@@ -128,7 +128,7 @@ impl World {
             target: self.target.clone(),
             overlay: stored.client_form(),
         };
-        self.hub.emit(payload, Millis(self.now));
+        self.hub.handle_payload(payload, Millis(self.now));
         while let Some(d) = self.hub.poll_delivery() {
             if let Delivery::Relay(r) = d {
                 let o: LiveOverlay = serde_json::from_value(r.json["liveOverlay"].clone()).unwrap();

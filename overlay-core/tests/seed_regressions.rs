@@ -97,7 +97,7 @@ fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
     let mut hub = LiveHub::new();
     hub.set_phone_interest(&s, true);
     let mut source = filled(claude_source(), 2);
-    hub.emit(
+    hub.handle_payload(
         Payload::Run(RunEvent {
             event: RunEventKind::Started,
             app_session_id: s.clone(),
@@ -120,7 +120,7 @@ fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
         ]),
     )
     .unwrap();
-    hub.emit(
+    hub.handle_payload(
         Payload::Blocks {
             session: s.clone(),
             target: t.clone(),
@@ -130,7 +130,7 @@ fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
     );
     // The agent saves the reply and the run completes. Claude has no exact scan.
     source.push(vec![saved("reply", 2_000, 2)]);
-    hub.emit(
+    hub.handle_payload(
         Payload::Run(RunEvent {
             event: RunEventKind::Completed,
             app_session_id: s.clone(),
