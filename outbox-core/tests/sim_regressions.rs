@@ -663,3 +663,50 @@ fn a_run_from_before_a_restart_that_goes_silent_is_gone() {
     assert_eq!(r.entry("2").unwrap().state.error(), Some(UNCONFIRMED_TEXT));
     assert_eq!(r.sends("2"), 0);
 }
+
+// OB-11, OB-14, sim seed 66039: a steer for a run whose own start was still unanswered
+// was handed off with a write that committed and reported failure; the repair found the
+// steer out with its run working and left it to the run's end. The agent then refused
+// the run's start, so no end ever came and the steer stayed out for ever. A run whose
+// start is refused settles the steers sent to it, as a run's end does.
+#[test]
+fn steers_sent_to_a_run_whose_start_was_refused_are_settled() {
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let start = r.take_send("1");
+    let SendKind::Start { run } = start.kind.clone() else {
+        panic!("op-1 starts a run")
+    };
+    // The steer is saved; its hand-off is written and reported failed.
+    r.fail_writes(true);
+    let refused = r.c.submit(
+        submit_req(SESSION, "2", Controls::steer(run.clone())),
+        r.now,
+    );
+    assert!(refused.is_err(), "the store reported failure");
+    r.collect();
+    r.tick(1_000);
+    r.timeout();
+    r.heal();
+    let made = r.stored("2").map(|e| e.state);
+    assert!(
+        made.as_ref().is_some_and(EntryState::is_sending),
+        "the hand-off was made: {made:?}"
+    );
+    assert_eq!(r.sends("2"), 0, "and nothing went out");
+    // The repair after the failure leaves the steer to its run, which works.
+    r.tick(1_000);
+    r.timeout();
+    assert_eq!(r.take_read("2"), None);
+    assert_eq!(r.sends("2"), 0);
+    r.answer(
+        start.attempt,
+        SendResult::ProvenUnadmitted {
+            error: "a turn is already running".into(),
+        },
+    );
+    assert!(
+        r.take_read("2").is_some(),
+        "the run never ran: the steer is confirmed from history"
+    );
+}

@@ -189,14 +189,6 @@ impl World {
         for s in sessions {
             if let Ok(entries) = self.stores.entries(&s) {
                 for e in entries.iter().filter_map(|e| e.entry()) {
-                    if e.state.is_sending()
-                        && self
-                            .out_positions
-                            .get(&e.operation_id)
-                            .is_some_and(|p| *p != e.position)
-                    {
-                        self.renumbered.insert(e.operation_id.clone());
-                    }
                     out.insert(e.operation_id.clone(), e.state.clone());
                 }
             }
@@ -237,15 +229,17 @@ impl World {
             let key = (session, op);
             let now = record.status;
             if let Some(before) = self.ledger_seen.get(&key).copied() {
-                // The reopen check (OB-12): after the history said the message is not
-                // there, a canceled row goes back to failed, and a new attempt may
-                // record sending. Checks between steps may see a sending row go to
-                // canceled and back to failed (or sending) as one change.
+                // The reopen (OB-12): after the history said the message is not there,
+                // or the agent itself said it did not take it (its acceptance is then
+                // revoked, so no read is due), a canceled row goes back to failed, and a
+                // new attempt may record sending. Checks between steps may see a sending
+                // row go to canceled and back to failed (or sending) as one change.
                 let reopened = matches!(before, LedgerStatus::Canceled | LedgerStatus::Sending)
                     && matches!(now, LedgerStatus::Failed | LedgerStatus::Sending)
-                    && self.missing_read.contains(&key.1);
+                    && (self.missing_read.contains(&key.1) || self.said_untaken.contains(&key.1));
                 if now.strength() < before.strength() && reopened {
                     self.missing_read.remove(&key.1);
+                    self.said_untaken.remove(&key.1);
                 } else if now.strength() < before.strength() {
                     self.violate(
                         Invariant::LedgerWeakened,

@@ -227,12 +227,12 @@ pub struct World {
     approvals_taken: BTreeMap<String, u32>,
     /// Known issues of other crates met, with what was seen.
     pub known: Vec<(Known, String)>,
-    /// Where each sending or accepted entry was when first seen so, and the
-    /// operations whose position changed while they were out.
-    pub(crate) out_positions: BTreeMap<OperationId, i64>,
-    pub(crate) renumbered: BTreeSet<OperationId>,
     /// Operations a history read reported missing to the host.
     pub(crate) missing_read: BTreeSet<OperationId>,
+    /// Operations the agent itself said it did not take (a cancel, an untaken steer, a
+    /// confirmed take-back): a canceled row of one may be reopened without a read
+    /// (OB-12 reads history first only for an attempt whose acceptance stands).
+    pub(crate) said_untaken: BTreeSet<OperationId>,
     /// What the run did.
     pub stats: Stats,
     /// The joins the relay passed on to the current host: (phone, session).
@@ -371,9 +371,8 @@ impl World {
             settling: false,
             approvals_taken: BTreeMap::new(),
             known: Vec::new(),
-            out_positions: BTreeMap::new(),
-            renumbered: BTreeSet::new(),
             missing_read: BTreeSet::new(),
+            said_untaken: BTreeSet::new(),
             stats: Stats::default(),
             relay_joins: BTreeMap::new(),
             decisions_from: BTreeMap::new(),
@@ -915,16 +914,6 @@ impl World {
                     }
                 }
                 self.sent.insert(op.clone());
-                // Where the entry is as it goes out (see `Known::RenumberedWhileOut`).
-                let position = self.stores.entries(&req.session).ok().and_then(|es| {
-                    es.iter()
-                        .filter_map(|e| e.entry())
-                        .find(|e| &e.operation_id == op)
-                        .map(|e| e.position)
-                });
-                if let Some(p) = position {
-                    self.out_positions.insert(op.clone(), p);
-                }
             }
             AgentCall::ReadHistory {
                 attempt,
@@ -981,7 +970,11 @@ impl World {
             AgentInput::RunEnded { untaken, .. } => untaken.clone(),
             _ => Vec::new(),
         };
+        let agent_said = !matches!(input, AgentInput::HistoryRead { .. });
         for op in not_taken {
+            if agent_said {
+                self.said_untaken.insert(op.clone());
+            }
             if !self.agent_holds(&op) {
                 self.resend_ok.insert(op);
             }

@@ -80,6 +80,7 @@ impl<S: OutboxStore> Custody<S> {
                 if let Some((state, e)) = deferred {
                     self.replace(&session, &e, e.with_state(state))?;
                 }
+                self.settle_unstarted(&session, started.as_ref(), now)?;
             }
             SendResult::Canceled => {
                 if let Some(run) = &started {
@@ -87,6 +88,7 @@ impl<S: OutboxStore> Custody<S> {
                 }
                 let record = LedgerRecord::new(LedgerStatus::Canceled, now);
                 self.hold_recording(&session, current, &op, EntryState::cancel, record)?;
+                self.settle_unstarted(&session, started.as_ref(), now)?;
             }
             SendResult::ProvenUnadmitted { error } => {
                 if let Some(run) = &started {
@@ -95,6 +97,7 @@ impl<S: OutboxStore> Custody<S> {
                 let record = LedgerRecord::new(LedgerStatus::Failed, now);
                 let held = |s: &EntryState| s.hold(Some(error));
                 self.hold_recording(&session, current, &op, held, record)?;
+                self.settle_unstarted(&session, started.as_ref(), now)?;
             }
             SendResult::AdmissionUncertain { .. } => {
                 if !self.reading(&session, &f.snapshot) {
@@ -417,6 +420,21 @@ impl<S: OutboxStore> Custody<S> {
     /// message the run did not take is held with the seed's text (or, when stop and
     /// send now was requested for it, goes on to its own turn), and the rest are
     /// confirmed from history, where a missing message is one the run did not take.
+    /// A run whose start the agent refused never ran: the steers sent to it meanwhile
+    /// wait for an end that no agent will report, so they are settled now, as at a run's
+    /// end (sim seed 66039).
+    fn settle_unstarted(
+        &mut self,
+        session: &SessionId,
+        run: Option<&RunId>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        match run {
+            Some(run) => self.settle_run(session, run, &[], now),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn settle_run(
         &mut self,
         session: &SessionId,
