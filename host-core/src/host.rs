@@ -6,7 +6,7 @@ use outbox_core::adapter::SendKind;
 use outbox_core::custody::{self, Custody, SessionInfo};
 use outbox_core::runs::STALE_RUN_AFTER;
 use outbox_core::store::{OutboxStore, StoreError as OutboxError};
-use overlay_core::live::{Delivery, LiveHub, Payload, RelayOutcome};
+use overlay_core::live::{Delivery, LiveHub, LiveProtocol, Payload, RelayOutcome};
 use overlay_core::live::{RunEvent, RunEventKind};
 use overlay_core::overlay::{self, Change, LiveSequencer, WriteResult};
 use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState};
@@ -103,7 +103,7 @@ pub struct Host<O, V> {
     gone: BTreeMap<SessionId, RunId>,
     /// Phones joined to each session (joins not yet left): the relay keeps the
     /// session's interest while any is.
-    phones: BTreeMap<SessionId, usize>,
+    phones: BTreeMap<SessionId, Phones>,
     /// The run of each session a stop was sent for, until the run is gone.
     stopping: BTreeMap<SessionId, RunId>,
     /// Rows and approval cards whose write the overlay store refused, by session,
@@ -134,6 +134,16 @@ enum Unsaved {
 }
 
 /// A resolution from the agent: the request's identity and what the agent took.
+/// The phones joined to a session (joins not yet left), and whether every one of them
+/// asked for patches. A leave does not say which phone left, so a session whose relay
+/// fell back to snapshots keeps them until its last phone leaves (snapshots every phone
+/// reads).
+#[derive(Clone, Copy, Debug)]
+struct Phones {
+    joined: usize,
+    all_patch: bool,
+}
+
 type ApprovalResolution = (
     crate::approvals::Identity,
     Result<timeline_core::rows::ApprovalResult, String>,
@@ -577,8 +587,20 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             }
             ClientRequest::Join { session, protocol } => {
                 self.open_target(&session, now);
-                *self.phones.entry(session.clone()).or_default() += 1;
-                self.hub.set_relay_protocol(&session, protocol);
+                // The session's relay speaks patches only while every phone that joined
+                // does: a phone that knows only snapshots never gets a patch.
+                let phones = self.phones.entry(session.clone()).or_insert(Phones {
+                    joined: 0,
+                    all_patch: true,
+                });
+                phones.joined += 1;
+                phones.all_patch &= protocol == LiveProtocol::Patches;
+                let speaks = if phones.all_patch {
+                    LiveProtocol::Patches
+                } else {
+                    LiveProtocol::Snapshots
+                };
+                self.hub.set_relay_protocol(&session, speaks);
                 self.hub.set_phone_interest(&session, true);
                 self.replay.subscribe(&session, now);
                 Some(Reply::Replay(self.replay.replay(&session)))
@@ -586,8 +608,8 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             ClientRequest::Leave { session } => {
                 // Interest lasts while any phone that joined is still there.
                 let left = match self.phones.get_mut(&session) {
-                    Some(n) if *n > 1 => {
-                        *n -= 1;
+                    Some(p) if p.joined > 1 => {
+                        p.joined -= 1;
                         false
                     }
                     _ => {

@@ -915,3 +915,67 @@ fn a_saved_expired_card_yields_to_the_agents_decision_after_a_restart() {
     host.handle_client(to, req, Millis(1_020));
     assert!(decisions_sent(&drain(&mut host)).is_empty());
 }
+
+/// The relay events' kinds while a run works and the agent asks twice, after phones
+/// joined with `protocols`.
+fn relay_kinds_after_joins(protocols: &[overlay_core::LiveProtocol]) -> Vec<String> {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::claude(),
+    );
+    host.start(Millis(0)).unwrap();
+    for (i, protocol) in protocols.iter().enumerate() {
+        host.handle_client(
+            ReplyTo(100 + i as u64),
+            ClientRequest::Join {
+                session: session(),
+                protocol: *protocol,
+            },
+            Millis(1),
+        );
+    }
+    host.handle_client(ReplyTo(1), submit(1, Millis(10)), Millis(10));
+    drain(&mut host);
+    let mut kinds = Vec::new();
+    for n in 1..=3u8 {
+        let mut request = request();
+        request.request_id = format!("s0-req-{n}");
+        let s = session();
+        host.handle_agent(
+            AgentInput::ApprovalAsked {
+                session: s.clone(),
+                target: TargetId::main(&s),
+                run: None,
+                request,
+                summary: format!("cargo test -p crate-{n}"),
+            },
+            Millis(20 + u64::from(n)),
+        );
+        for e in drain(&mut host) {
+            if let Effect::Deliver(overlay_core::Delivery::Relay(event)) = e {
+                kinds.push(event.json["event"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    kinds
+}
+
+// OV-07, TL-06 (live patches; found reading the host, not by a seed): the relay of a
+// session is one stream for all its phones. A phone that asked for patches joined after
+// one that knows only snapshots, and the relay switched to patches for both. It speaks
+// patches only while every phone that joined does.
+#[test]
+fn a_relay_speaks_patches_only_when_every_phone_does() {
+    use overlay_core::LiveProtocol::{Patches, Snapshots};
+    let both = relay_kinds_after_joins(&[Patches, Patches]);
+    assert!(
+        both.iter().any(|k| k == "blocks-patch"),
+        "phones that both speak patches get them: {both:?}"
+    );
+    let mixed = relay_kinds_after_joins(&[Snapshots, Patches]);
+    assert!(
+        mixed.iter().any(|k| k == "blocks") && !mixed.iter().any(|k| k == "blocks-patch"),
+        "a phone that knows only snapshots never gets a patch: {mixed:?}"
+    );
+}
