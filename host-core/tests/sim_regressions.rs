@@ -141,12 +141,17 @@ fn ask() -> AgentInput {
 }
 
 fn expired() -> AgentInput {
+    resolution(Ok(ApprovalResult::ResolvedExternally))
+}
+
+/// The agent's answer on `s0-req-1`.
+fn resolution(result: Result<ApprovalResult, String>) -> AgentInput {
     AgentInput::ApprovalResolved {
         request_id: "s0-req-1".into(),
         thread_id: "thread-s0".into(),
         turn_id: "turn-1".into(),
         item_id: "item-1".into(),
-        result: Ok(ApprovalResult::ResolvedExternally),
+        result,
     }
 }
 
@@ -679,16 +684,7 @@ fn a_decision_on_its_way_survives_a_restart_and_is_not_taken_twice() {
             })),
         }
     )));
-    host.handle_agent(
-        AgentInput::ApprovalResolved {
-            request_id: "s0-req-1".into(),
-            thread_id: "thread-s0".into(),
-            turn_id: "turn-1".into(),
-            item_id: "item-1".into(),
-            result: Ok(ApprovalResult::Accepted),
-        },
-        Millis(1_020),
-    );
+    host.handle_agent(resolution(Ok(ApprovalResult::Accepted)), Millis(1_020));
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Accepted));
 }
@@ -743,13 +739,7 @@ fn a_refused_decision_leaves_a_plain_pending_card() {
     host.handle_client(to, req, Millis(20));
     drain(&mut host);
     host.handle_agent(
-        AgentInput::ApprovalResolved {
-            request_id: "s0-req-1".into(),
-            thread_id: "thread-s0".into(),
-            turn_id: "turn-1".into(),
-            item_id: "item-1".into(),
-            result: Err("the agent could not take the decision".into()),
-        },
+        resolution(Err("the agent could not take the decision".into())),
         Millis(30),
     );
     drain(&mut host);
@@ -838,13 +828,7 @@ fn a_decision_on_its_way_to_a_run_that_ended_expires_when_the_agent_refuses_it()
         "the agent may have taken it: asked again"
     );
     host.handle_agent(
-        AgentInput::ApprovalResolved {
-            request_id: "s0-req-1".into(),
-            thread_id: "thread-s0".into(),
-            turn_id: "turn-1".into(),
-            item_id: "item-1".into(),
-            result: Err("the request is no longer open".into()),
-        },
+        resolution(Err("the request is no longer open".into())),
         Millis(1_010),
     );
     drain(&mut host);
@@ -853,16 +837,7 @@ fn a_decision_on_its_way_to_a_run_that_ended_expires_when_the_agent_refuses_it()
     // Sim seed 1977: the refusal answered one of two copies of the decision (the dead
     // host's and the new host's); the other was taken. What the agent took wins over
     // the expiry the host inferred.
-    host.handle_agent(
-        AgentInput::ApprovalResolved {
-            request_id: "s0-req-1".into(),
-            thread_id: "thread-s0".into(),
-            turn_id: "turn-1".into(),
-            item_id: "item-1".into(),
-            result: Ok(ApprovalResult::Accepted),
-        },
-        Millis(1_020),
-    );
+    host.handle_agent(resolution(Ok(ApprovalResult::Accepted)), Millis(1_020));
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Accepted));
 }
@@ -898,16 +873,7 @@ fn a_saved_expired_card_yields_to_the_agents_decision_after_a_restart() {
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
     host.start(Millis(1_000)).unwrap();
     drain(&mut host);
-    host.handle_agent(
-        AgentInput::ApprovalResolved {
-            request_id: "s0-req-1".into(),
-            thread_id: "thread-s0".into(),
-            turn_id: "turn-1".into(),
-            item_id: "item-1".into(),
-            result: Ok(ApprovalResult::Accepted),
-        },
-        Millis(1_010),
-    );
+    host.handle_agent(resolution(Ok(ApprovalResult::Accepted)), Millis(1_010));
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Accepted));
     // A device is still told the request is settled.
