@@ -1,6 +1,10 @@
 //! The host machine through its public loop, as an embedder drives it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::Flaky;
+
 use std::collections::HashSet;
 
 use host_core::{
@@ -10,77 +14,15 @@ use host_core::{
 use outbox_core::store::OutboxStore;
 use outbox_core::{Capabilities, Controls, MemoryOutboxStore, MessageRequest, OperationId};
 use outbox_core::{QueueId, SendResult, SessionInfo, SubmitRequest};
-use overlay_core::store::{StoreError, Update};
 use overlay_core::{
     CleanupJournal, Delivery, LiveProtocol, MemoryOverlayStore, MemorySource, OverlayStore,
-    RowClass, RunEventKind, SourceKind, StoredBlock, StoredOverlay, WindowId,
+    RowClass, RunEventKind, SourceKind, StoredBlock, WindowId,
 };
 use timeline_core::rows::{ApprovalKind, ApprovalResult, CardStatus, Decision};
 use timeline_core::{
     ApprovalRequest, Block, BlockKey, BlockType, BoundaryToken, HostKey, Millis, RunId, SessionId,
     SourceOrder, TargetId,
 };
-
-/// An overlay store that refuses writes while `fail` is set.
-#[derive(Default)]
-struct Flaky {
-    inner: MemoryOverlayStore,
-    fail: bool,
-}
-
-impl OverlayStore for Flaky {
-    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, StoreError> {
-        self.inner.load(s, t)
-    }
-    fn compare_and_set(
-        &mut self,
-        s: &SessionId,
-        t: &TargetId,
-        expected: Option<u64>,
-        epoch: u64,
-        blocks: Vec<StoredBlock>,
-    ) -> Result<StoredOverlay, StoreError> {
-        if self.fail {
-            return Err(StoreError::Unavailable("the disk is full".into()));
-        }
-        self.inner.compare_and_set(s, t, expected, epoch, blocks)
-    }
-    fn update(
-        &mut self,
-        s: &SessionId,
-        t: &TargetId,
-        change: &overlay_core::Change,
-    ) -> Result<Update, StoreError> {
-        if self.fail {
-            return Err(StoreError::Unavailable("the disk is full".into()));
-        }
-        self.inner.update(s, t, change)
-    }
-    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, StoreError> {
-        self.inner.delete(s, t)
-    }
-    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, StoreError> {
-        self.inner.targets(s)
-    }
-    fn current_revision(&mut self) -> Result<u64, StoreError> {
-        self.inner.current_revision()
-    }
-}
-
-impl CleanupJournal for Flaky {
-    fn add_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<(), StoreError> {
-        self.inner.add_cleanup(s, r)
-    }
-    fn remove_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<bool, StoreError> {
-        self.inner.remove_cleanup(s, r)
-    }
-    fn pending_cleanups(
-        &mut self,
-        s: Option<&SessionId>,
-    ) -> Result<Vec<(SessionId, RunId)>, StoreError> {
-        self.inner.pending_cleanups(s)
-    }
-}
 
 fn session() -> SessionId {
     SessionId::new("session-1").unwrap()
@@ -398,7 +340,7 @@ fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
     let mut host = host_with(Flaky::default(), source());
     window_subscription(&mut host);
     let run = RunId::new("run-1").unwrap();
-    host.overlays().fail = true;
+    host.overlays().writes_off = true;
     host.handle_agent(rows_input(vec![row("a", &run)]), Millis(10));
     host.handle_timeout(Millis(100));
     let effects = drain(&mut host);
@@ -410,7 +352,7 @@ fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
     );
     assert!(!effects.iter().any(|e| matches!(e, Effect::Deliver(_))));
 
-    host.overlays().fail = false;
+    host.overlays().writes_off = false;
     host.handle_agent(rows_input(vec![row("b", &run)]), Millis(200));
     host.handle_timeout(Millis(300));
     let delivered: Vec<_> = drain(&mut host)
