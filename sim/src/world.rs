@@ -515,6 +515,15 @@ impl World {
         }
     }
 
+    /// Draws whether a fault of `kind` strikes now, and counts it when it does.
+    fn strike(&mut self, kind: FaultKind) -> bool {
+        let hit = self.faults.strikes(&mut self.rng, kind);
+        if hit {
+            self.counts.add(kind);
+        }
+        hit
+    }
+
     /// True while a client waits to be connected.
     pub(crate) fn joining(&self) -> bool {
         !self.connect_deadline.is_empty()
@@ -568,13 +577,11 @@ impl World {
         self.log(|| format!("{name} asks #{id} {}", request_line(&request)));
         self.requests.insert(id, Request { client: c, asked });
         let phone = self.clients[c].kind == Kind::Phone;
-        if phone && self.faults.strikes(&mut self.rng, FaultKind::RequestLost) {
-            self.counts.add(FaultKind::RequestLost);
+        if phone && self.strike(FaultKind::RequestLost) {
             self.log(|| format!("#{id} lost on its way"));
             return;
         }
-        let delay = if self.faults.strikes(&mut self.rng, FaultKind::RequestLate) {
-            self.counts.add(FaultKind::RequestLate);
+        let delay = if self.strike(FaultKind::RequestLate) {
             self.rng.range(1_000, 120_000)
         } else {
             self.rng.range(1, 40)
@@ -854,13 +861,11 @@ impl World {
                     .requests
                     .get(&to.0)
                     .is_some_and(|r| self.clients[r.client].kind == Kind::Phone);
-                if phone && self.faults.strikes(&mut self.rng, FaultKind::ReplyLost) {
-                    self.counts.add(FaultKind::ReplyLost);
+                if phone && self.strike(FaultKind::ReplyLost) {
                     self.log(|| format!("reply to #{} lost", to.0));
                     return;
                 }
-                let delay = if self.faults.strikes(&mut self.rng, FaultKind::RequestLate) {
-                    self.counts.add(FaultKind::RequestLate);
+                let delay = if self.strike(FaultKind::RequestLate) {
                     self.rng.range(1_000, 120_000)
                 } else {
                     self.rng.range(1, 40)
@@ -1084,8 +1089,7 @@ impl World {
                     {
                         continue;
                     }
-                    if self.faults.strikes(&mut self.rng, FaultKind::RelayDrop) {
-                        self.counts.add(FaultKind::RelayDrop);
+                    if self.strike(FaultKind::RelayDrop) {
                         if let Some(v) = relay_version(&event.json) {
                             let lost = &mut self.clients[p].relay_lost;
                             *lost = Some(lost.map_or(v, |l| l.max(v)));
@@ -1093,18 +1097,13 @@ impl World {
                         self.log(|| format!("  dropped for p{p}"));
                         continue;
                     }
-                    let copies = if self
-                        .faults
-                        .strikes(&mut self.rng, FaultKind::RelayDuplicate)
-                    {
-                        self.counts.add(FaultKind::RelayDuplicate);
+                    let copies = if self.strike(FaultKind::RelayDuplicate) {
                         2
                     } else {
                         1
                     };
                     for _ in 0..copies {
-                        let delay = if self.faults.strikes(&mut self.rng, FaultKind::RelayDelay) {
-                            self.counts.add(FaultKind::RelayDelay);
+                        let delay = if self.strike(FaultKind::RelayDelay) {
                             self.rng.range(200, 20_000)
                         } else {
                             self.rng.range(1, 30)
@@ -1194,11 +1193,7 @@ impl World {
                         .send_ordered(AGENT_STREAM, at, Event::FromAgent(input));
                 }
                 Out::Answer(input) => {
-                    if self
-                        .faults
-                        .strikes(&mut self.rng, FaultKind::AgentReplyLost)
-                    {
-                        self.counts.add(FaultKind::AgentReplyLost);
+                    if self.strike(FaultKind::AgentReplyLost) {
                         let line = input_line(&input);
                         // The adapter waits 30 s for an answer. A send then reports
                         // the admission uncertain (custody's own 31 s deadline
@@ -1235,21 +1230,13 @@ impl World {
                         }
                         continue;
                     }
-                    let copies = if self
-                        .faults
-                        .strikes(&mut self.rng, FaultKind::AgentReplyDuplicated)
-                    {
-                        self.counts.add(FaultKind::AgentReplyDuplicated);
+                    let copies = if self.strike(FaultKind::AgentReplyDuplicated) {
                         2
                     } else {
                         1
                     };
                     for _ in 0..copies {
-                        let delay = if self
-                            .faults
-                            .strikes(&mut self.rng, FaultKind::AgentReplyLate)
-                        {
-                            self.counts.add(FaultKind::AgentReplyLate);
+                        let delay = if self.strike(FaultKind::AgentReplyLate) {
                             self.rng.range(25_000, 90_000)
                         } else {
                             self.rng.range(1, 50)
@@ -1713,11 +1700,7 @@ impl World {
                 Event::HistoryBack(session),
             );
         }
-        if self
-            .faults
-            .strikes(&mut self.rng, FaultKind::OutboxStoreFail)
-        {
-            self.counts.add(FaultKind::OutboxStoreFail);
+        if self.strike(FaultKind::OutboxStoreFail) {
             let how = self.rng.below(3);
             let n = self.rng.range(1, 6);
             let commit = self.rng.chance(0.3);
@@ -1738,11 +1721,7 @@ impl World {
                 }
             }
         }
-        if self
-            .faults
-            .strikes(&mut self.rng, FaultKind::OverlayStoreFail)
-        {
-            self.counts.add(FaultKind::OverlayStoreFail);
+        if self.strike(FaultKind::OverlayStoreFail) {
             let how = self.rng.below(3);
             let n = self.rng.range(1, 3) as u32;
             let ms = self.rng.range(500, 10_000);
