@@ -376,9 +376,10 @@ fn a_live_row_the_store_refused_is_written_again() {
     assert_eq!(host.poll_timeout(), None, "nothing left to retry");
 }
 
-// Determinism, sim seed 10410: the host kept its runs in a `HashMap`, so the run ends
-// of several sessions went out in an order that changed from one host to the next. The
-// same inputs give the same effects, in the same order.
+// OV-07 (run events reach every sink), determinism, sim seed 10410: the host kept its
+// runs in a `HashMap`, so the run ends of several sessions went out in an order that
+// changed from one host to the next. The same inputs give the same effects, in the same
+// order.
 #[test]
 fn run_ends_of_several_sessions_go_out_in_one_order() {
     let orders: Vec<Vec<String>> = (0..12)
