@@ -41,8 +41,8 @@
 //! | [`mark_confirming`](EntryState::mark_confirming) | `Ready`, `Held` | `Sending`, notice kept | a turn accepted an earlier attempt: history first (OB-08) |
 //! | [`accept`](EntryState::accept) | `Sending`, `Accepted` | `Accepted` | an accepted steer or turn (OB-08) |
 //! | [`defer`](EntryState::defer) | `Sending` | `Ready` with the reason, `Held` for a dedicated replay | deferred (OB-08) |
-//! | [`hold`](EntryState::hold) | any | `Held` with the error, hold reason kept, acceptance dropped | proven unadmitted, unconfirmed, model changed, failed sending write, stopped before delivery (OB-08, OB-09, OB-11, OB-15) |
-//! | [`cancel`](EntryState::cancel) | any | `Held` with no error and [`CANCELED_TEXT`] as hold reason, acceptance dropped | canceled (OB-08) |
+//! | [`hold`](EntryState::hold) | any | `Held` with the error, hold reason kept, acceptance dropped (and a `HandingOff`'s unconfirmed hand-off) | proven unadmitted, unconfirmed, model changed, failed sending write, stopped before delivery (OB-08, OB-09, OB-11, OB-15) |
+//! | [`cancel`](EntryState::cancel) | any | `Held` with no error and [`CANCELED_TEXT`] as hold reason, acceptance dropped (as `hold`) | canceled (OB-08) |
 //! | [`pause_for_reopen`](EntryState::pause_for_reopen) | `Ready`, `Held` | `Held`, nothing else changed | an unconfirmed entry sent again reads history first (OB-08, OB-12) |
 //! | [`await_reopen_check`](EntryState::await_reopen_check) | `Ready`, `Held` | `Held` with [`REOPEN_CHECK_TEXT`] as hold reason, an error kept | the reopen check of a canceled send reads history (OB-12) |
 //! | [`release`](EntryState::release) | `Ready`, `Held` | `Ready`, notice cleared | send now (OB-11), reopened (OB-12) |
@@ -104,6 +104,10 @@ pub const CANCELED_TEXT: &str = "The run was stopped before the message was conf
 /// again.
 pub const REOPEN_CHECK_TEXT: &str =
     "Checking the agent's history before this message is sent again.";
+/// The answer to the user's send of an unconfirmed steer while the run it was sent to
+/// still works (OB-08). The seed has no text for this; the run may still take the steer
+/// from its pending input, which no history shows.
+pub const RUN_MAY_STILL_TAKE_IT_TEXT: &str = "The active run may still take this message. Send it again once the run has ended, or stop the run first.";
 /// A second start in a session with an active run (OB-14).
 pub const RUN_IN_PROGRESS_TEXT: &str =
     "Chat send already in progress for this session. Please wait or stop current run.";
@@ -766,9 +770,11 @@ impl EntryState {
     /// Back in the queue for the user, showing `error` (OB-08, OB-09, OB-11, OB-15): a
     /// proven unadmitted attempt, an unconfirmed send, a changed model, a failed sending
     /// write, a steer its run did not take. A hold reason and the stop-and-send-now mark
-    /// stay (a requested hand-off keeps its mark); a queued entry holds no acceptance, so
-    /// what a turn accepted stays only in the ledger (the reopen check reads it there).
-    /// Applies to every state.
+    /// stay; a queued entry holds no acceptance, so what a turn accepted stays only in the
+    /// ledger (the reopen check reads it there). A hand-off still waiting for its
+    /// take-back (`HandingOff`) leaves without a mark: a `requested` mark on a queued
+    /// entry means the agent confirmed the detach, and only that lets the message go to
+    /// a turn of its own by itself (OB-13). Applies to every state.
     pub fn hold(&self, error: Option<String>) -> EntryState {
         let (hold_reason, handoff) = self.kept_when_held();
         EntryState::Held {
@@ -792,8 +798,8 @@ impl EntryState {
         }
     }
 
-    /// What an entry held for the user keeps: its hold reason and its mark (a requested
-    /// hand-off keeps its mark).
+    /// What an entry held for the user keeps: its hold reason and its mark. A hand-off
+    /// whose take-back the agent never confirmed keeps none (OB-13).
     fn kept_when_held(&self) -> (Option<String>, Option<Handoff>) {
         match self {
             EntryState::Ready { notice, handoff }
@@ -802,9 +808,7 @@ impl EntryState {
                 (notice.hold_reason.clone(), handoff.clone())
             }
             EntryState::Accepted { handoff, .. } => (None, handoff.clone()),
-            EntryState::HandingOff { acceptance } => {
-                (None, Some(Handoff::requested(acceptance.clone())))
-            }
+            EntryState::HandingOff { .. } => (None, None),
         }
     }
 

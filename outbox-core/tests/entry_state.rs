@@ -271,11 +271,16 @@ proptest! {
         let error = Some(text.clone()).filter(|t| !t.is_empty());
 
         // Held for the user with `error` (canceled, unadmitted, unconfirmed, ...).
+        // A hand-off whose take-back was never confirmed leaves its mark behind (OB-13).
+        let unconfirmed_handoff = matches!(state, EntryState::HandingOff { .. });
         prop_assert_eq!(flags_of(&state.hold(error.clone())), edit(&f, |f| {
             f.status = LegacyStatus::Queued;
             f.auto_drain = false;
             f.error = error.clone();
             f.acceptance = None;
+            if unconfirmed_handoff {
+                f.handoff = None;
+            }
         }));
         // Canceled (OB-08): held with no error and the seed's text as hold reason.
         prop_assert_eq!(flags_of(&state.cancel()), edit(&f, |f| {
@@ -284,6 +289,9 @@ proptest! {
             f.error = None;
             f.hold_reason = Some(CANCELED_TEXT.to_owned());
             f.acceptance = None;
+            if unconfirmed_handoff {
+                f.handoff = None;
+            }
         }));
         // The reopen check's wait (OB-12): held with its text, an error kept.
         let checking = state.await_reopen_check();

@@ -422,12 +422,79 @@ fn a_superseded_answer_frees_its_lane() {
     assert_eq!(r.sends("2"), 1, "the lane is free: the queue moves on");
 }
 
-// OB-13, sim seed 1654: stop and send now asked for the take-back; the run ended first
-// and reported the steer untaken, so the entry went back held, marked requested, and
-// waited for a run that was gone (the take-back's answer no longer matched it) until a
-// restart. With the run gone, the hand-off goes on: the message starts its own turn.
+// OB-13, sim seed 1654, then a check written from the seed: a stop and send now whose
+// take-back the agent never answered was dedicated to its own turn when the run ended
+// first, and sent again. The seed: "Only detachedForReplay or alreadyDetachedForReplay
+// lets the desktop go on." Without a confirmed detach, the accepted steer the run did not
+// take returns with auto-drain off and the seed's text, whether the agent reported it
+// untaken or the history read after the run said missing; the user sends it again.
 #[test]
-fn stop_and_send_now_goes_on_when_the_run_ends_first() {
+fn stop_and_send_now_without_a_confirmed_detach_is_held_at_the_run_end() {
+    for reported in [true, false] {
+        let mut r = Rig::new();
+        let run = r.running("1");
+        r.accepted_steer("2", &run);
+        r.c.stop_and_send_now(&s(SESSION), &q("q-2"), r.now)
+            .unwrap();
+        r.collect();
+        let take_back = r
+            .effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::TakeBack { attempt, .. } => Some(*attempt),
+                _ => None,
+            })
+            .unwrap();
+        // op-1's proof arrives, then the run ends.
+        r.c.handle_delivery_proof(&s(SESSION), &op("op-1"), r.now);
+        r.collect();
+        if reported {
+            r.run_ended(&run, &["2"]);
+        } else {
+            r.run_ended(&run, &[]);
+            let read = r.take_read("2").expect("the run's end reads history");
+            r.read(read, HistoryRead::Missing);
+        }
+        let e = r.entry("2").unwrap();
+        assert!(!e.state.auto_drain(), "reported {reported}: {e:?}");
+        assert!(e.state.is_queued(), "reported {reported}: {e:?}");
+        assert_eq!(e.state.error(), Some(STOPPED_BEFORE_DELIVERY_TEXT));
+        assert_eq!(e.state.handoff(), None, "no hand-off goes on by itself");
+        assert_eq!(
+            r.sends("2"),
+            0,
+            "reported {reported}: not sent again by itself"
+        );
+        // A repair or a restart does not send it either.
+        r.restart();
+        assert_eq!(
+            r.sends("2"),
+            0,
+            "reported {reported}: not sent after a restart"
+        );
+        // The take-back's late answer changes nothing.
+        r.c.handle_take_back(take_back, DetachResult::DetachedForReplay, r.now);
+        r.collect();
+        assert_eq!(r.sends("2"), 0);
+        // The user's send goes once, as its own turn (a canceled record that a turn
+        // accepted reads history first, OB-12).
+        r.c.send_now(&s(SESSION), &q("q-2"), r.now).unwrap();
+        r.collect();
+        if let Some(read) = r.take_read("2") {
+            r.read(read, HistoryRead::Missing);
+        }
+        let again = r.take_send("2");
+        assert!(matches!(again.kind, SendKind::Start { .. }), "its own turn");
+        assert_eq!(r.sends("2"), 0, "sent once");
+        r.answer(again.attempt, SendResult::Delivered);
+        assert!(r.entry("2").is_none());
+    }
+}
+
+// OB-13: a confirmed detach still goes on to the message's own turn when the run ends
+// before it is stopped.
+#[test]
+fn a_confirmed_detach_goes_on_when_the_run_ends_first() {
     let mut r = Rig::new();
     let run = r.running("1");
     r.accepted_steer("2", &run);
@@ -442,63 +509,200 @@ fn stop_and_send_now_goes_on_when_the_run_ends_first() {
             _ => None,
         })
         .unwrap();
-    r.run_ended(&run, &["2"]);
+    r.c.handle_take_back(take_back, DetachResult::DetachedForReplay, r.now);
+    r.collect();
+    assert_eq!(r.sends("2"), 0, "it waits for run R to settle");
+    let stop = r
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::StopRun { attempt, .. } => Some(*attempt),
+            _ => None,
+        })
+        .expect("run R is stopped");
+    r.run_ended(&run, &[]);
+    let read = r.take_read("1").expect("op-1 is confirmed from history");
+    r.read(read, HistoryRead::Found);
+    assert_eq!(r.sends("2"), 0, "the stop has not answered yet");
+    r.c.handle_stop_result(stop, StopResult::Stopped { untaken: vec![] }, r.now);
+    r.collect();
     let again = r.take_send("2");
     assert!(matches!(again.kind, SendKind::Start { .. }), "its own turn");
-    let e = r.entry("2").unwrap();
     assert_eq!(
-        e.state.handoff().map(|h| h.phase),
+        r.entry("2").unwrap().state.handoff().map(|h| h.phase),
         Some(HandoffPhase::Dedicated)
     );
-    // The take-back's late answer changes nothing.
-    r.c.handle_take_back(
-        take_back,
-        DetachResult::NotDetached {
-            reason: "the run is gone".into(),
-        },
-        r.now,
-    );
-    r.collect();
-    assert_eq!(r.sends("2"), 0, "sent once for its own turn");
-    r.answer(again.attempt, SendResult::Delivered);
-    assert!(r.entry("2").is_none());
 }
 
-// OB-08, OB-15, a limit the simulator names (pending-input-missing): a steer waiting as
-// the running turn's pending input is not in the agent's history yet. Its uncertain send
-// read history, which said missing, and the entry was held; "send now" would have sent
-// it a second time. While the run works, "missing" proves nothing: the run's end
-// settles the steer.
+// OB-08, OB-15, a limit the simulator names (pending-input-missing), then a check written
+// from the seed: a steer waiting as the running turn's pending input is not in the
+// agent's history yet, so "missing" proves nothing while the run works. It stayed
+// sending with no text until the run ended and was then held with "The active run
+// stopped before this message reached the agent", which claims what custody does not
+// know. Now it shows held with the seed's unconfirmed text once the read comes back; the
+// user's send waits for the run (a typed error), the run's end reads history again,
+// and a steer still missing keeps the unconfirmed text.
 #[test]
-fn a_steer_missing_from_history_while_its_run_works_waits_for_the_run() {
+fn an_uncertain_steer_missing_while_its_run_works_is_held_unconfirmed() {
+    for read_says in [HistoryRead::Missing, HistoryRead::Unreadable] {
+        let mut r = Rig::new();
+        let run = r.running("1");
+        r.submit("2", Controls::steer(run.clone()));
+        let steer = r.take_send("2");
+        r.answer(
+            steer.attempt,
+            SendResult::AdmissionUncertain {
+                error: "the reply was lost".into(),
+            },
+        );
+        let read = r.take_read("2").expect("an uncertain send reads history");
+        r.read(read, read_says);
+        let e = r.entry("2").unwrap();
+        assert!(e.state.is_queued() && !e.state.auto_drain(), "{e:?}");
+        assert_eq!(e.state.error(), Some(UNCONFIRMED_TEXT));
+        assert_eq!(
+            r.c.send_now(&s(SESSION), &q("q-2"), r.now),
+            Err(ActionError::RunMayStillTakeIt),
+            "the run may still take it"
+        );
+        r.collect();
+        assert_eq!(r.take_read("2"), None);
+        r.run_ended(&run, &[]);
+        let read = r.take_read("2").expect("the run's end reads history again");
+        r.read(read, HistoryRead::Missing);
+        let e = r.entry("2").unwrap();
+        assert_eq!(
+            e.state.error(),
+            Some(UNCONFIRMED_TEXT),
+            "nothing more is known"
+        );
+        assert!(!e.state.auto_drain());
+        assert_eq!(r.sends("2"), 0, "not sent again by itself");
+        // Now the user's send goes, once.
+        r.c.send_now(&s(SESSION), &q("q-2"), r.now).unwrap();
+        r.collect();
+        let read = r.take_read("2").expect("history is read once more");
+        r.read(read, HistoryRead::Missing);
+        let again = r.take_send("2");
+        assert!(matches!(again.kind, SendKind::Start { .. }));
+        assert_eq!(r.sends("2"), 0);
+    }
+}
+
+// OB-08: an uncertain steer held while its run worked is settled by the run's end when
+// the run took it after all.
+#[test]
+fn an_uncertain_steer_its_run_took_is_confirmed_at_the_run_end() {
     let mut r = Rig::new();
     let run = r.running("1");
     r.submit("2", Controls::steer(run.clone()));
     let steer = r.take_send("2");
-    r.answer(
-        steer.attempt,
-        SendResult::AdmissionUncertain {
-            error: "the reply was lost".into(),
-        },
-    );
+    // The send path's 31 s deadline passes.
+    r.tick(outbox_core::custody::SEND_PATH_DEADLINE.0);
+    r.timeout();
+    let _ = steer;
     let read = r.take_read("2").expect("an uncertain send reads history");
     r.read(read, HistoryRead::Missing);
-    let e = r.entry("2").unwrap();
-    assert!(e.state.is_sending(), "still out: {e:?}");
-    assert_eq!(
-        r.c.send_now(&s(SESSION), &q("q-2"), r.now),
-        Err(ActionError::Blocked),
-        "not the user's to send again while the run works"
-    );
-    r.run_ended(&run, &["2"]);
-    let e = r.entry("2").unwrap();
-    assert_eq!(e.state.error(), Some(STOPPED_BEFORE_DELIVERY_TEXT));
+    assert_eq!(r.entry("2").unwrap().state.error(), Some(UNCONFIRMED_TEXT));
+    r.run_ended(&run, &[]);
+    let read = r.take_read("2").expect("the run's end reads history again");
+    r.read(read, HistoryRead::Found);
+    assert!(r.entry("2").is_none(), "confirmed as sent");
     let ledger =
         r.c.ledger_of(&s(SESSION), &op("op-2"))
             .unwrap()
             .map(|l| l.status);
-    assert_eq!(ledger, Some(LedgerStatus::Canceled));
-    assert_eq!(r.sends("2"), 0, "not sent again");
+    assert_eq!(ledger, Some(LedgerStatus::Sent));
+}
+
+// OB-08, OB-12: the user's explicit send of a message held unconfirmed was swallowed
+// while history stayed unreadable: `send_now` answered Ok, read history again, and the
+// unreadable answer held it again, for ever. The user was asked to check the timeline
+// before sending it again; after that, the send goes, once.
+#[test]
+fn the_users_send_of_an_unconfirmed_message_goes_once_while_history_is_unreadable() {
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let send = r.take_send("1");
+    r.answer(
+        send.attempt,
+        SendResult::AdmissionUncertain {
+            error: "the reply was lost".into(),
+        },
+    );
+    let read = r.take_read("1").unwrap();
+    r.read(read, HistoryRead::Unreadable);
+    assert_eq!(r.entry("1").unwrap().state.error(), Some(UNCONFIRMED_TEXT));
+    assert_eq!(r.sends("1"), 0);
+    // The run its start registered ends (a new start waits for it, OB-14).
+    let SendKind::Start { run } = send.kind.clone() else {
+        panic!("op-1 starts a run")
+    };
+    r.run_ended(&run, &[]);
+    r.c.send_now(&s(SESSION), &q("q-1"), r.now).unwrap();
+    r.collect();
+    let read = r.take_read("1").expect("history is read once more");
+    r.read(read, HistoryRead::Unreadable);
+    let again = r.take_send("1");
+    assert_eq!(again.operation_id, op("op-1"), "the same operation");
+    assert_eq!(r.sends("1"), 0, "once");
+    assert!(r.entry("1").unwrap().state.is_sending());
+    // Found on the read before the send: nothing goes out.
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let send = r.take_send("1");
+    r.answer(
+        send.attempt,
+        SendResult::AdmissionUncertain {
+            error: "the reply was lost".into(),
+        },
+    );
+    let read = r.take_read("1").unwrap();
+    r.read(read, HistoryRead::Unreadable);
+    r.c.send_now(&s(SESSION), &q("q-1"), r.now).unwrap();
+    r.collect();
+    let read = r.take_read("1").unwrap();
+    r.read(read, HistoryRead::Found);
+    assert_eq!(r.sends("1"), 0);
+    assert!(r.entry("1").is_none());
+}
+
+// OB-07, OB-09 ("Failures are state"): with the store failing every write, a send
+// answered Accepted could not be recorded; at the retry the write failed again and a
+// new failure was noted, but the repair due at the same moment then cleared it, so
+// `store_failure` said nothing while the answer still waited for its retry. It now
+// shows until the retries succeed.
+#[test]
+fn a_store_failure_shows_while_its_retry_is_pending() {
+    let mut r = Rig::new();
+    r.submit("1", Controls::automatic());
+    let send = r.take_send("1");
+    let SendKind::Start { run } = send.kind.clone() else {
+        panic!("op-1 starts a run")
+    };
+    r.fail_writes(false);
+    r.answer(send.attempt, SendResult::Accepted(acceptance(&run, 1)));
+    let first = r.c.store_failure(&s(SESSION)).cloned().expect("noted");
+    assert_eq!(first.retry_at, Some(r.now.saturating_add(STORE_RETRY)));
+    r.tick(STORE_RETRY.0);
+    r.timeout();
+    let again = r.c.store_failure(&s(SESSION)).cloned();
+    assert_eq!(
+        again.as_ref().and_then(|f| f.retry_at),
+        Some(r.now.saturating_add(STORE_RETRY)),
+        "still failing: {again:?}"
+    );
+    r.tick(STORE_RETRY.0);
+    r.timeout();
+    assert!(r.c.store_failure(&s(SESSION)).is_some(), "still failing");
+    r.heal();
+    r.tick(STORE_RETRY.0);
+    r.timeout();
+    assert_eq!(r.c.store_failure(&s(SESSION)), None, "the retry succeeded");
+    assert!(matches!(
+        r.entry("1").unwrap().state,
+        EntryState::Accepted { .. }
+    ));
 }
 
 // OB-12, sim seed 3115: the reopen check of a canceled steer (the user sent it again)

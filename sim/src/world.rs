@@ -245,6 +245,13 @@ pub struct World {
     /// reported missing, or whose send reached the agent after the host that sent it
     /// died (see `Known::PendingInputMissing`).
     pub(crate) zombies: BTreeSet<OperationId>,
+    /// Operations the user asked the host to send now (OB-08): a message held because
+    /// the host could not confirm it goes once on the user's word, even when the
+    /// agent's history stays unreadable.
+    pub(crate) user_asked: BTreeSet<OperationId>,
+    /// Operations sent again on the user's word after an unreadable history: if the
+    /// agent held them after all, the second copy is the user's choice, not the host's.
+    pub(crate) user_resends: BTreeSet<OperationId>,
 }
 
 /// The host's key: the same for every incarnation (cursors survive restarts).
@@ -377,6 +384,8 @@ impl World {
             relay_joins: BTreeMap::new(),
             decisions_from: BTreeMap::new(),
             zombies: BTreeSet::new(),
+            user_asked: BTreeSet::new(),
+            user_resends: BTreeSet::new(),
         };
         world.boot()?;
         for c in 0..world.clients.len() {
@@ -907,6 +916,7 @@ impl World {
             AgentCall::Send(req) => {
                 let op = &req.operation_id;
                 self.attempts.insert(req.attempt.0, op.clone());
+                self.user_asked.remove(op);
                 if self.sent.contains(op) && !self.resend_ok.remove(op) {
                     let text = format!(
                         "the host sent {op} again (attempt {}) though the agent never said it did not take it",
@@ -963,6 +973,23 @@ impl World {
                     }
                 }
                 op
+            }
+            AgentInput::HistoryRead {
+                attempt,
+                read: HistoryRead::Unreadable,
+            } => {
+                // The user's send after an unconfirmed hold goes even so, once.
+                let op = self.attempts.get(&attempt.0).cloned();
+                match op {
+                    Some(o) if self.user_asked.contains(&o) => {
+                        if self.agent_holds(&o) {
+                            self.user_resends.insert(o.clone());
+                        }
+                        self.resend_ok.insert(o);
+                    }
+                    _ => {}
+                }
+                Vec::new()
             }
             AgentInput::TakeBack {
                 attempt,
@@ -1374,6 +1401,11 @@ impl World {
                     return;
                 }
                 let join = matches!(request, ClientRequest::Join { .. });
+                if let ClientRequest::SendNow { queue_id, .. } = &request {
+                    if let Some(op) = self.queues.get(queue_id) {
+                        self.user_asked.insert(op.clone());
+                    }
+                }
                 // The relay knows which of its phones joined which session, in the
                 // order the phone asked: it passes a leave on only for a join that
                 // reached the host and that the phone asked before the leave (one
@@ -1454,6 +1486,9 @@ impl World {
                     match v {
                         AgentViolation::SentTwice(op, text) if self.zombies.contains(&op) => {
                             self.known_issue(Known::PendingInputMissing, text);
+                        }
+                        AgentViolation::SentTwice(op, text) if self.user_resends.remove(&op) => {
+                            self.log(|| format!("  {text}: the user sent it again"));
                         }
                         AgentViolation::SentTwice(_, text) => {
                             self.violate(Invariant::SentTwice, text)

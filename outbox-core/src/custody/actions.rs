@@ -3,6 +3,7 @@
 
 use timeline_core::time::Millis;
 
+use super::results::held_unconfirmed_steer;
 use super::{ActionError, Custody, ReadPurpose};
 use crate::entry::{Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT};
 use crate::fingerprint::request_fingerprint;
@@ -87,13 +88,19 @@ impl<S: OutboxStore> Custody<S> {
         self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         // Held because custody could not confirm whether the agent has it: the agent's
-        // history is read before it is sent again (found: sent; missing: sent now;
-        // unreadable: held again). The ledger cannot decide this alone: its `sending`
-        // record may have lived only in the memory ledger of a machine that restarted.
+        // history is read once more before it is sent again (found: settled as sent;
+        // missing or unreadable: sent, once, since the user was asked to check the
+        // timeline first and chose to send). The ledger cannot decide this alone: its
+        // `sending` record may have lived only in the memory ledger of a machine that
+        // restarted. A steer whose run still works may yet be taken from that run's
+        // pending input, which no history shows: the send waits for the run's end.
         if current.state.error() == Some(UNCONFIRMED_TEXT) {
+            if held_unconfirmed_steer(&current).is_some_and(|r| self.run_working(session, r)) {
+                return Err(ActionError::RunMayStillTakeIt);
+            }
             if let Some(state) = current.state.pause_for_reopen() {
                 let waiting = current.with_state(state);
-                self.read_after_replace(session, &current, waiting, ReadPurpose::Reopen)?;
+                self.read_after_replace(session, &current, waiting, ReadPurpose::UserSend)?;
             }
             return Ok(());
         }

@@ -48,8 +48,8 @@
 //! - leaves the entry as the store holds it and forgets the session's memory (the next
 //!   touch reads the store again; a write whose outcome is unknown is never believed);
 //! - emits [`Effect::StoreFailed`] naming the session and the operation, so the user
-//!   sees that the message is stuck and why ([`Custody::store_failure`] keeps it until a
-//!   retry succeeds);
+//!   sees that the message is stuck and why ([`Custody::store_failure`] keeps it until
+//!   the session's retries succeed and no work is kept for it);
 //! - keeps what it was doing (the agent's answer, the wake-up) and does it again at the
 //!   deadline [`STORE_RETRY`] later, from [`Custody::poll_timeout`]. Every step is
 //!   idempotent (the ledger lattice, compare-and-set entry writes), so doing it again is
@@ -322,6 +322,12 @@ pub enum ActionError {
     /// The model changed.
     #[error("{}", MODEL_CHANGED_TEXT)]
     ModelChanged,
+    /// A steer custody could not confirm was sent to a run that still works: the run may
+    /// yet take it from its pending input, which no history shows, so sending it again
+    /// now could give it to the agent twice. It can be sent once the run has ended, or
+    /// stopped (OB-08).
+    #[error("{}", crate::entry::RUN_MAY_STILL_TAKE_IT_TEXT)]
+    RunMayStillTakeIt,
     /// The new operation ID was used before.
     #[error(
         "This operation ID was already used for another message. Send it with a new operationId."
@@ -501,6 +507,10 @@ enum ReadPurpose {
     Settle,
     /// Before reopening a canceled operation that had an acceptance.
     Reopen,
+    /// Before the user's own send of a message held because custody could not confirm
+    /// whether the agent has it: found settles it as sent; otherwise it goes, once, since
+    /// the user was asked to check the timeline first and chose to send (OB-08).
+    UserSend,
 }
 
 /// A history read asked for and not answered yet.
@@ -694,7 +704,8 @@ impl<S: OutboxStore> Custody<S> {
         self.stats
     }
 
-    /// The store failure that holds `session` up now, until a retry succeeds.
+    /// The store failure that holds `session` up now: it stays until the session's
+    /// retries succeed and no work waits for a retry any more.
     pub fn store_failure(&self, session: &SessionId) -> Option<&StoreFailure> {
         self.failures.get(session)
     }
@@ -855,17 +866,31 @@ impl<S: OutboxStore> Custody<S> {
         // first, so a repair never confirms from history an entry an answer is about
         // to settle.
         due.sort_by_key(|(_, r)| matches!(r, Retry::Repair(_)));
+        let mut retried = BTreeMap::new();
         for (_, retry) in due {
-            self.failures.remove(retry.session());
-            self.run_answer(retry, now);
+            let session = retry.session().clone();
+            let done = self.run_answer(retry, now);
+            let all_done = retried.entry(session).or_insert(true);
+            *all_done &= done;
+        }
+        // A session's failure shows until its retries succeed: none failed again, and no
+        // work is kept for it any more (the repair a failure schedules is not work kept).
+        for (session, all_done) in retried {
+            let kept = self
+                .retries
+                .iter()
+                .any(|(_, r)| r.session() == &session && !matches!(r, Retry::Repair(_)));
+            if all_done && !kept {
+                self.failures.remove(&session);
+            }
         }
     }
 
     // ----- failures --------------------------------------------------------------------
 
     /// Does `work`; on a store failure keeps it for [`STORE_RETRY`] later and tells the
-    /// embedding.
-    fn run_answer(&mut self, work: Retry, now: Millis) {
+    /// embedding. True when the work was done.
+    fn run_answer(&mut self, work: Retry, now: Millis) -> bool {
         self.saw(now);
         let result = match work.clone() {
             Retry::Wake(session) => {
@@ -887,8 +912,12 @@ impl<S: OutboxStore> Custody<S> {
                 .settle_run(&session, &run, &untaken, now)
                 .map(|()| self.wake_scope(&session, now)),
         };
-        if let Err(error) = result {
-            self.retry_later(work, error, now);
+        match result {
+            Ok(()) => true,
+            Err(error) => {
+                self.retry_later(work, error, now);
+                false
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::adapter::{HistoryRead, ProofKind, SendKind, SendResult};
 use crate::entry::{
-    Controls, EntryState, HandoffPhase, OutboxEntry, SendMode, StoredEntry, REOPEN_CHECK_TEXT,
+    EntryState, HandoffPhase, OutboxEntry, SendMode, StoredEntry, REOPEN_CHECK_TEXT,
     STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
 };
 use crate::ids::{base_session, OperationId, RunId, SessionId};
@@ -192,13 +192,17 @@ impl<S: OutboxStore> Custody<S> {
             .entry(&session, &p.snapshot.queue_id)?
             .filter(|e| e.same_but_position(&p.snapshot));
         // A history read does not see what a running turn holds as pending input: while
-        // the run the message waits in works, "missing" or "unreadable" proves nothing,
-        // and the end of that run settles the entry (OB-08, OB-15).
+        // the run the message waits in works, "missing" or "unreadable" proves nothing.
+        // What the run accepted stays accepted and its end settles it; an uncertain
+        // steer is shown held with the seed's text, and its run's end reads history
+        // again (OB-08, OB-15).
         let waits_in_run = awaited_run(&p.snapshot).is_some_and(|r| self.run_working(&session, r));
         match (p.purpose, read) {
             (_, HistoryRead::Found) => self.confirm_sent(&session, &op, now)?,
-            (ReadPurpose::Reopen, HistoryRead::Missing) => {
-                // Readable and not there: a canceled record reopens (OB-12), and an
+            (ReadPurpose::Reopen, HistoryRead::Missing)
+            | (ReadPurpose::UserSend, HistoryRead::Missing | HistoryRead::Unreadable) => {
+                // Readable and not there, or the user's own send after being asked to
+                // check the timeline: a canceled record reopens (OB-12), and an
                 // acceptance nothing applied is dropped, so the next send goes out.
                 if let Some(mut l) = self.ledger_of(&base, &op)? {
                     if let Some(r) = reopen(&l, now) {
@@ -212,12 +216,21 @@ impl<S: OutboxStore> Custody<S> {
                     self.release_to_front(&session, &e, now)?;
                 }
             }
-            (_, HistoryRead::Missing | HistoryRead::Unreadable) if waits_in_run => {}
+            (_, HistoryRead::Missing | HistoryRead::Unreadable) if waits_in_run => {
+                if let Some(e) = current.filter(|e| e.state.acceptance().is_none()) {
+                    self.hold_unconfirmed(&session, &e)?;
+                }
+            }
             (ReadPurpose::Settle, HistoryRead::Missing) => {
-                // The run is over and its history does not hold the message: the run
-                // did not take it (OB-11, OB-15).
-                if let Some(e) = current {
-                    self.settle_untaken(&session, &e, false, now)?;
+                // The run is over and its history does not hold the message: a message
+                // it accepted it did not take (OB-11, OB-15). Of a steer no turn
+                // accepted, custody knows only that it cannot confirm it (OB-08).
+                match current {
+                    Some(e) if e.state.acceptance().is_some() => {
+                        self.settle_untaken(&session, &e, false, now)?;
+                    }
+                    Some(e) => self.hold_unconfirmed(&session, &e)?,
+                    None => {}
                 }
             }
             (_, HistoryRead::Missing) => {
@@ -348,10 +361,10 @@ impl<S: OutboxStore> Custody<S> {
 
     /// The run that ended did not take `e` (OB-11, OB-15): the agent said so
     /// (`reported`: the ledger says canceled), or its history, read after the run, does
-    /// not hold it (the acceptance is dropped). A message the run accepted, or a steer
-    /// sent to it, returns with auto-drain off and the seed's text; a stop and send now
-    /// that was requested for it goes on to its own turn, since the run it was to be
-    /// taken back from is gone (OB-13).
+    /// not hold the message it accepted (the acceptance is dropped). It returns with
+    /// auto-drain off and the seed's text. So does a stop and send now whose take-back
+    /// the agent never confirmed: only a confirmed detach sends an accepted message again
+    /// by itself (OB-13); the user sends it again, or not.
     fn settle_untaken(
         &mut self,
         session: &SessionId,
@@ -360,33 +373,12 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), StoreError> {
         let base = base_session(session);
-        if let EntryState::HandingOff { acceptance } = &e.state {
-            let ledger = self.ledger_of(&base, &e.operation_id)?;
-            if ledger
-                .as_ref()
+        if matches!(e.state, EntryState::HandingOff { .. })
+            && self
+                .ledger_of(&base, &e.operation_id)?
                 .is_some_and(|l| l.status == LedgerStatus::Sent)
-            {
-                return self.confirm_sent(session, &e.operation_id, now);
-            }
-            let Some(state) = e.state.take_back().and_then(|s| s.dedicate()) else {
-                return Ok(());
-            };
-            let mut dedicated = e.with_state(state);
-            dedicated.controls = Controls::automatic();
-            // Revoke only the acceptance of that exact run, thread and turn, with the
-            // entry change.
-            let revoked = ledger
-                .filter(|l| l.acceptance.as_ref() == Some(acceptance))
-                .map(|mut l| {
-                    l.acceptance = None;
-                    l.updated_at = now;
-                    l
-                });
-            match revoked {
-                Some(l) => self.replace_with_ledger(session, e, dedicated, &base, l)?,
-                None => self.replace(session, e, dedicated)?,
-            };
-            return Ok(());
+        {
+            return self.confirm_sent(session, &e.operation_id, now);
         }
         let held = e.with_state(e.state.hold(Some(STOPPED_BEFORE_DELIVERY_TEXT.to_owned())));
         if reported {
@@ -461,6 +453,19 @@ impl<S: OutboxStore> Custody<S> {
                 self.settle_untaken(session, &e, true, now)?;
             } else {
                 self.read_history(session, ReadPurpose::Settle, e);
+            }
+        }
+        // Uncertain steers held while the run worked: its pending input is in its
+        // history now, or never will be. Found settles them; otherwise they stay held.
+        let unconfirmed: Vec<OutboxEntry> = self
+            .state(session)?
+            .ordered()
+            .filter(|e| held_unconfirmed_steer(e) == Some(run))
+            .cloned()
+            .collect();
+        for e in unconfirmed {
+            if self.nothing_in_flight(session, &e) {
+                self.read_history(session, ReadPurpose::Confirm, e);
             }
         }
         for e in accepted {
@@ -600,6 +605,18 @@ impl<S: OutboxStore> Custody<S> {
             }
         }
         Ok(())
+    }
+}
+
+/// The run a steer held with [`UNCONFIRMED_TEXT`] was sent to: its uncertain send met a
+/// history that did not show it while that run worked.
+pub(super) fn held_unconfirmed_steer(e: &OutboxEntry) -> Option<&RunId> {
+    let held = e.state.is_queued() && !e.state.auto_drain();
+    let unconfirmed = e.state.error() == Some(UNCONFIRMED_TEXT);
+    if held && unconfirmed && e.controls.send_mode == SendMode::SteerRunning {
+        e.controls.expected_active_run_id.as_ref()
+    } else {
+        None
     }
 }
 
