@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use outbox_core::adapter::SendKind;
 use outbox_core::custody::{self, Custody, SessionInfo};
+use outbox_core::ids::OperationId;
 use outbox_core::runs::STALE_RUN_AFTER;
 use outbox_core::store::{OutboxStore, StoreError as OutboxError};
 use overlay_core::live::{Delivery, LiveHub, LiveProtocol, Payload, RelayOutcome};
@@ -116,7 +117,43 @@ pub struct Host<O, V> {
     /// store could not be read), and resolutions that wait for them.
     unread_cards: BTreeSet<(SessionId, TargetId)>,
     late_resolutions: VecDeque<ApprovalResolution>,
+    /// Operations whose user message the replay holds already, by session (RB-02).
+    replayed: ReplayedSends,
     effects: VecDeque<Effect>,
+}
+
+/// The operations whose user message each session's replay recorded: a message sent
+/// again (a deferred send, a fresh thread, the user's own send after a hold) is the same
+/// message, so the replay records it once. At most as many per session as the replay
+/// keeps events: an older one has left the replay anyway.
+#[derive(Debug, Default)]
+struct ReplayedSends {
+    cap: usize,
+    by_session: BTreeMap<SessionId, (VecDeque<OperationId>, BTreeSet<OperationId>)>,
+}
+
+impl ReplayedSends {
+    fn new(cap: usize) -> Self {
+        ReplayedSends {
+            cap: cap.max(1),
+            by_session: BTreeMap::new(),
+        }
+    }
+
+    /// True the first time `op` is seen for `session`.
+    fn first(&mut self, session: &SessionId, op: &OperationId) -> bool {
+        let (order, seen) = self.by_session.entry(session.clone()).or_default();
+        if !seen.insert(op.clone()) {
+            return false;
+        }
+        order.push_back(op.clone());
+        while order.len() > self.cap {
+            if let Some(old) = order.pop_front() {
+                seen.remove(&old);
+            }
+        }
+        true
+    }
 }
 
 /// A write the overlay store refused, kept to be tried again.
@@ -170,6 +207,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             sessions: BTreeMap::new(),
             hub: LiveHub::new(),
             scans: ExactScans::new(),
+            replayed: ReplayedSends::new(config.replay.max_events),
             replay: ReplayBuffers::new(config.replay),
             sequencer: LiveSequencer::new(),
             approvals: Approvals::default(),
@@ -630,6 +668,16 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         self.pump(now);
     }
 
+    /// A delivery from [`Effect::Deliver`] was not carried out (the window or the relay
+    /// was gone, the write failed), or its recipient refused it (a timeline answered a
+    /// patch with `Ignored(BaseMismatch)`): the host forgets what that recipient holds,
+    /// so its next `blocks` update is a whole snapshot instead of a patch on a base it
+    /// does not have.
+    pub fn handle_delivery_lost(&mut self, delivery: &Delivery, now: Millis) {
+        self.hub.report_lost(delivery);
+        self.pump(now);
+    }
+
     /// An answer from the agent, or something the agent did.
     pub fn handle_agent(&mut self, input: AgentInput, now: Millis) {
         match input {
@@ -1057,13 +1105,15 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 if let SendKind::Start { run } = &req.kind {
                     self.run_started(&req.session, run, &req.operation_id, now);
                 }
-                let text = req.request.user_text.clone();
-                self.replay.append_user_message(
-                    &req.session,
-                    &text,
-                    Some(req.operation_id.as_str()),
-                    now,
-                );
+                if self.replayed.first(&req.session, &req.operation_id) {
+                    let text = req.request.user_text.clone();
+                    self.replay.append_user_message(
+                        &req.session,
+                        &text,
+                        Some(req.operation_id.as_str()),
+                        now,
+                    );
+                }
                 Effect::Agent(AgentCall::Send(req))
             }
             C::ReadHistory {

@@ -343,6 +343,7 @@ fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
     host.overlays().writes_off = true;
     host.handle_agent(rows_input(vec![row("a", &run)]), Millis(10));
     host.handle_timeout(Millis(100));
+    host.handle_timeout(Millis(100));
     let effects = drain(&mut host);
     assert!(
         effects
@@ -565,4 +566,125 @@ fn late_and_repeated_answers_send_nothing_twice() {
     }
     assert_eq!(sends, 1);
     assert!(host.entries(&session()).unwrap().is_empty());
+}
+
+// RB-02: the replay records a user message once, even when custody sends it again (a
+// deferred send goes out again as a new attempt of the same message).
+#[test]
+fn a_message_sent_again_is_recorded_once_in_the_replay() {
+    let mut host = host();
+    let effects = submit(&mut host, 1, Millis(1_000));
+    let first = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::Send(req)) => Some(req.clone()),
+            _ => None,
+        })
+        .unwrap();
+    host.handle_agent(
+        AgentInput::SendResult {
+            attempt: first.attempt,
+            result: SendResult::Deferred {
+                reason: "the agent is busy".into(),
+            },
+        },
+        Millis(1_100),
+    );
+    host.handle_timeout(Millis(1_100));
+    let again = drain(&mut host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::Send(req)) => Some(req),
+            _ => None,
+        })
+        .expect("a deferred send goes out again");
+    assert_eq!(again.operation_id, first.operation_id);
+    assert_ne!(again.attempt, first.attempt);
+    host.handle_client(
+        ReplyTo(9),
+        ClientRequest::Join {
+            session: session(),
+            protocol: LiveProtocol::Snapshots,
+        },
+        Millis(1_200),
+    );
+    let replay = drain(&mut host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Reply {
+                reply: Reply::Replay(chunks),
+                ..
+            } => Some(chunks),
+            _ => None,
+        })
+        .unwrap();
+    let text: String = replay.iter().map(|c| c.json.as_str()).collect();
+    assert_eq!(
+        text.matches(r#""type":"user_message""#).count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains(r#""clientId":"op-1""#), "{text}");
+}
+
+// OV-07, live patches: a patch the window refused (or that was never delivered) is
+// reported through the host; the window's next update is a whole snapshot, never a
+// patch on a base it does not hold.
+#[test]
+fn a_lost_patch_reported_to_the_host_makes_the_next_update_whole() {
+    let mut host = host();
+    let s = session();
+    host.handle_client(
+        ReplyTo(900),
+        ClientRequest::Subscribe {
+            window: WindowId(1),
+            session: s.clone(),
+            target: TargetId::main(&s),
+            protocol: LiveProtocol::Patches,
+        },
+        Millis(1),
+    );
+    drain(&mut host);
+    let run = RunId::new("run-1").unwrap();
+    let window_deliveries = |effects: Vec<Effect>| -> Vec<Delivery> {
+        effects
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Deliver(d @ (Delivery::Window { .. } | Delivery::WindowPatch { .. })) => {
+                    Some(d)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    host.handle_agent(rows_input(vec![row("a", &run)]), Millis(10));
+    settle(&mut host, Millis(10));
+    let first = window_deliveries(drain(&mut host));
+    assert!(!first.is_empty());
+    host.handle_agent(rows_input(vec![row("b", &run)]), Millis(200));
+    settle(&mut host, Millis(200));
+    let second = window_deliveries(drain(&mut host));
+    let patch = second
+        .iter()
+        .find(|d| matches!(d, Delivery::WindowPatch { .. }))
+        .cloned()
+        .expect("the window holds the base: a patch");
+    // The window refused it.
+    host.handle_delivery_lost(&patch, Millis(301));
+    host.handle_agent(rows_input(vec![row("c", &run)]), Millis(400));
+    settle(&mut host, Millis(400));
+    let third = window_deliveries(drain(&mut host));
+    assert!(!third.is_empty());
+    assert!(
+        third.iter().all(|d| matches!(d, Delivery::Window { .. })),
+        "a whole snapshot after the loss: {third:?}"
+    );
+}
+
+/// Runs the host's deadlines due within a second of `from` (the live stream's throttle).
+fn settle<O: OutboxStore, V: OverlayStore + CleanupJournal>(host: &mut Host<O, V>, from: Millis) {
+    let until = from.saturating_add(Millis(1_000));
+    while let Some(at) = host.poll_timeout().filter(|at| *at <= until) {
+        host.handle_timeout(at);
+    }
 }

@@ -113,8 +113,8 @@ fn main() -> ExitCode {
         let mut cfg = config(&args, seed);
         cfg.echo = args.trace;
         let outcome = sim::run(cfg);
-        println!("{}", outcome.report());
-        println!(
+        sim::say!("{}", outcome.report());
+        sim::say!(
             "digest {:016x}, {} trace lines, faults: {}",
             outcome.digest,
             outcome.lines,
@@ -227,15 +227,15 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
         .map(|f| f.clone())
         .unwrap_or_else(|e| e.into_inner().clone());
     failures.sort_by_key(|o| o.config.seed);
-    println!(
+    sim::say!(
         "{seeds} seeds ({}..{b}, {} steps, {} jobs) in {secs:.1} s: {:.0} seeds/s",
         a,
         args.steps,
         args.jobs,
         seeds as f64 / secs.max(1e-9)
     );
-    println!("faults injected: {}", summary(&counts));
-    println!(
+    sim::say!("faults injected: {}", summary(&counts));
+    sim::say!(
         "the runs did: {} messages ({} delivered), {} approvals asked ({} decisions taken), \
 {} loads, {} replays, {} relay events, {} host restarts",
         stats.messages,
@@ -252,23 +252,23 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
         .map(|k| k.clone())
         .unwrap_or_else(|e| e.into_inner().clone());
     for (kind, (n, seed)) in &known {
-        println!("known issue {kind}: met in {n} seed(s), first seed {seed}");
+        sim::say!("known issue {kind}: met in {n} seed(s), first seed {seed}");
     }
     if failures.is_empty() {
-        println!("no violation");
+        sim::say!("no violation");
         return ExitCode::SUCCESS;
     }
     let by = by_invariant
         .lock()
         .map(|m| m.clone())
         .unwrap_or_else(|e| e.into_inner().clone());
-    println!("{} failing seed(s): {by:?}", failures.len());
+    sim::say!("{} failing seed(s): {by:?}", failures.len());
     for f in failures.iter().take(3) {
-        println!("\n{}", f.report());
+        sim::say!("\n{}", f.report());
     }
     for f in failures.iter().skip(3).take(50) {
         let v = f.violation.as_ref().map_or("?", |v| v.invariant.name());
-        println!("{v}: {}", f.command());
+        sim::say!("{v}: {}", f.command());
     }
     if args.shrink {
         if let Some(first) = failures.first() {
@@ -280,9 +280,9 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
 
 fn shrink_and_print(outcome: &Outcome) {
     let small = sim::shrink(outcome);
-    println!("shrunk: {}", sim::command(&small));
+    sim::say!("shrunk: {}", sim::command(&small));
     let again = sim::run(small);
-    println!("{}", again.report());
+    sim::say!("{}", again.report());
 }
 
 fn summary(counts: &FaultCounts) -> String {

@@ -37,7 +37,7 @@ impl Trace {
         }
         self.count += 1;
         if self.echo {
-            println!("{line}");
+            say(format_args!("{line}"));
         }
         if self.lines.len() == KEPT_LINES {
             self.lines.pop_front();
@@ -65,4 +65,26 @@ impl Trace {
         let skip = self.lines.len().saturating_sub(n);
         self.lines.iter().skip(skip).map(String::as_str).collect()
     }
+}
+
+/// Prints one line on standard output. A reader that went away (`sim ... | head`) ends
+/// the program quietly, as a closed pipe ends a Unix tool, instead of a panic.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("sim: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// [`say`] with `format!` syntax.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::trace::say(format_args!($($arg)*))
+    };
 }

@@ -107,7 +107,10 @@ fn main() {
         println!("phone, live update after settlement: {outcome:?}");
     }
     phone.serve(&mut host, Millis(7_002));
-    phone.timeline.remove_pending(&op);
+    // The outbox let go of the message because it was sent: the echo retires by itself
+    // once a row carries it (here at once: the history row does).
+    let delivered = phone.timeline.mark_delivered(&op);
+    println!("phone, message delivered: {delivered:?}");
 
     // The phone reads back: one older page splices above its seam.
     phone.timeline.load_older(Millis(8_000));
