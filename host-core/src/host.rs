@@ -537,6 +537,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             } => Some(Reply::LatestWindow(
                 self.window(&session, &target, page_size, None, now),
             )),
+            ClientRequest::ReconcileSessions { sessions } => {
+                Some(Reply::Reconciled(self.reconcile(sessions, now)))
+            }
             ClientRequest::Anchored {
                 session,
                 target,
@@ -792,6 +795,102 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             Some(anchor) => window::anchored_window(store, source.as_mut(), key, t, anchor),
         };
         self.built(session, target, built, now)
+    }
+
+    /// `run.chatReconcileSessions`: the caps are checked before anything is read (a
+    /// session named twice is invalid params: the seed is silent, and one answer per
+    /// session is what a client merges); each
+    /// session's outbox is loaded as a client load does (OB-10), and what settlement
+    /// saved is sent, also when a later session failed.
+    fn reconcile(
+        &mut self,
+        sessions: Vec<SessionId>,
+        now: Millis,
+    ) -> Result<Vec<window::SessionSnapshot>, LoadError> {
+        use timeline_core::policy::RECONCILE_MAX_SESSIONS;
+        if sessions.len() > RECONCILE_MAX_SESSIONS {
+            return Err(LoadError::Window(window::WindowError::InvalidParams(
+                format!("at most {RECONCILE_MAX_SESSIONS} sessions per call"),
+            )));
+        }
+        let mut named = BTreeSet::new();
+        if let Some(twice) = sessions.iter().find(|s| !named.insert(*s)) {
+            return Err(LoadError::Window(window::WindowError::InvalidParams(
+                format!("session {twice} is named twice"),
+            )));
+        }
+        let mut outboxes = Vec::with_capacity(sessions.len());
+        for session in &sessions {
+            self.open_target(session, now);
+            let entries = self
+                .custody
+                .load_outbox(session)
+                .map_err(|error| LoadError::Outbox {
+                    session: session.clone(),
+                    error,
+                })?;
+            let outbox = entries
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| LoadError::Outbox {
+                    session: session.clone(),
+                    error: outbox_core::store::StoreError::Corrupt {
+                        what: "an outbox entry".to_owned(),
+                        reason: e.to_string(),
+                    },
+                })?;
+            let run = self
+                .custody
+                .runs()
+                .active(session)
+                .map(|r| r.run_id.clone());
+            outboxes.push((outbox, run));
+        }
+        let mut requests = Vec::with_capacity(sessions.len());
+        let mut iter = sessions.iter().zip(outboxes);
+        let mut missing = None;
+        // Each session's main conversation, borrowed from its own entry of the map.
+        let mut sources: BTreeMap<&SessionId, &mut Source> = BTreeMap::new();
+        for (id, s) in self.sessions.iter_mut() {
+            if let Some(source) = s.sources.get_mut(&TargetId::main(id)) {
+                sources.insert(id, source);
+            }
+        }
+        for (session, (outbox, active_run)) in iter.by_ref() {
+            let Some(source) = sources.remove(session) else {
+                missing = Some(session.clone());
+                break;
+            };
+            requests.push(window::ReconcileSession {
+                session: session.clone(),
+                target: TargetId::main(session),
+                source: source.as_mut(),
+                outbox,
+                active_run,
+            });
+        }
+        if let Some(session) = missing {
+            return Err(LoadError::UnknownTarget {
+                target: TargetId::main(&session),
+                session,
+            });
+        }
+        let result = window::reconcile_sessions(&mut self.overlays, &self.key, requests);
+        match result {
+            Ok(done) => {
+                for (s, t, stored) in &done.settled {
+                    self.emit_blocks(s, t, stored, now);
+                }
+                Ok(done.sessions)
+            }
+            Err(BuildError { error, written }) => {
+                for (s, t, stored) in written {
+                    self.emit_blocks(&s, &t, &stored, now);
+                }
+                Err(LoadError::Window(error))
+            }
+        }
     }
 
     /// Sends what a builder saved (also when it failed after saving) and answers.

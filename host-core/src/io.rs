@@ -110,6 +110,15 @@ pub enum ClientRequest {
         /// The decision.
         decision: Decision,
     },
+    /// `run.chatReconcileSessions` (OV-05): each session's latest window with its overlay,
+    /// outbox and active run, in request order: [`Reply::Reconciled`]. At most 16
+    /// sessions and 256 outbox entries per session (invalid params past either), the
+    /// answer at most 8 MiB. What settlement saved is sent to the live recipients, as
+    /// every load's is ("save, then send").
+    ReconcileSessions {
+        /// The app sessions, each read at its main conversation.
+        sessions: Vec<SessionId>,
+    },
     /// A desktop window subscribes to one target: [`Reply::Subscribed`].
     Subscribe {
         /// The window.
@@ -315,6 +324,8 @@ pub enum Reply {
     Subscribed(Result<overlay_core::live::Subscription, OverlayError>),
     /// [`ClientRequest::Join`]: the session's replay, in order.
     Replay(Vec<ReplayChunk>),
+    /// [`ClientRequest::ReconcileSessions`]: one snapshot per session, in request order.
+    Reconciled(Result<Vec<overlay_core::window::SessionSnapshot>, LoadError>),
 }
 
 /// Why a load failed.
@@ -332,6 +343,14 @@ pub enum LoadError {
     /// The builder's error (its `errorCode` is [`WindowError::error_code`]).
     #[error(transparent)]
     Window(#[from] WindowError),
+    /// The outbox of a session could not be read (a reconcile answers no session then).
+    #[error("the outbox of session {session} could not be read: {error}")]
+    Outbox {
+        /// The app session it concerns.
+        session: SessionId,
+        /// What the store said.
+        error: outbox_core::store::StoreError,
+    },
 }
 
 /// Why an approval decision was not taken.

@@ -688,3 +688,57 @@ fn settle<O: OutboxStore, V: OverlayStore + CleanupJournal>(host: &mut Host<O, V
         host.handle_timeout(at);
     }
 }
+
+// OV-05: `run.chatReconcileSessions` through the host: each session's latest window,
+// outbox and active run in request order; at most 16 sessions (invalid params past it);
+// a session named twice is invalid params too; a session the host does not serve is an
+// unknown target.
+#[test]
+fn reconcile_sessions_answers_through_the_host() {
+    let mut host = host();
+    submit(&mut host, 1, Millis(1_000));
+    let reconcile = |host: &mut Host<MemoryOutboxStore, MemoryOverlayStore>,
+                     sessions: Vec<SessionId>| {
+        host.handle_client(
+            ReplyTo(77),
+            ClientRequest::ReconcileSessions { sessions },
+            Millis(2_000),
+        );
+        drain(host)
+            .into_iter()
+            .find_map(|e| match e {
+                Effect::Reply {
+                    to: ReplyTo(77),
+                    reply: Reply::Reconciled(r),
+                } => Some(r),
+                _ => None,
+            })
+            .expect("answered")
+    };
+    let snapshots = reconcile(&mut host, vec![session()]).unwrap();
+    assert_eq!(snapshots.len(), 1);
+    assert_eq!(snapshots[0].app_session_id, session());
+    assert_eq!(snapshots[0].outbox.len(), 1, "{:?}", snapshots[0].outbox);
+    assert!(snapshots[0].active_run.is_some(), "op-1 started a run");
+    let too_many = reconcile(&mut host, vec![session(); 17]).unwrap_err();
+    assert!(
+        matches!(
+            &too_many,
+            host_core::LoadError::Window(overlay_core::window::WindowError::InvalidParams(_))
+        ),
+        "{too_many:?}"
+    );
+    let twice = reconcile(&mut host, vec![session(); 2]).unwrap_err();
+    assert!(
+        matches!(
+            &twice,
+            host_core::LoadError::Window(overlay_core::window::WindowError::InvalidParams(_))
+        ),
+        "a session named twice: {twice:?}"
+    );
+    let unknown = reconcile(&mut host, vec![SessionId::new("nobody").unwrap()]).unwrap_err();
+    assert!(
+        matches!(unknown, host_core::LoadError::UnknownTarget { .. }),
+        "{unknown:?}"
+    );
+}
