@@ -726,6 +726,22 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     self.run_gone(&session, &run, outcome, now);
                 }
             }
+            AgentInput::SessionMessage(call) => {
+                let session = call.sender_session.clone();
+                let call_id = call.call_id.clone();
+                let result = match self.custody.send_session_message(call, now) {
+                    Ok(result) => result,
+                    Err(error) => outbox_core::session_message::ToolResult::Error {
+                        message: error.to_string(),
+                    },
+                };
+                self.effects
+                    .push_back(Effect::Agent(AgentCall::SessionMessageResult {
+                        session,
+                        call_id,
+                        result,
+                    }));
+            }
             AgentInput::ApprovalAsked {
                 session,
                 target,
@@ -1258,12 +1274,16 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             C::RouteDeliveryChanged {
                 operation_id,
                 sender_session,
+                sender_call_id,
                 delivery,
-            } => Effect::Notice(Notice::RouteDeliveryChanged {
-                operation_id,
-                sender_session,
-                delivery,
-            }),
+            } => {
+                self.republish_sender_row(&sender_session, &sender_call_id, delivery, now);
+                Effect::Notice(Notice::RouteDeliveryChanged {
+                    operation_id,
+                    sender_session,
+                    delivery,
+                })
+            }
             C::HandoffRefused {
                 session,
                 operation_id,
@@ -1286,6 +1306,75 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             other => Effect::Notice(Notice::Unknown(format!("{other:?}"))),
         };
         self.effects.push_back(out);
+    }
+
+    /// "Each change of the queue publishes the row of the sender again" (RW-04): the
+    /// sender's message row (the activity row keyed by its `send_session_message` call,
+    /// in any live overlay of the sender's session) shows the new delivery, and is saved
+    /// and sent like every live row. A row that settled into history is in no overlay:
+    /// its history source shows the delivery it reads.
+    fn republish_sender_row(
+        &mut self,
+        sender: &SessionId,
+        call: &outbox_core::ids::CallId,
+        delivery: outbox_core::store::RouteDelivery,
+        now: Millis,
+    ) {
+        use outbox_core::store::RouteDelivery as R;
+        use timeline_core::rows::{ActivityRow, Direction, MessageDelivery, DECLINED_REASON};
+        let Ok(key) = BlockKey::parse(timeline_core::key::BlockType::Activity, call.as_str())
+        else {
+            return;
+        };
+        let targets: Vec<TargetId> = self
+            .sessions
+            .get(sender)
+            .map(|s| s.sources.keys().cloned().collect())
+            .unwrap_or_default();
+        for target in targets {
+            let overlay = match self.overlays.load(sender, &target) {
+                Ok(o) => o,
+                Err(error) => {
+                    self.notice(Notice::OverlayWriteFailed {
+                        session: sender.clone(),
+                        target,
+                        error,
+                    });
+                    continue;
+                }
+            };
+            let Some(mut row) =
+                overlay.and_then(|o| o.blocks.into_iter().find(|b| b.block.key() == key))
+            else {
+                continue;
+            };
+            let Ok(activity) = serde_json::from_value::<ActivityRow>(row.block.data.clone()) else {
+                continue;
+            };
+            let Some(mut fact) = activity.message.filter(|f| f.direction == Direction::Sent) else {
+                continue;
+            };
+            let (shown, reason) = match delivery {
+                R::Sent => (MessageDelivery::Sent, None),
+                R::NeedsApproval => (MessageDelivery::NeedsApproval, None),
+                R::Declined => (MessageDelivery::NotSent, Some(DECLINED_REASON.to_owned())),
+            };
+            if fact.delivery == Some(shown) && fact.failure_reason == reason {
+                continue;
+            }
+            fact.delivery = Some(shown);
+            fact.failure_reason = reason;
+            let updated = ActivityRow::message(fact, activity.subtitle.as_deref());
+            let Ok(data) = serde_json::to_value(&updated) else {
+                continue;
+            };
+            row.block.data = data;
+            if !self.publish_rows(sender, &target, vec![row.clone()], now) {
+                self.unsaved
+                    .insert((sender.clone(), target, key.clone()), Unsaved::Row(row));
+                self.retry_at.get_or_insert(now.saturating_add(WRITE_RETRY));
+            }
+        }
     }
 
     /// A run the hub was told about that custody no longer holds active (a refused

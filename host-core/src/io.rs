@@ -4,8 +4,9 @@ use outbox_core::adapter::{AttemptId, DetachResult, HistoryRead, ProofKind, Send
 use outbox_core::adapter::{SendResult, StopResult};
 use outbox_core::custody::{ActionError, StopAnswer, StoreFailure, SubmitError, SubmitRequest};
 use outbox_core::entry::{Acceptance, MessageRequest, Receipt};
-use outbox_core::ids::{OperationId, QueueId};
+use outbox_core::ids::{CallId, OperationId, QueueId};
 use outbox_core::runs::RunError;
+use outbox_core::session_message::{SessionMessageCall, ToolResult};
 use outbox_core::store::RouteDelivery;
 use overlay_core::live::{Delivery, LiveProtocol, RelayError, RunEventKind, WindowId};
 use overlay_core::replay::ReplayChunk;
@@ -218,6 +219,10 @@ pub enum AgentInput {
         /// Accepted steers the run did not take.
         untaken: Vec<OperationId>,
     },
+    /// The agent called `send_session_message` (OB-16): the message is saved in the
+    /// recipient's outbox and the tool's result goes back as
+    /// [`AgentCall::SessionMessageResult`].
+    SessionMessage(SessionMessageCall),
     /// The agent asks for an approval (RW-06).
     ApprovalAsked {
         /// The app session it concerns.
@@ -294,6 +299,17 @@ pub enum AgentCall {
         request: ApprovalRequest,
         /// The decision (allowed by the request).
         decision: Decision,
+    },
+    /// The result of the agent's `send_session_message` call, to return to the tool call.
+    /// A store failure is [`ToolResult::Error`] with the store's words: the message was
+    /// not saved, and the model learns it.
+    SessionMessageResult {
+        /// The calling session.
+        session: SessionId,
+        /// The tool call.
+        call_id: CallId,
+        /// What the tool returns.
+        result: ToolResult,
     },
     /// Replace latest found the thread gone: forget the session's thread link.
     ClearThreadLink {

@@ -742,3 +742,111 @@ fn reconcile_sessions_answers_through_the_host() {
         "{unknown:?}"
     );
 }
+
+// OB-16, RW-04: an agent's `send_session_message` goes through the host into the
+// recipient's outbox and its tool result back to the agent; "Each change of the queue
+// publishes the row of the sender again": the user's send of the held message turns the
+// sender's row from "Needs approval" to "Sent", saved and sent like every live row.
+#[test]
+fn a_session_message_goes_through_the_host_and_its_delivery_republishes_the_senders_row() {
+    use outbox_core::entry::AccessLevel;
+    use outbox_core::ids::CallId;
+    use outbox_core::session_message::{SessionMessageCall, ToolResult};
+    use timeline_core::rows::{ActivityRow, MessageDelivery, MessageFact, OtherEnd};
+    use timeline_core::AgentKind;
+
+    let mut host = host();
+    let sender = SessionId::new("session-a").unwrap();
+    let mut info = SessionInfo::new(Capabilities::codex());
+    info.access = Some(AccessLevel::ReadOnly);
+    host.add_session(&sender, info, Box::new(source()));
+    let mut recipient = SessionInfo::new(Capabilities::codex());
+    recipient.access = Some(AccessLevel::FullAccess);
+    host.add_session(&session(), recipient, Box::new(source()));
+    // The sender's call row, as its agent's projection shows it once the call ended.
+    let to = OtherEnd::Session {
+        title: "Payments API".into(),
+        agent: AgentKind::Codex,
+    };
+    let fact = MessageFact::sent(
+        "This session",
+        &to,
+        Some(MessageDelivery::NeedsApproval),
+        None,
+    );
+    let call_row = StoredBlock {
+        block: Block::new(
+            BlockKey::parse(BlockType::Activity, "call-1").unwrap(),
+            Millis(100),
+        )
+        .with_data(serde_json::to_value(ActivityRow::message(fact, None)).unwrap()),
+        class: RowClass::Ordinary,
+        run_id: None,
+    };
+    host.handle_agent(
+        AgentInput::Rows {
+            session: sender.clone(),
+            target: TargetId::main(&sender),
+            rows: vec![call_row],
+        },
+        Millis(200),
+    );
+    drain(&mut host);
+    host.handle_agent(
+        AgentInput::SessionMessage(SessionMessageCall {
+            sender_session: sender.clone(),
+            sender_run: None,
+            sender_thread: None,
+            call_id: CallId::new("call-1").unwrap(),
+            recipient: Some(session()),
+            body: "Please run the Android build.".into(),
+            sender_title: "Web landing".into(),
+            sender_agent: AgentKind::Codex,
+            sender_access: AccessLevel::ReadOnly,
+            sender_project: None,
+            product: "HB Code".into(),
+        }),
+        Millis(300),
+    );
+    let effects = drain(&mut host);
+    let result = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::SessionMessageResult {
+                session,
+                call_id,
+                result,
+            }) if session == &sender && call_id.as_str() == "call-1" => Some(result.clone()),
+            _ => None,
+        })
+        .expect("the tool result goes back to the sender's agent");
+    assert!(
+        matches!(result, ToolResult::WaitingForApproval { .. }),
+        "{result:?}"
+    );
+    let entry = host.entries(&session()).unwrap();
+    let queue_id = entry[0].entry().unwrap().queue_id.clone();
+    host.handle_client(
+        ReplyTo(5),
+        ClientRequest::SendNow {
+            session: session(),
+            queue_id,
+        },
+        Millis(400),
+    );
+    drain(&mut host);
+    let saved = host
+        .overlays()
+        .load(&sender, &TargetId::main(&sender))
+        .unwrap()
+        .unwrap();
+    let row = saved
+        .blocks
+        .iter()
+        .find(|b| b.block.key().to_string().contains("call-1"))
+        .unwrap();
+    let shown: ActivityRow = serde_json::from_value(row.block.data.clone()).unwrap();
+    let fact = shown.message.unwrap();
+    assert_eq!(fact.delivery, Some(MessageDelivery::Sent));
+    assert_eq!(shown.display.signal.as_deref(), Some("Sent"));
+}

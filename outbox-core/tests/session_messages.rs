@@ -345,11 +345,15 @@ fn removing_a_session_message_declines_it() {
             .delivery,
         RouteDelivery::Declined
     );
-    assert!(b.notes.contains(&Effect::RouteDeliveryChanged {
-        operation_id: e.operation_id.clone(),
-        sender_session: s("a"),
-        delivery: RouteDelivery::Declined
-    }));
+    assert!(b.notes.iter().any(|n| matches!(
+        n,
+        Effect::RouteDeliveryChanged {
+            operation_id,
+            sender_session,
+            delivery: RouteDelivery::Declined,
+            ..
+        } if operation_id == &e.operation_id && sender_session == &s("a")
+    )));
 }
 
 // OB-17: the envelope, parsed back; a row with the user's own operation is never read as

@@ -190,6 +190,7 @@ impl<S: OutboxStore> Custody<S> {
         self.effects.push_back(Effect::RouteDeliveryChanged {
             operation_id: op.clone(),
             sender_session: route.sender_session_id,
+            sender_call_id: route.sender_call_id,
             delivery,
         });
         Ok(())

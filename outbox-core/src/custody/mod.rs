@@ -409,6 +409,8 @@ pub enum Effect {
         operation_id: OperationId,
         /// The sender's session.
         sender_session: SessionId,
+        /// The sender's tool call: its row shows the delivery.
+        sender_call_id: crate::ids::CallId,
         /// The new delivery.
         delivery: RouteDelivery,
     },
