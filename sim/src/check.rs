@@ -13,6 +13,10 @@
 //!   except the reopen of a canceled row (OB-07, OB-12).
 //! - [`Invariant::RowsOutOfOrder`]: every client's rows are unique by key, in canonical
 //!   order, and equal to the reducer's full rebuild (TL-02, TL-04).
+//! - [`Invariant::LiveRowsUnsaved`]: every client's live rows are exactly the rows the
+//!   host saved at the (epoch, revision) the client holds: a patch applied on the wrong
+//!   base, or a snapshot the host never saved, is caught at once, not healed later
+//!   (OV-02, OV-07, TL-06).
 //! - [`Invariant::EchoVanished`]: a message a client sent shows on that client from the
 //!   moment it is sent: as its echo or as its row; only a page in the past or a window
 //!   that moved past its row hides it, and only the user's removal or edit ends it
@@ -53,6 +57,7 @@ use timeline_core::timeline::LoadState;
 use timeline_core::{Block, BlockKey, Millis, OperationId, Origin, SessionId};
 
 use crate::client::Kind;
+use crate::stores::{lock, overlay_digest};
 use crate::world::World;
 use crate::Defect;
 
@@ -68,6 +73,8 @@ pub enum Invariant {
     LedgerWeakened,
     /// A client's rows are duplicated or out of order.
     RowsOutOfOrder,
+    /// A client holds live rows the host never saved at the version the client holds.
+    LiveRowsUnsaved,
     /// A user's own message left the screen.
     EchoVanished,
     /// At quiescence a client shows something other than the host's history.
@@ -98,6 +105,7 @@ impl Invariant {
             Invariant::SentTwice => "sent-twice",
             Invariant::LedgerWeakened => "ledger-weakened",
             Invariant::RowsOutOfOrder => "rows-out-of-order",
+            Invariant::LiveRowsUnsaved => "live-rows-unsaved",
             Invariant::EchoVanished => "echo-vanished",
             Invariant::ViewDiffers => "view-differs",
             Invariant::ReplaySideEffect => "replay-side-effect",
@@ -178,8 +186,45 @@ impl World {
         if self.step % 4 == 0 || self.settling {
             self.check_rows();
         }
+        self.check_live_rows();
         self.check_echoes();
         self.check_timers();
+    }
+
+    /// Every client's live rows are the rows the host saved at the (epoch, revision) the
+    /// client holds (OV-02, OV-07, TL-06): a client never shows a live state the host never
+    /// published, not even one the next snapshot would heal. The one transitional state:
+    /// an empty overlay at a version the host never saved, which is how the host answers
+    /// for a target that has no saved overlay.
+    fn check_live_rows(&mut self) {
+        let mut broken = Vec::new();
+        {
+            let saved = lock(&self.stores.overlay_plan);
+            for (c, client) in self.clients.iter().enumerate() {
+                let t = &client.timeline;
+                let (Some((epoch, revision)), Some(target)) = (t.overlay_version(), t.target())
+                else {
+                    continue;
+                };
+                let key = (client.session.clone(), target.clone(), epoch, revision);
+                match saved.saved.get(&key) {
+                    Some(d) if *d == overlay_digest(t.overlay_blocks()) => {}
+                    // No overlay saved for the target: the host answers an empty one.
+                    None if t.overlay_blocks().next().is_none() => {}
+                    Some(_) => broken.push(format!(
+                        "client {c} holds rows at epoch {epoch} revision {revision} that differ \
+from what the host saved there"
+                    )),
+                    None => broken.push(format!(
+                        "client {c} holds epoch {epoch} revision {revision}, which the host never \
+saved for {target}"
+                    )),
+                }
+            }
+        }
+        for b in broken {
+            self.violate(Invariant::LiveRowsUnsaved, b);
+        }
     }
 
     /// The saved outbox of every session: operation → state.

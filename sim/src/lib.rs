@@ -71,6 +71,9 @@ pub enum Defect {
     /// The agent never tells the host a request was resolved
     /// ([`Invariant::ApprovalCardStale`]).
     SilentResolution,
+    /// A client applies a live patch on whatever it holds of the same epoch, not only on
+    /// the patch's base ([`Invariant::LiveRowsUnsaved`]); the next snapshot would heal it.
+    PatchOnAnyBase,
 }
 
 /// What one run did.

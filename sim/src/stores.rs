@@ -13,6 +13,7 @@
 //! and journal calls through [`FailingOverlay`] (its [`OverlayPlan`]); the world changes
 //! the plans while the host owns the stores.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use fixtures::failing::{FailingStore, FaultPlan};
@@ -27,7 +28,7 @@ use overlay_core::{CleanupJournal, MemoryOverlayStore, OverlayStore, StoredBlock
 use storage_sqlite::{Settings, SqliteStore, Synchronous};
 use timeline_core::key::{RunId, TargetId};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -132,6 +133,28 @@ pub struct OverlayPlan {
     pub writes_off: bool,
     /// Failures injected so far.
     pub injected: u64,
+    /// Every overlay the store saved, by session, target, epoch and revision: the digest
+    /// of its rows in the form a client holds them ([`overlay_digest`]).
+    pub saved: BTreeMap<(SessionId, TargetId, u64, u64), u64>,
+}
+
+/// The digest of a client's rows of one overlay, in any order: each row's JSON, by key.
+pub fn overlay_digest<'a>(blocks: impl Iterator<Item = &'a timeline_core::Block>) -> u64 {
+    let mut rows: Vec<(String, String)> = blocks
+        .map(|b| {
+            let json = serde_json::to_string(b).unwrap_or_default();
+            (b.key().to_string(), json)
+        })
+        .collect();
+    rows.sort();
+    let mut digest = 0xcbf2_9ce4_8422_2325_u64;
+    for (key, json) in &rows {
+        for byte in key.bytes().chain([0]).chain(json.bytes()).chain([0]) {
+            digest ^= u64::from(byte);
+            digest = digest.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    digest
 }
 
 impl OverlayPlan {
@@ -167,6 +190,14 @@ impl<S> FailingOverlay<S> {
         FailingOverlay { inner, plan }
     }
 
+    fn saved(&self, s: &SessionId, t: &TargetId, o: &timeline_core::wire::LiveOverlay) {
+        let digest = overlay_digest(o.blocks.iter());
+        lock(&self.plan).saved.insert(
+            (s.clone(), t.clone(), o.settlement_epoch, o.revision),
+            digest,
+        );
+    }
+
     fn check(&self, write: bool, what: &str) -> Result<(), OverlayError> {
         if lock(&self.plan).fails(write) {
             Err(OverlayError::Unavailable(format!(
@@ -192,11 +223,19 @@ impl<S: OverlayStore> OverlayStore for FailingOverlay<S> {
         blocks: Vec<StoredBlock>,
     ) -> Result<StoredOverlay, OverlayError> {
         self.check(true, "compare_and_set")?;
-        self.inner.compare_and_set(s, t, expected, epoch, blocks)
+        let stored = self.inner.compare_and_set(s, t, expected, epoch, blocks)?;
+        let client = stored.client_form();
+        self.saved(s, t, &client);
+        Ok(stored)
     }
     fn update(&mut self, s: &SessionId, t: &TargetId, c: &Change) -> Result<Update, OverlayError> {
         self.check(true, "update")?;
-        self.inner.update(s, t, c)
+        let update = self.inner.update(s, t, c)?;
+        if let Update::Written { stored, .. } = &update {
+            let client = stored.client_form();
+            self.saved(s, t, &client);
+        }
+        Ok(update)
     }
     fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, OverlayError> {
         self.check(true, "delete")?;

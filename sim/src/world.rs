@@ -1523,6 +1523,7 @@ impl World {
                 if self.defect(Defect::WindowIgnoresUpdates) {
                     return;
                 }
+                let defect = self.cfg.defect;
                 let client = &mut self.clients[desktop];
                 let target = client.target();
                 let o = match delivery {
@@ -1537,9 +1538,14 @@ impl World {
                         Some(client.timeline.handle_live_update(&t, overlay, now))
                     }
                     Delivery::WindowPatch {
-                        target: t, patch, ..
+                        target: t,
+                        mut patch,
+                        ..
                     } if t == target => {
                         client.offer((patch.settlement_epoch, patch.revision));
+                        if defect == Some(Defect::PatchOnAnyBase) {
+                            rebase(&client.timeline, &mut patch);
+                        }
                         Some(client.timeline.handle_live_patch(&t, patch, now))
                     }
                     _ => None,
@@ -1562,6 +1568,7 @@ impl World {
     fn relay_arrives(&mut self, p: usize, json: &serde_json::Value) {
         self.stats.relay_events += 1;
         let now = self.now;
+        let defect = self.cfg.defect;
         let client = &mut self.clients[p];
         let event = json["event"].as_str().unwrap_or_default();
         let target = json["timelineTargetId"]
@@ -1587,9 +1594,12 @@ impl World {
             ("blocks-patch", Some(t)) => {
                 serde_json::from_value::<LivePatch>(json["livePatch"].clone())
                     .ok()
-                    .map(|patch| {
+                    .map(|mut patch| {
                         if mine {
                             client.offer((patch.settlement_epoch, patch.revision));
+                        }
+                        if defect == Some(Defect::PatchOnAnyBase) {
+                            rebase(&client.timeline, &mut patch);
                         }
                         client.timeline.handle_live_patch(&t, patch, now)
                     })
@@ -2149,5 +2159,15 @@ impl World {
     /// The backend of this run.
     pub fn stores_backend(&self) -> Backend {
         self.stores.backend()
+    }
+}
+
+/// The defect [`Defect::PatchOnAnyBase`]: the patch claims the base the client holds in
+/// its epoch, so the client applies it there.
+fn rebase(timeline: &timeline_core::Timeline, patch: &mut LivePatch) {
+    if let Some((epoch, revision)) = timeline.overlay_version() {
+        if epoch == patch.settlement_epoch && revision < patch.revision {
+            patch.base_revision = revision;
+        }
     }
 }

@@ -108,3 +108,11 @@ fn the_shrinker_finds_a_smaller_run_that_fails_the_same_way() {
     );
     assert!(sim::command(&small).contains(&format!("--seed {}", small.seed)));
 }
+
+// OV-07, TL-06: a client that applies a live patch on the wrong base shows rows the
+// host never published; the next snapshot would heal it, so only the check of every
+// step against what the host saved at that version catches it.
+#[test]
+fn a_patch_applied_on_the_wrong_base_is_caught() {
+    assert_eq!(caught(Defect::PatchOnAnyBase), Invariant::LiveRowsUnsaved);
+}

@@ -555,6 +555,13 @@ impl Timeline {
         self.overlay.as_ref().map(|o| (o.epoch, o.revision))
     }
 
+    /// The rows of the held overlay, in no particular order: what the client holds of
+    /// the host's live overlay at [`Timeline::overlay_version`] (a row that history also
+    /// holds is among them; it shows from history).
+    pub fn overlay_blocks(&self) -> impl Iterator<Item = &Block> + '_ {
+        self.overlay.iter().flat_map(|o| o.blocks.values())
+    }
+
     /// The cursor of the next older page, unless paging from it stopped.
     pub fn oldest_cursor(&self) -> Option<&str> {
         let c = self.paging.oldest_cursor.as_deref()?;
