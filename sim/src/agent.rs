@@ -24,14 +24,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use host_core::{AgentCall, AgentInput};
 use outbox_core::adapter::{DetachResult, HistoryRead, SendKind, SendResult, StopResult};
-use outbox_core::entry::Acceptance;
-use outbox_core::ids::{ThreadId, TurnId};
+use outbox_core::entry::{Acceptance, AccessLevel};
+use outbox_core::ids::{CallId, ThreadId, TurnId};
+use outbox_core::session_message::SessionMessageCall;
 use overlay_core::source::{SourcePage, SourcePosition};
 use overlay_core::{HistorySource, MemorySource, RowClass, RunEventKind, SourceError};
 use overlay_core::{SourceKind, StoredBlock};
 use timeline_core::rows::{ApprovalKind, ApprovalRequest, ApprovalResult, Decision};
+use timeline_core::{AgentKind, SessionId, SourceOrder, TargetId};
 use timeline_core::{Block, BlockKey, BlockType, BoundaryToken, Millis, OperationId, RunId};
-use timeline_core::{SessionId, SourceOrder, TargetId};
 
 use crate::faults::{FaultCounts, FaultKind, Faults};
 use crate::rng::Rng;
@@ -721,9 +722,15 @@ impl Agent {
     ) -> Vec<Out> {
         let mut out = Vec::new();
         let interrupted = faults.strikes(rng, FaultKind::RunInterrupted) && !self.calm;
-        let choice = rng.weighted(&[6, 2, 2, 1, 1, 2]);
+        let choice = rng.weighted(&[6, 2, 2, 1, 1, 2, 1]);
         let lose_open = rng.chance(0.5);
         let pick = rng.next_u64();
+        let others: Vec<SessionId> = self
+            .sessions
+            .keys()
+            .filter(|k| *k != session)
+            .cloned()
+            .collect();
         let Some(s) = self.sessions.get_mut(session) else {
             return out;
         };
@@ -830,6 +837,42 @@ impl Agent {
                 session: session.clone(),
                 run: run.clone(),
             })),
+            // Send a message to another session (`send_session_message`, OB-16). A call
+            // ID drawn again repeats a call: the host answers it without saving twice.
+            6 => {
+                let Some(recipient) = others.get(pick as usize % others.len().max(1)).cloned()
+                else {
+                    return out;
+                };
+                let access = [
+                    AccessLevel::ReadOnly,
+                    AccessLevel::WorkspaceWrite,
+                    AccessLevel::FullAccess,
+                    AccessLevel::Unrestricted,
+                ][(pick / 7 % 4) as usize];
+                let Ok(call_id) = CallId::new(format!("{session}-call-{}", pick % 16)) else {
+                    return out;
+                };
+                out.push(Out::Stream(AgentInput::SessionMessage(
+                    SessionMessageCall {
+                        sender_session: session.clone(),
+                        sender_run: Some(run.clone()),
+                        sender_thread: None,
+                        call_id,
+                        recipient: Some(recipient),
+                        body: format!("From {session}: please check build {}", pick % 1000),
+                        sender_title: format!("Session {session}"),
+                        sender_agent: if s.codex {
+                            AgentKind::Codex
+                        } else {
+                            AgentKind::Claude
+                        },
+                        sender_access: access,
+                        sender_project: None,
+                        product: "HB Code".into(),
+                    },
+                )));
+            }
             // The turn completes.
             _ => {
                 let waiting = s.turn.as_ref().is_some_and(|t| !t.approvals.is_empty());
