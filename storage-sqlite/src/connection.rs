@@ -1,13 +1,26 @@
 //! The connection and its settings: opening a file or a private in-memory database,
 //! the pragmas every connection sets, and the transactions writes run in.
+//!
+//! The invariant kept here: a store is created only where no file exists, and a path
+//! never names a half-made store. A new store is built beside its path under a name of
+//! its own, migrated, synced and then linked into place in one step, so a process killed
+//! while creating leaves either nothing at the path or a whole store, and another
+//! opener never sees a file in the making. Any file that is there is looked at before
+//! anything is written to it, and opened only if it is a custody store: an empty file
+//! is a truncated store, not a new one (see the crate docs, "Which files open").
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::error::{open_error, sqlite_error, OpenError, SqliteError};
-use crate::migrations::{migrate, user_version, SCHEMA_VERSION};
+use crate::migrations::{migrate, schema_tables, table_names, user_version, SCHEMA_VERSION};
 use crate::overlay::OverlayCache;
 
 /// SQLite's `synchronous` level.
@@ -84,10 +97,8 @@ pub struct SqliteStore {
     pub(crate) overlays: OverlayCache,
 }
 
-/// Sets the connection's pragmas from `settings`, outside the migrations (they are not
-/// part of the schema): the page size of a new file, WAL (for files), `foreign_keys`,
-/// `busy_timeout`, `synchronous` and the WAL checkpoint size.
-fn configure(conn: &Connection, settings: &Settings, file: bool) -> Result<(), OpenError> {
+/// Refuses settings SQLite would ignore or refuse, before any file is touched.
+fn check_settings(settings: &Settings) -> Result<(), OpenError> {
     let size = settings.page_size;
     if !(512..=65536).contains(&size) || !size.is_power_of_two() {
         return Err(OpenError::InvalidSetting {
@@ -95,9 +106,17 @@ fn configure(conn: &Connection, settings: &Settings, file: bool) -> Result<(), O
             reason: format!("{size} is not a power of two from 512 to 65536"),
         });
     }
-    // Before WAL: a new file takes the page size at its first write; an existing one
+    Ok(())
+}
+
+/// Sets the connection's pragmas from `settings`, outside the migrations (they are not
+/// part of the schema): the page size of a new database, WAL (for files),
+/// `foreign_keys`, `busy_timeout`, `synchronous` and the WAL checkpoint size. The
+/// settings were checked ([`check_settings`]).
+fn configure(conn: &Connection, settings: &Settings, file: bool) -> Result<(), OpenError> {
+    // Before WAL: a new database takes the page size at its first write; an existing one
     // keeps its own.
-    conn.pragma_update(None, "page_size", size)
+    conn.pragma_update(None, "page_size", settings.page_size)
         .map_err(open_error)?;
     if file {
         // WAL lets readers and one writer work at once; it is a property of the file.
@@ -125,14 +144,240 @@ fn configure(conn: &Connection, settings: &Settings, file: bool) -> Result<(), O
     Ok(())
 }
 
+/// An [`OpenError::Io`] about `path`, for `map_err`.
+fn io_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> OpenError + 'a {
+    move |source| OpenError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// `path` with `suffix` appended to its file name, as SQLite names a file's `-wal` and
+/// `-journal`.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = OsString::from(path.as_os_str());
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The length of the file at `path`, `None` if there is none.
+fn file_len(path: &Path) -> Result<Option<u64>, OpenError> {
+    match fs::metadata(path) {
+        Ok(meta) => Ok(Some(meta.len())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error("read the metadata of", path)(e)),
+    }
+}
+
+/// SQLite's files beside a database that hold its writes: a database file without them
+/// loses what they hold.
+const SIDE_FILES: [(&str, &str); 2] = [
+    ("-wal", "write-ahead log"),
+    ("-journal", "rollback journal"),
+];
+
+/// Numbers the temporary files this process builds new stores in.
+static NEW_STORES: AtomicU64 = AtomicU64::new(0);
+
+/// Creates a store at `path`, where no file is: builds it beside `path` under a name of
+/// its own ([`build`]) and links it into place ([`link`]). If another opener linked a
+/// store there first, that one is kept and this one dropped.
+fn create(path: &Path, settings: &Settings, version: u32) -> Result<(), OpenError> {
+    for (suffix, what) in SIDE_FILES {
+        let side = with_suffix(path, suffix);
+        if let Some(len @ 1..) = file_len(&side)? {
+            // SQLite would take this file for the new store's, or delete it.
+            return Err(OpenError::Corrupt {
+                reason: format!(
+                    "the database file does not exist, but its {what} ({}) holds {len} bytes: \
+                     the store's file was removed or moved without it; put the file back \
+                     beside it (a new store here would throw it away)",
+                    side.display()
+                ),
+            });
+        }
+    }
+    let Some(name) = path.file_name() else {
+        return Err(io_error("create", path)(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path does not end in a file name",
+        )));
+    };
+    let mut temp = name.to_os_string();
+    temp.push(format!(
+        ".{}-{}.creating",
+        std::process::id(),
+        NEW_STORES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let temp = path.with_file_name(temp);
+    let made = build(&temp, settings, version).and_then(|()| link(&temp, path));
+    // The temporary name goes in every case (after `link`, the store has its own name;
+    // after a rename it is gone already). A failure to remove it is reported only when
+    // nothing else failed first.
+    let removed = match fs::remove_file(&temp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    made?;
+    removed.map_err(io_error("remove the temporary file", &temp))?;
+    sync_directory(path)
+}
+
+/// Builds a new store migrated to `version` in the file `temp`, which nobody else
+/// opens, and syncs it: no journal file, no sync per migration, one sync at the end.
+fn build(temp: &Path, settings: &Settings, version: u32) -> Result<(), OpenError> {
+    // A file left by a killed process that had this process's ID is not a store.
+    match fs::remove_file(temp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(io_error("remove the stale temporary file", temp)(e))
+        }
+        _ => {}
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(temp, flags).map_err(open_error)?;
+    conn.pragma_update(None, "page_size", settings.page_size)
+        .map_err(open_error)?;
+    let _mode: String = conn
+        .query_row("PRAGMA journal_mode = MEMORY", [], |r| r.get(0))
+        .map_err(open_error)?;
+    conn.pragma_update(None, "synchronous", "OFF")
+        .map_err(open_error)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(open_error)?;
+    migrate(&mut conn, version)?;
+    conn.close().map_err(|(_, e)| open_error(e))?;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(temp)
+        .and_then(|f| f.sync_all())
+        .map_err(io_error("sync", temp))
+}
+
+/// Gives the built store at `temp` the name `path` in one step, without replacing a file
+/// that is there: a hard link, which fails if `path` exists (another opener created its
+/// store first: that one is kept). On a file system without hard links, a rename, as
+/// atomic, but it would replace a store another opener moved there in the same instant.
+fn link(temp: &Path, path: &Path) -> Result<(), OpenError> {
+    match fs::hard_link(temp, path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(_) if file_len(path)?.is_some() => Ok(()),
+        Err(_) => fs::rename(temp, path).map_err(io_error("move the new store to", path)),
+    }
+}
+
+/// Syncs the directory of `path`, so the new store's name survives a power loss.
+#[cfg(unix)]
+fn sync_directory(path: &Path) -> Result<(), OpenError> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error("sync the directory of", path))
+}
+
+/// Other systems sync a directory entry with the file, or offer no way to sync it.
+#[cfg(not(unix))]
+fn sync_directory(_: &Path) -> Result<(), OpenError> {
+    Ok(())
+}
+
+/// At most this many names of another program's tables are shown in a refusal.
+const SHOWN_TABLES: usize = 5;
+
+/// Refuses an existing file that is not a custody store, before anything is written to
+/// it (see the crate docs, "Which files open"). SQLite's verdict that the file is
+/// damaged or not a database is [`OpenError::Corrupt`] too ([`open_error`]). A newer or
+/// unknown version and a version whose migration does not apply are left to
+/// [`migrate`], which names them.
+fn check_custody_file(conn: &Connection) -> Result<(), OpenError> {
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(open_error)?;
+    let tables = table_names(conn).map_err(open_error)?;
+    let versions = schema_tables().map_err(open_error)?;
+    let corrupt = |reason: String| Err(OpenError::Corrupt { reason });
+    match u32::try_from(found) {
+        Ok(0) => {
+            let ours: BTreeSet<&String> = versions.iter().flatten().collect();
+            if tables.iter().any(|t| ours.contains(t)) {
+                // Our tables under a version of 0: the migration says what is wrong.
+                Ok(())
+            } else if tables.is_empty() {
+                corrupt(
+                    "it is an SQLite database with no tables and schema version 0, not a \
+                     custody store: a store whose write-ahead log (-wal) was lost before a \
+                     checkpoint looks like this, as does an empty database another program \
+                     made; a new store is created only where no file exists"
+                        .into(),
+                )
+            } else {
+                // In name order (a `BTreeSet`).
+                let shown: Vec<&str> = tables
+                    .iter()
+                    .take(SHOWN_TABLES)
+                    .map(String::as_str)
+                    .collect();
+                let more = tables.len().saturating_sub(SHOWN_TABLES);
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                corrupt(format!(
+                    "it is another program's SQLite database: it holds the tables {}{more}, \
+                     none of this library's, and schema version 0; a custody store keeps a \
+                     file of its own and does not share one",
+                    shown.join(", ")
+                ))
+            }
+        }
+        Ok(version) if version <= SCHEMA_VERSION => {
+            let expected = versions
+                .get(version as usize - 1)
+                .map(|t| {
+                    t.difference(&tables)
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            if expected.is_empty() {
+                Ok(())
+            } else {
+                corrupt(format!(
+                    "it says schema version {version} but lacks the tables {} that version \
+                     has: it held a custody store and lost them",
+                    expected.join(", ")
+                ))
+            }
+        }
+        // Newer or unknown: `migrate` names it.
+        _ => Ok(()),
+    }
+}
+
 impl SqliteStore {
-    /// Opens (or creates) the database file and migrates it to [`SCHEMA_VERSION`].
+    /// Opens the custody store in the file at `path` and migrates it to
+    /// [`SCHEMA_VERSION`]; where no file exists, creates one first.
+    ///
+    /// A file that is there opens only if it is a custody store: an empty (0-byte) file,
+    /// an SQLite database without this library's tables, a file whose schema version
+    /// names tables it does not hold, and a file SQLite calls malformed or not a
+    /// database are [`OpenError::Corrupt`], and nothing is written to them. See the crate
+    /// docs, "Which files open". `path` is a file name, never a URI; for a private
+    /// in-memory database use [`SqliteStore::open_in_memory`].
     pub fn open(path: impl AsRef<Path>, settings: Settings) -> Result<Self, OpenError> {
         Self::open_file(path.as_ref(), settings, SCHEMA_VERSION)
     }
 
-    /// Opens the file migrated only up to `version` (to write databases of an older
-    /// schema in tests of the upgrade path).
+    /// Opens the file migrated only up to `version`, from 1 (to write databases of an
+    /// older schema in tests of the upgrade path). The same files open as with
+    /// [`SqliteStore::open`].
     #[cfg(any(test, feature = "testing"))]
     pub fn open_at(
         path: impl AsRef<Path>,
@@ -142,9 +387,47 @@ impl SqliteStore {
         Self::open_file(path.as_ref(), settings, version)
     }
 
-    /// Opens the file, sets its pragmas and migrates it up to `version`.
+    /// Creates the file if none is there, refuses one that is not a custody store, sets
+    /// its pragmas and migrates it up to `version`.
     fn open_file(path: &Path, settings: Settings, version: u32) -> Result<Self, OpenError> {
-        let mut conn = Connection::open(path).map_err(open_error)?;
+        check_settings(&settings)?;
+        let special = path.as_os_str().is_empty() || path.as_os_str() == ":memory:";
+        if special {
+            return Err(io_error("open", path)(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a file name (SQLite would open a private database): use \
+                 SqliteStore::open_in_memory",
+            )));
+        }
+        if file_len(path)?.is_none() {
+            create(path, &settings, version)?;
+        }
+        if file_len(path)? == Some(0) {
+            // Before SQLite opens it: on a 0-page file SQLite deletes the `-wal` beside it.
+            let wal = with_suffix(path, "-wal");
+            let kept = match file_len(&wal)? {
+                Some(len @ 1..) => format!(
+                    "; its write-ahead log ({}) holds {len} bytes",
+                    wal.display()
+                ),
+                _ => String::new(),
+            };
+            return Err(OpenError::Corrupt {
+                reason: format!(
+                    "the file is empty (0 bytes), as a store cut short by a failed copy or \
+                     write is; a new store is created only where no file exists{kept}"
+                ),
+            });
+        }
+        // No `SQLITE_OPEN_CREATE`: the file was there or was just linked into place. No
+        // `SQLITE_OPEN_URI`: the path is the file that was looked at.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(open_error)?;
+        // Before the first read: a new store's opener may hold the lock while it turns
+        // on WAL.
+        conn.busy_timeout(settings.busy_timeout)
+            .map_err(open_error)?;
+        check_custody_file(&conn)?;
         configure(&conn, &settings, true)?;
         migrate(&mut conn, version)?;
         Ok(SqliteStore {
@@ -155,6 +438,7 @@ impl SqliteStore {
 
     /// A private in-memory database (`:memory:`), migrated.
     pub fn open_in_memory(settings: Settings) -> Result<Self, OpenError> {
+        check_settings(&settings)?;
         let mut conn = Connection::open_in_memory().map_err(open_error)?;
         configure(&conn, &settings, false)?;
         migrate(&mut conn, SCHEMA_VERSION)?;

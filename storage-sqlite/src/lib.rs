@@ -10,6 +10,40 @@
 //! [`OutboxStore`](outbox_core::store::OutboxStore); open it with [`SqliteStore::open`]
 //! (a file) or [`SqliteStore::open_in_memory`], with [`Settings`].
 //!
+//! # Which files open
+//!
+//! [`SqliteStore::open`] creates a store only where no file exists, and opens an existing
+//! file only if it is a custody store; every other file is refused with
+//! [`OpenError::Corrupt`] (its reason says what is wrong) before anything is written to
+//! it, so a damaged store is never mistaken for a first run and never overwritten:
+//!
+//! | At the path | Outcome |
+//! |---|---|
+//! | nothing | a new store |
+//! | nothing, but a non-empty `-wal` or `-journal` beside it | refused: the store's file was removed or moved without its log |
+//! | an empty (0-byte) file | refused: a truncated store looks like this |
+//! | a file SQLite calls malformed or not a database | refused |
+//! | an SQLite database with no tables and `user_version` 0 | refused: a store whose WAL was lost before a checkpoint looks like this |
+//! | another program's database (its own tables, none of ours, `user_version` 0) | refused: a custody store keeps a file of its own, since its `user_version` is the schema's |
+//! | `user_version` N > 0 without all the tables version N has | refused: it held a store and lost them |
+//! | a custody store at version N (other tables beside ours are left alone) | opened and migrated |
+//! | a newer or unknown version, or a version whose migration does not apply | [`OpenError::NewerSchema`], [`OpenError::UnknownSchema`], [`OpenError::Migration`] |
+//!
+//! There is no way to create a store in a file that is already there: a caller that made
+//! an empty file itself (a `tempfile::NamedTempFile`, say) passes a path where nothing
+//! exists instead, or deletes the file first. A new store is built beside its path under
+//! a name of its own (`<name>.<process>-<n>.creating`), migrated, synced and linked into
+//! place in one step (a hard link, which never replaces a file; a rename on file systems
+//! without hard links), so a process killed while creating leaves nothing at the path
+//! (at most that temporary file, which the next open ignores), and, with hard links, two
+//! processes creating one path at once share the store that was linked first. `path` is
+//! always a file name: URIs and `:memory:` are not taken.
+//!
+//! Later, while the store is in use, an error SQLite reports as `SQLITE_CORRUPT` or
+//! `SQLITE_NOTADB` (any extended code; by code, not by message) is the storage traits'
+//! `Corrupt` error naming the `database file`, never `Unavailable`: retrying reads the
+//! same bytes. Busy, locked, IO and full-disk errors stay `Unavailable`.
+//!
 //! # Tables
 //!
 //! - `workspace_chat_outbox`: one row per queued entry, keyed by (session, queue ID),
@@ -63,7 +97,10 @@
 //! - The schema is numbered migrations tracked in `PRAGMA user_version`, applied on open.
 //!   A file of a newer or unknown version is refused, and a version that does not match
 //!   the file's tables fails with the stored version and the versions this build knows
-//!   ([`OpenError`]).
+//!   ([`OpenError`]). A file that is not a custody store is refused as damaged (see
+//!   "Which files open").
+//! - A file SQLite calls damaged is a `Corrupt` error, on open and on every later call,
+//!   never one that says to retry.
 //! - Nothing read from the file is trusted: every column value is checked like wire
 //!   input (its SQLite type, an integer's range, a boolean's 0 or 1, an overlay row's
 //!   JSON against its key columns, a ledger status against its JSON). An outbox row that

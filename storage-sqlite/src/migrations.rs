@@ -8,6 +8,13 @@
 //! with the stored version and the versions this build knows
 //! ([`OpenError::Migration`]).
 //!
+//! The tables a version holds are not listed by hand: [`schema_tables`] runs the
+//! migrations on a private in-memory database and reads them back, so the check on open
+//! (`connection.rs`: a file whose version names tables it does not hold is refused)
+//! can never disagree with the migrations themselves. Each version only adds tables
+//! (3 and 5 rebuild a table under its old name), so a version's tables are also held by
+//! every later version.
+//!
 //! # History
 //!
 //! 1. The seed's tables.
@@ -38,9 +45,12 @@
 //!
 //! `benches/README.md` has the measurements behind versions 3 and 4.
 
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
 use rusqlite::{Connection, TransactionBehavior};
 
-use crate::error::{open_error, OpenError};
+use crate::error::{is_damage, open_error, OpenError};
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
 pub const MIGRATIONS: [(&str, &str); 6] = [
@@ -74,6 +84,39 @@ pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
     conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// The names of the file's own tables (SQLite's internal `sqlite_*` tables left out).
+pub(crate) fn table_names(conn: &Connection) -> rusqlite::Result<BTreeSet<String>> {
+    let mut stmt = conn.prepare(
+        r"SELECT name FROM sqlite_schema
+          WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'",
+    )?;
+    let names = stmt.query_map([], |r| r.get(0))?;
+    names.collect()
+}
+
+/// The tables of every version: entry N - 1 holds the tables a file at version N has,
+/// read back from a private in-memory database the migrations ran on, once per process.
+pub(crate) fn schema_tables() -> rusqlite::Result<&'static [BTreeSet<String>]> {
+    static TABLES: OnceLock<Vec<BTreeSet<String>>> = OnceLock::new();
+    if let Some(tables) = TABLES.get() {
+        return Ok(tables);
+    }
+    // A failure is returned, not kept: the next open tries again.
+    let tables = migrated_tables()?;
+    Ok(TABLES.get_or_init(|| tables))
+}
+
+fn migrated_tables() -> rusqlite::Result<Vec<BTreeSet<String>>> {
+    let conn = Connection::open_in_memory()?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    let mut tables = Vec::with_capacity(MIGRATIONS.len());
+    for (_, sql) in MIGRATIONS {
+        conn.execute_batch(sql)?;
+        tables.push(table_names(&conn)?);
+    }
+    Ok(tables)
 }
 
 /// The file's `user_version` as a version this build can migrate from.
@@ -116,11 +159,18 @@ pub(crate) fn migrate(conn: &mut Connection, target: u32) -> Result<u32, OpenErr
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(open_error)?;
-        tx.execute_batch(sql).map_err(|e| OpenError::Migration {
-            found,
-            migration: name,
-            reason: migration_reason(&e),
-            supported: SCHEMA_VERSION,
+        tx.execute_batch(sql).map_err(|e| {
+            if is_damage(&e) {
+                // Not a version that does not match its tables: SQLite says the file
+                // is damaged.
+                return open_error(e);
+            }
+            OpenError::Migration {
+                found,
+                migration: name,
+                reason: migration_reason(&e),
+                supported: SCHEMA_VERSION,
+            }
         })?;
         tx.pragma_update(None, "user_version", version)
             .map_err(open_error)?;

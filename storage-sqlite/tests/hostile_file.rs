@@ -5,6 +5,11 @@
 //! outbox row that does not read back shows as blocked and its neighbours read as usual
 //! (OB-05); any other unreadable record is `Corrupt`, naming the table, the column and
 //! the stored value, never `Unavailable`, a panic or a wrapped number.
+//!
+//! The last section damages the file itself (ST-02): a garbage page, a file cut short
+//! or emptied, a missing file with its WAL left, another program's database, a store that
+//! lost its tables. What SQLite calls damaged is `Corrupt` on open and on every call, and
+//! only a path where no file exists opens as a new store.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -921,4 +926,377 @@ fn a_bad_user_version_names_the_versions_not_the_sql() {
         .unwrap();
     let mut store = open(&path);
     assert_eq!(store.entries(&s("s1")).unwrap().len(), 2);
+}
+
+// ----------------------------------------------------------------------------------
+// A damaged or foreign file (ST-02, ST-01): SQLite's verdict that the file is damaged is
+// `Corrupt` at every boundary, never `Unavailable` ("retry later", which a caller would
+// follow for ever); a store is created only where no file exists, and an existing file
+// opens only if it is a custody store, with nothing written to a file that is refused.
+
+/// The reason of an open refused as damaged or foreign.
+fn refused_open(result: Result<SqliteStore, OpenError>) -> String {
+    match result {
+        Err(OpenError::Corrupt { reason }) => reason,
+        Err(other) => panic!("expected OpenError::Corrupt, got {other}"),
+        Ok(_) => panic!("expected OpenError::Corrupt, the file opened"),
+    }
+}
+
+/// Closes every connection to the store at `path`, so its WAL is checkpointed into
+/// the file and removed: the file alone holds the store.
+fn checkpointed(path: &Path) {
+    assert!(
+        !with_suffix(path, "-wal").exists(),
+        "a connection is still open"
+    );
+    assert!(std::fs::metadata(path).unwrap().len() > 0);
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The names in the directory of `path`.
+fn names_beside(path: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Overwrites page `page` (from 1) of the file with bytes no page has.
+fn garbage_page(path: &Path, page: i64) {
+    use std::io::{Seek, SeekFrom, Write};
+    let size: i64 = raw(path)
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.seek(SeekFrom::Start(((page - 1) * size) as u64))
+        .unwrap();
+    let junk: Vec<u8> = (0..size).map(|i| (i * 37 % 251) as u8 | 0x80).collect();
+    file.write_all(&junk).unwrap();
+    file.sync_all().unwrap();
+}
+
+fn root_page(path: &Path, table: &str) -> i64 {
+    raw(path)
+        .query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = ?1",
+            [table],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+// ST-02, ST-01: a page of garbage in a table is `Corrupt` on read and on write, for the
+// outbox and for overlays alike (SQLite's SQLITE_CORRUPT, by code), never `Unavailable`.
+#[test]
+fn a_garbage_page_is_corrupt_not_unavailable() {
+    let (_dir, path) = two_entries();
+    {
+        let mut store = open(&path);
+        store
+            .compare_and_set(&s("s1"), &t("t1"), None, 1, vec![block("a")])
+            .unwrap();
+    }
+    checkpointed(&path);
+    let outbox_page = root_page(&path, "workspace_chat_outbox");
+    let rows_page = root_page(&path, "chat_live_timeline_overlay_rows");
+    garbage_page(&path, outbox_page);
+    garbage_page(&path, rows_page);
+
+    // The schema is intact, so the file opens; the damaged tables do not read.
+    let mut store = open(&path);
+    let read = store.entries(&s("s1"));
+    assert_eq!(
+        read.as_ref().map_err(OutboxError::kind).err(),
+        Some(outbox_core::store::StoreErrorKind::Corrupt),
+        "{read:?}"
+    );
+    let (what, reason) = outbox_corrupt(read);
+    assert_eq!(what, "database file");
+    assert!(reason.contains("malformed"), "{reason}");
+    let e = entry(3);
+    let fp = request_fingerprint(&s("s1"), &e.queue_id, &e.request);
+    let claimed = store.claim(&s("s1"), &fp, &e);
+    assert_eq!(
+        claimed.as_ref().map_err(OutboxError::kind).err(),
+        Some(outbox_core::store::StoreErrorKind::Corrupt),
+        "{claimed:?}"
+    );
+    let (what, _) = overlay_corrupt(store.load(&s("s1"), &t("t1")));
+    assert_eq!(what, "database file");
+    let written = store.compare_and_set(&s("s1"), &t("t1"), Some(1), 1, vec![block("b")]);
+    overlay_corrupt(written);
+}
+
+/// A checkpointed store whose session `s1` holds 40 entries with long texts, which fill
+/// the outbox's pages (so the last pages of the file hold entries).
+fn forty_long_entries() -> (tempfile::TempDir, PathBuf) {
+    let (dir, path) = file();
+    {
+        let mut store = open(&path);
+        for n in 1..=40 {
+            let mut e = entry(n);
+            e.request = MessageRequest::text("x".repeat(3000), "composer", Millis(1));
+            let fp = request_fingerprint(&s("s1"), &e.queue_id, &e.request);
+            store.claim(&s("s1"), &fp, &e).unwrap();
+        }
+    }
+    checkpointed(&path);
+    (dir, path)
+}
+
+fn cut_to(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+// ST-02, ST-01: a file cut off in the middle of a page (a copy or write that stopped) is
+// `Corrupt`: on open when the cut reaches the schema's pages, and on the read that
+// reaches the lost pages otherwise; never `Unavailable`.
+#[test]
+fn a_file_cut_mid_page_is_corrupt_not_unavailable() {
+    // Cut inside its last page: the schema is whole, the last entry's pages are not.
+    let (_dir, path) = forty_long_entries();
+    let len = std::fs::metadata(&path).unwrap().len();
+    cut_to(&path, len - 1000);
+    let mut store = open(&path);
+    let read = store.entries(&s("s1"));
+    assert_eq!(
+        read.as_ref().map_err(OutboxError::kind).err(),
+        Some(outbox_core::store::StoreErrorKind::Corrupt),
+        "{read:?}"
+    );
+    let (what, reason) = outbox_corrupt(read);
+    assert_eq!(what, "database file");
+    assert!(reason.contains("malformed"), "{reason}");
+
+    // Cut in the middle of a page halfway: the schema's pages are lost too.
+    let (_dir, path) = forty_long_entries();
+    let len = std::fs::metadata(&path).unwrap().len();
+    cut_to(&path, len / 2 / 2048 * 2048 + 700);
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("malformed"), "{reason}");
+}
+
+// ST-02: a file whose first page is garbage, or that was cut inside SQLite's header, or
+// that never was an SQLite database, is refused on open as `Corrupt` (SQLITE_NOTADB),
+// never a plain SQLite error, and is left as it was.
+#[test]
+fn a_file_sqlite_calls_not_a_database_is_refused_as_corrupt() {
+    let (_dir, path) = two_entries();
+    checkpointed(&path);
+    garbage_page(&path, 1);
+    let before = std::fs::read(&path).unwrap();
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("not a database"), "{reason}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was written");
+
+    let (_dir, path) = two_entries();
+    cut_to(&path, 60);
+    refused_open(SqliteStore::open(&path, Settings::default()));
+
+    let (_dir, path) = file();
+    std::fs::write(&path, "{\"entries\": []}\n".repeat(200)).unwrap();
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("not a database"), "{reason}");
+}
+
+// ST-02, ST-03: an existing empty (0-byte) file is a store cut short, not a first run: it
+// is refused, stays empty, and a write-ahead log beside it is kept (SQLite deletes the
+// WAL of a 0-page file). The same for an empty file created by someone else.
+#[test]
+fn an_empty_existing_file_is_refused_not_opened_as_new() {
+    // A store cut to 0 bytes while its WAL still held writes.
+    let (dir, path) = two_entries();
+    let wal = with_suffix(&path, "-wal");
+    let kept = dir.path().join("kept-wal");
+    {
+        let mut store = open(&path);
+        let e = entry(3);
+        let fp = request_fingerprint(&s("s1"), &e.queue_id, &e.request);
+        store.claim(&s("s1"), &fp, &e).unwrap();
+        std::fs::copy(&wal, &kept).unwrap();
+    }
+    std::fs::File::create(&path).unwrap();
+    std::fs::copy(&kept, &wal).unwrap();
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("empty (0 bytes)"), "{reason}");
+    assert!(reason.contains("write-ahead log"), "{reason}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    assert_eq!(std::fs::read(&wal).unwrap(), std::fs::read(&kept).unwrap());
+    // Refused again: nothing changed.
+    refused_open(SqliteStore::open(&path, Settings::default()));
+
+    // An empty file made by another program (as `tempfile::NamedTempFile` makes one).
+    let (_dir, path) = file();
+    std::fs::File::create(&path).unwrap();
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("empty (0 bytes)"), "{reason}");
+    assert!(!reason.contains("write-ahead log"), "{reason}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+}
+
+// ST-02: a path where no file exists opens as a new store at the current version; it is
+// built beside the path and linked into place, so nothing else is left in the directory,
+// and it opens again with what was written.
+#[test]
+fn a_path_that_does_not_exist_opens_as_a_new_store() {
+    let (_dir, path) = file();
+    let mut store = open(&path);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert!(store.outbox_sessions().unwrap().is_empty());
+    let e = entry(1);
+    let fp = request_fingerprint(&s("s1"), &e.queue_id, &e.request);
+    store.claim(&s("s1"), &fp, &e).unwrap();
+    let second = open(&path);
+    drop((store, second));
+    assert_eq!(names_beside(&path), ["custody.sqlite"]);
+    assert_eq!(open(&path).entries(&s("s1")).unwrap().len(), 1);
+
+    // Its page size is the setting's, as before the store was built beside the path.
+    let (_dir, path) = file();
+    let mut settings = Settings::default();
+    settings.page_size = 4096;
+    let store = SqliteStore::open(&path, settings).unwrap();
+    let size: i64 = store
+        .connection()
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(size, 4096);
+
+    // A refused setting creates nothing, so the path is still new afterwards.
+    let (_dir, path) = file();
+    settings.page_size = 3000;
+    assert!(matches!(
+        SqliteStore::open(&path, settings),
+        Err(OpenError::InvalidSetting { .. })
+    ));
+    assert!(!path.exists());
+    drop(open(&path));
+}
+
+// ST-02: a missing file whose write-ahead log is still there is the store's file removed
+// or moved without its log: refused, and the log is kept (a new store would take it for
+// its own or throw it away).
+#[test]
+fn a_missing_file_with_its_wal_left_is_refused() {
+    let (dir, path) = two_entries();
+    let wal = with_suffix(&path, "-wal");
+    let kept = dir.path().join("kept-wal");
+    {
+        let mut store = open(&path);
+        let e = entry(3);
+        let fp = request_fingerprint(&s("s1"), &e.queue_id, &e.request);
+        store.claim(&s("s1"), &fp, &e).unwrap();
+        std::fs::copy(&wal, &kept).unwrap();
+    }
+    std::fs::remove_file(&path).unwrap();
+    std::fs::copy(&kept, &wal).unwrap();
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("does not exist"), "{reason}");
+    assert!(!path.exists());
+    assert_eq!(std::fs::read(&wal).unwrap(), std::fs::read(&kept).unwrap());
+}
+
+// ST-02: another program's SQLite database (its own tables, none of ours, schema
+// version 0) is refused, not taken over: the library keeps a file of its own and does
+// not share one (its `user_version` is the schema's). Nothing is written: the tables,
+// the version and the journal mode stay the other program's.
+#[test]
+fn another_programs_database_is_refused_and_left_alone() {
+    let (_dir, path) = file();
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT);
+             INSERT INTO users (name) VALUES ('ada');",
+        )
+        .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("another program's"), "{reason}");
+    assert!(reason.contains("users"), "{reason}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was written");
+    let conn = raw(&path);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete", "the journal mode was not switched to WAL");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 0);
+}
+
+// ST-02: an SQLite database with no tables and schema version 0 is refused: it is what
+// a store whose WAL was lost before a checkpoint leaves (its file still the blank first
+// page), and what a first open by an earlier build, killed before its first migration,
+// left. Nothing in it is lost by refusing; taking it for new could lose the store.
+#[test]
+fn a_blank_sqlite_database_is_refused() {
+    let (_dir, path) = file();
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "page_size", 2048).unwrap();
+        let _: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .unwrap();
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 2048);
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("no tables"), "{reason}");
+    let tables: i64 = raw(&path)
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(tables, 0, "no migration ran");
+}
+
+// ST-02: a file that held the schema (`user_version` above 0) but lost tables its
+// version has is refused, naming them; it does not open with those tables missing or
+// silently made again empty. Restored, it opens.
+#[test]
+fn a_store_that_lost_its_tables_is_refused() {
+    let (_dir, path) = two_entries();
+    raw(&path)
+        .execute_batch(
+            "DROP TABLE workspace_chat_outbox;
+             DROP TABLE chat_live_timeline_overlay_rows;",
+        )
+        .unwrap();
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(
+        reason.contains(&format!("schema version {SCHEMA_VERSION}")),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("chat_live_timeline_overlay_rows, workspace_chat_outbox"),
+        "{reason}"
+    );
+
+    // Every table gone, the version kept (the version of a file's header alone).
+    let (_dir, path) = file();
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+    }
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(reason.contains("schema version 2"), "{reason}");
+    assert!(reason.contains("workspace_chat_outbox"), "{reason}");
+
+    // A file at an older version with that version's tables opens and is migrated.
+    let (_dir, path) = file();
+    drop(SqliteStore::open_at(&path, Settings::default(), 2).unwrap());
+    assert_eq!(open(&path).schema_version().unwrap(), SCHEMA_VERSION);
 }
