@@ -118,6 +118,105 @@ fn latest_window_builder(c: &mut Criterion) {
     });
 }
 
+/// `latest_window_paired/{new,previous,baseline}/N`: the latest window (a 100-row page,
+/// nothing to settle) over a memory store whose target holds N live rows, built by
+/// today's `window::latest_window` over `MemoryOverlayStore`, by the code this change
+/// replaced (the whole stored form built for the answer, the answer serialized into a
+/// buffer for its size), and by the code before the indexed overlay over the
+/// whole-overlay store it had (`benches::baseline`), in one run.
+fn latest_window_paired(c: &mut Criterion) {
+    use benches::baseline::{baseline_latest_window, previous_latest_window, BaselineOverlayStore};
+
+    let session = SessionId::new("s").expect("id");
+    let target = TargetId::main(&session);
+    let run = RunId::new("run-1").expect("id");
+    let key = HostKey::from_bytes([1; 32]);
+    let mut source = MemorySource::new(
+        SourceKind::Claude {
+            session: "c".into(),
+        },
+        BoundaryToken::claude("c"),
+    );
+    for i in 0..500u64 {
+        source.push(vec![
+            row(format!("h-{i}"), i).with_source_order(SourceOrder::history(i, 0))
+        ]);
+    }
+    let mut group = c.benchmark_group("latest_window_paired");
+    for n in [100u64, 1_000, 10_000] {
+        let live: Vec<StoredBlock> = (0..n)
+            .map(|i| StoredBlock {
+                block: row(format!("live-{i}"), 1_000_000 + i)
+                    .with_source_order(SourceOrder::live(i)),
+                class: RowClass::Ordinary,
+                run_id: Some(run.clone()),
+            })
+            .collect();
+        let mut store = MemoryOverlayStore::new();
+        write(
+            &mut store,
+            &session,
+            &target,
+            &Change::Publish(live.clone()),
+        )
+        .expect("write");
+        // Its own rows (not shared with `store`'s), as a separate store would hold them.
+        let mut previous = MemoryOverlayStore::new();
+        write(
+            &mut previous,
+            &session,
+            &target,
+            &Change::Publish(live.clone()),
+        )
+        .expect("write");
+        let mut old = BaselineOverlayStore::new();
+        old.write(&session, &target, &Change::Publish(live))
+            .expect("write");
+        let t = Target {
+            session: &session,
+            target: &target,
+            current_run: Some(&run),
+        };
+        group.bench_with_input(BenchmarkId::new("new", n), &n, |b, _| {
+            b.iter(|| {
+                let built = latest_window(&mut store, &mut source, &key, t, 100).expect("window");
+                built.window.live_overlay.map_or(0, |o| o.blocks.len())
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("previous", n), &n, |b, _| {
+            b.iter(|| {
+                let (window, _) = previous_latest_window(
+                    &mut previous,
+                    &mut source,
+                    &key,
+                    &session,
+                    &target,
+                    Some(&run),
+                    100,
+                )
+                .expect("window");
+                window.live_overlay.map_or(0, |o| o.blocks.len())
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("baseline", n), &n, |b, _| {
+            b.iter(|| {
+                let (window, _) = baseline_latest_window(
+                    &mut old,
+                    &mut source,
+                    &key,
+                    &session,
+                    &target,
+                    Some(&run),
+                    100,
+                )
+                .expect("window");
+                window.live_overlay.map_or(0, |o| o.blocks.len())
+            })
+        });
+    }
+    group.finish();
+}
+
 /// A Codex history of `len` items of one row each (`h-<i>`, positions `item-<i>`) that
 /// builds each item when it is read, as a source parsing its history from storage does:
 /// a read costs the items it returns, whatever the history's length, and no history
@@ -364,6 +463,7 @@ criterion_group!(
     benches,
     emit_per_write,
     latest_window_builder,
+    latest_window_paired,
     anchored_builders
 );
 criterion_group!(publish, overlay_publish);

@@ -1,13 +1,17 @@
 //! Replay buffer: append throughput with trimming active (events already serialized),
 //! and the replay of a full buffer (10,000 events, about 8 MB) into 256 KB chunks side
-//! by side with `serde_json::to_vec` of the same events; and two baselines for the check
-//! an append makes (serde_json's validation, one read of every byte).
+//! by side with `serde_json::to_vec` of the same events; `append` beside the same append
+//! as it was before it checked its text (`baseline_append_unchecked`) and as it was
+//! before its one-pass reader (`previous_append_serde_check`, `benches::baseline`); and
+//! two baselines for the check an append makes (serde_json's validation, one read of
+//! every byte).
 //!
 //! `cargo bench -p benches --bench replay`
 
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 
+use benches::baseline::{BaselineKind, BaselineReplay};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig};
 use timeline_core::key::SessionId;
@@ -52,6 +56,54 @@ fn replay(c: &mut Criterion) {
                 serialized[i % serialized.len()].clone()
             },
             |json| buffers.append(&session, EventKind::Other, json, Millis(0)),
+            BatchSize::SmallInput,
+        )
+    });
+
+    // The same appends into the ring as it was before `append` checked its text
+    // (`benches::baseline::BaselineReplay`), in the same run.
+    let mut old = BaselineReplay::new(1_000, ReplayConfig::default().max_bytes);
+    old.append(
+        &session,
+        BaselineKind::Init,
+        r#"{"type":"session_init"}"#.into(),
+        0,
+    );
+    for s in serialized.iter().take(1_000) {
+        old.append(&session, BaselineKind::Other, s.clone(), 0);
+    }
+    let mut h = 0usize;
+    group.bench_function("baseline_append_unchecked", |b| {
+        b.iter_batched(
+            || {
+                h += 1;
+                serialized[h % serialized.len()].clone()
+            },
+            |json| old.append(&session, BaselineKind::Other, json, 0),
+            BatchSize::SmallInput,
+        )
+    });
+
+    // `append` as it was before its one-pass reader (serde_json's parser with a visitor
+    // checked every text), the same push and trim.
+    let mut previous = BaselineReplay::new(1_000, ReplayConfig::default().max_bytes);
+    previous.append(
+        &session,
+        BaselineKind::Init,
+        r#"{"type":"session_init"}"#.into(),
+        0,
+    );
+    for s in serialized.iter().take(1_000) {
+        previous.append(&session, BaselineKind::Other, s.clone(), 0);
+    }
+    let mut g = 0usize;
+    group.bench_function("previous_append_serde_check", |b| {
+        b.iter_batched(
+            || {
+                g += 1;
+                serialized[g % serialized.len()].clone()
+            },
+            |json| previous.append_checked(&session, BaselineKind::Other, json, 0),
             BatchSize::SmallInput,
         )
     });

@@ -5,6 +5,7 @@
 //! This library holds the baselines the benches compare against, so they are compiled
 //! and tested like any other code.
 
+pub mod baseline;
 pub mod custody;
 pub mod storage;
 

@@ -25,7 +25,13 @@
 //! [`HistorySource::read_newer`] and reads only the items it returns; only a token whose
 //! position the source no longer holds scans back from the present for the page's last
 //! row. The tests pin these builders to the earlier ones that re-checked every item read
-//! so far and scanned from the present for each newer page (`naive`, test-only).
+//! so far and scanned from the present for each newer page (`naive`, test-only). A
+//! latest window reads the settled overlay's rows straight from the stored version: one
+//! copy of each wire block for the answer (the whole stored form is built only when the
+//! window wrote, for the live sinks), and the 8 MiB check adds the rows' JSON sizes,
+//! which each row keeps once counted ([`crate::store::OverlayRows::client_blocks_json_len`]),
+//! instead of serializing the overlay again; answers are measured by counting, never
+//! built as text.
 //! - [`reconcile_sessions`]: up to 16 sessions, each with its latest window, overlay,
 //!   outbox (at most 256 entries) and active run, with the 8 MiB cap checked while the
 //!   answer grows.
@@ -73,7 +79,7 @@ use timeline_core::wire::{
 
 use crate::overlay::{self, Change, WriteResult};
 use crate::source::{HistorySource, SourceError, SourceItem, SourceKind, SourcePosition};
-use crate::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay};
+use crate::store::{OverlayStore, RowClass, Snapshot, StoreError, StoredBlock, StoredOverlay};
 
 /// Source pages one older-page request may read before it answers.
 pub const MAX_SOURCE_READS_PER_PAGE: usize = 4;
@@ -373,14 +379,42 @@ fn page_size_error(e: PageSizeError) -> WindowError {
     })
 }
 
+/// The size of `value` serialized as JSON, counted without building the text.
+fn json_len<T: Serialize>(value: &T) -> Result<usize, WindowError> {
+    crate::store::rows::json_len(value).map_err(|e| WindowError::InvalidParams(e.to_string()))
+}
+
 fn check_size<T: Serialize>(value: &T) -> Result<usize, WindowError> {
-    let bytes = serde_json::to_vec(value)
-        .map(|v| v.len())
-        .map_err(|e| WindowError::InvalidParams(e.to_string()))?;
+    cap(json_len(value)?)
+}
+
+fn cap(bytes: usize) -> Result<usize, WindowError> {
     if bytes > RESPONSE_CAP_BYTES {
         return Err(WindowError::TooLarge { bytes });
     }
     Ok(bytes)
+}
+
+/// [`check_size`] of `window` carrying `overlay`, whose blocks are known to take
+/// `blocks_json_len` bytes as array members: the window is serialized with the
+/// overlay's blocks left out (`"blocks":[]`) and their size added, so the overlay's rows
+/// are not serialized again. Returns the window with the overlay in it.
+fn window_with_overlay(
+    mut window: TimelineWindow,
+    overlay: SettledOverlay,
+) -> Result<TimelineWindow, WindowError> {
+    let SettledOverlay {
+        mut overlay,
+        blocks_json_len,
+    } = overlay;
+    let blocks = std::mem::take(&mut overlay.blocks);
+    window.live_overlay = Some(overlay);
+    let bytes = json_len(&window)?.saturating_add(blocks_json_len);
+    cap(bytes)?;
+    if let Some(o) = window.live_overlay.as_mut() {
+        o.blocks = blocks;
+    }
+    Ok(window)
 }
 
 /// True when a latest window drops the ephemeral `row`, the seed's table class by class
@@ -400,23 +434,36 @@ pub fn leaves_latest_window(row: &StoredBlock, current_run: Option<&RunId>) -> b
     }
 }
 
-/// Notes the snapshot `result` stored, if it wrote, in `settled`.
+/// Notes the snapshot `result` stored, if it wrote, in `settled` (its whole form, built
+/// once).
 fn noting(result: WriteResult, settled: &mut Option<StoredOverlay>) -> WriteResult {
     if let WriteResult::Written { stored, .. } = &result {
-        *settled = Some(stored.stored().clone());
+        *settled = Some(stored.to_stored());
     }
     result
+}
+
+/// A settled overlay in client form, and the size of its blocks as JSON array members
+/// (every block and the commas between them), known from the rows without serializing
+/// them again.
+struct SettledOverlay {
+    overlay: LiveOverlay,
+    blocks_json_len: usize,
 }
 
 /// Settles the overlay against `rows` like a latest window (see the module docs for
 /// which ephemeral rows leave) and returns the client form. Every snapshot it stores is
 /// noted in `settled` as soon as it is stored, so a failure of a later write loses none.
+///
+/// Cost: the write (O((h + e) log n), [`crate::overlay`]), one copy of each wire block
+/// for the answer, and the whole stored form only when the window wrote (for
+/// `settled`).
 fn settle_against<S: OverlayStore + ?Sized>(
     store: &mut S,
     t: Target<'_>,
     rows: &[Block],
     settled: &mut Option<StoredOverlay>,
-) -> Result<LiveOverlay, StoreError> {
+) -> Result<SettledOverlay, StoreError> {
     let history_keys: HashSet<BlockKey> = rows.iter().map(Block::key).collect();
     // `Change::LatestWindow` is the seed's table, with or without a current run: one
     // atomic write.
@@ -428,13 +475,21 @@ fn settle_against<S: OverlayStore + ?Sized>(
         overlay::write(store, t.session, t.target, &change)?,
         settled,
     );
-    Ok(result.stored().map_or(
-        LiveOverlay {
-            settlement_epoch: 0,
-            revision: 0,
-            blocks: Vec::new(),
+    // The client form straight from the rows: one copy of each block, and no whole
+    // stored form when the window settled nothing.
+    Ok(result.snapshot().map_or(
+        SettledOverlay {
+            overlay: LiveOverlay {
+                settlement_epoch: 0,
+                revision: 0,
+                blocks: Vec::new(),
+            },
+            blocks_json_len: 0,
         },
-        StoredOverlay::client_form,
+        |snapshot: &Snapshot| SettledOverlay {
+            overlay: snapshot.client_form(),
+            blocks_json_len: snapshot.rows().client_blocks_json_len(),
+        },
     ))
 }
 
@@ -497,13 +552,12 @@ fn present_rows<S: OverlayStore + ?Sized>(
         oldest_cursor,
         boundary_token: token,
         window_revision: revision,
-        live_overlay: Some(overlay),
+        live_overlay: None,
         anchor_row: None,
         anchor_notice: None,
         newer_cursor: None,
     };
-    check_size(&window)?;
-    Ok(window)
+    window_with_overlay(window, overlay)
 }
 
 /// The rows of a newer load that reaches the present (`items`, newest first), with the
@@ -535,13 +589,12 @@ fn present_newer_rows<S: OverlayStore + ?Sized>(
         oldest_cursor: None,
         boundary_token: source.boundary_token(),
         window_revision: store.current_revision()?,
-        live_overlay: Some(overlay),
+        live_overlay: None,
         anchor_row: None,
         anchor_notice: None,
         newer_cursor: None,
     };
-    check_size(&window)?;
-    Ok(window)
+    window_with_overlay(window, overlay)
 }
 
 /// An older-page request.
@@ -1045,9 +1098,7 @@ fn reconcile_each<S: OverlayStore + ?Sized>(
             outbox: s.outbox,
             active_run: s.active_run,
         };
-        bytes += serde_json::to_vec(&snapshot)
-            .map(|v| v.len() + 1)
-            .map_err(|e| WindowError::InvalidParams(e.to_string()))?;
+        bytes += json_len(&snapshot)? + 1;
         if bytes > RESPONSE_CAP_BYTES {
             return Err(WindowError::TooLarge { bytes });
         }

@@ -72,6 +72,36 @@ proptest! {
     fn the_default_write_loop_equals_the_naive_one(ops in naive_overlay::ops()) {
         run_ops(&mut DefaultLoop::default(), &ops)?;
     }
+
+    // The size a latest window counts for the 8 MiB cap: in every version a write
+    // leaves (versions share rows, and each row keeps its size once counted), the rows'
+    // wire blocks take exactly `client_blocks_json_len` bytes as array members, asked
+    // once or again.
+    #[test]
+    fn the_counted_json_size_of_the_rows_is_their_serialized_size(ops in naive_overlay::ops()) {
+        let mut store = MemoryOverlayStore::new();
+        let mut versions = Vec::new();
+        for op in &ops {
+            if let Op::Write(n, change) = op {
+                let target = TargetId::new(format!("target-{n}")).unwrap();
+                if let Ok(result) = write(&mut store, &session(), &target, change) {
+                    if let Some(snapshot) = result.snapshot() {
+                        // Count some versions before later writes share their rows.
+                        if versions.len() % 2 == 0 {
+                            snapshot.rows().client_blocks_json_len();
+                        }
+                        versions.push(snapshot.clone());
+                    }
+                }
+            }
+        }
+        for version in &versions {
+            let rows = version.rows();
+            let serialized = serde_json::to_vec(&rows.client_blocks()).unwrap().len();
+            prop_assert_eq!(rows.client_blocks_json_len() + 2, serialized);
+            prop_assert_eq!(rows.client_blocks_json_len() + 2, serialized);
+        }
+    }
 }
 
 // OV-02: a snapshot a caller holds is a version: later writes never change it, and the

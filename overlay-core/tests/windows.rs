@@ -501,6 +501,48 @@ fn reconcile_allows_exactly_8_mib_and_refuses_one_byte_more() {
     );
 }
 
+// OV-05, TL-13: the 8 MiB cap counts the overlay exactly (its rows' sizes are counted
+// once and kept with the rows, not serialized again per window): a latest window whose
+// overlay brings it to exactly 8 MiB is answered, again and again; one byte more in one
+// row (a new version of that row only) is refused with the exact size.
+#[test]
+fn a_latest_window_counts_its_overlay_exactly_against_8_mib() {
+    let (s, t) = (session(), main_target());
+    let cap = timeline_core::policy::RESPONSE_CAP_BYTES;
+    let padded = |pad: usize| {
+        let mut row = live("pad", 5_000, "run-1");
+        row.block.data = serde_json::json!({ "text": "x".repeat(pad) });
+        row
+    };
+    let mut rows: Vec<StoredBlock> = (0..200)
+        .map(|i| {
+            let mut row = live(&format!("r{i}"), 3_000 + i, "run-1");
+            row.block.data = serde_json::json!({ "text": format!("row {i} \"quoted\" é\n") });
+            row
+        })
+        .collect();
+    rows.push(padded(0));
+    let mut store = store_with_live(rows);
+    let mut source = filled(claude_source(), 30);
+    let base = latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 12).unwrap();
+    let base_bytes = serde_json::to_vec(&base.window).unwrap().len();
+    let publish = |store: &mut MemoryOverlayStore, pad: usize| {
+        write(store, &s, &t, &Change::Publish(vec![padded(pad)])).unwrap();
+    };
+    publish(&mut store, cap - base_bytes);
+    for _ in 0..2 {
+        let at_cap =
+            latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 12).unwrap();
+        assert_eq!(serde_json::to_vec(&at_cap.window).unwrap().len(), cap);
+        assert_eq!(at_cap.window.live_overlay.unwrap().blocks.len(), 201);
+    }
+    publish(&mut store, cap - base_bytes + 1);
+    let failed =
+        latest_window(&mut store, &mut source, &host_key(), target(&s, &t), 12).unwrap_err();
+    assert_eq!(failed.error, WindowError::TooLarge { bytes: cap + 1 });
+    assert!(failed.written.is_empty(), "the window settled nothing");
+}
+
 // TL-12: a newer load resumes at the page it follows: one source read wherever that
 // page is, never a scan back from the present.
 #[test]

@@ -12,8 +12,15 @@
 //! Invariants: one row per key; `by_order`, `by_key` and `ephemeral` always index the
 //! same rows (`tests/indexed_overlay.rs` checks them against the naive overlay after
 //! every write).
+//!
+//! Each row also remembers, once asked, the size of its wire block serialized as JSON,
+//! so a latest window counts its overlay's bytes for the 8 MiB cap in O(n) additions
+//! instead of serializing every row again ([`OverlayRows::client_blocks_json_len`]). The
+//! size is a function of the row, kept in the row's shared entry: a version that shares
+//! the entry shares the size, and a changed row is a new entry that has none yet.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use timeline_core::block::Block;
@@ -49,11 +56,76 @@ pub enum Runs<'a> {
     NotOf(Option<&'a RunId>),
 }
 
+/// A row as the order index keeps it: the row, and the size of its wire block as JSON
+/// once it was asked for (0: not yet; no block serializes to nothing).
+struct Row {
+    stored: StoredBlock,
+    json_len: AtomicUsize,
+}
+
+impl Row {
+    fn new(stored: StoredBlock) -> Self {
+        Row {
+            stored,
+            json_len: AtomicUsize::new(0),
+        }
+    }
+
+    /// The size of `serde_json::to_vec(&self.stored.block)`, counted once.
+    fn json_len(&self) -> usize {
+        match self.json_len.load(Ordering::Relaxed) {
+            0 => {
+                let len = block_json_len(&self.stored.block);
+                self.json_len.store(len, Ordering::Relaxed);
+                len
+            }
+            len => len,
+        }
+    }
+}
+
+impl PartialEq for Row {
+    /// Rows are equal when their stored forms are (the size follows from them).
+    fn eq(&self, other: &Self) -> bool {
+        self.stored == other.stored
+    }
+}
+
+/// Counts the bytes written to it and keeps none.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(buf.len());
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `value` serialized as JSON (compact, exactly what `serde_json::to_vec`
+/// writes), counted without building the text.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<usize> {
+    let mut count = ByteCount(0);
+    serde_json::to_writer(&mut count, value)?;
+    Ok(count.0)
+}
+
+/// The size of `block` serialized as JSON.
+fn block_json_len(block: &Block) -> usize {
+    // A block's fields are strings, integers and a JSON value: serializing one cannot
+    // fail, and the count writer never refuses a byte. Were it ever to fail, the size
+    // would be unknown; `usize::MAX` then makes every cap refuse the overlay.
+    json_len(block).map_or(usize::MAX, |len| len.max(1))
+}
+
 /// One target's rows, indexed. See the module docs.
 #[derive(Clone, Default)]
 pub struct OverlayRows {
     /// Every row, in canonical order.
-    by_order: PMap<OrderKey, StoredBlock>,
+    by_order: PMap<OrderKey, Row>,
     /// Each row's place in `by_order`.
     by_key: PMap<BlockKey, OrderKey>,
     /// The rows that are not ordinary.
@@ -71,14 +143,14 @@ impl OverlayRows {
     pub fn from_blocks(blocks: Vec<StoredBlock>) -> Result<Self, BlockKey> {
         let mut by_key: Vec<(BlockKey, OrderKey)> = Vec::with_capacity(blocks.len());
         let mut ephemeral: Vec<(EphemeralKey, ())> = Vec::new();
-        let mut by_order: Vec<(OrderKey, StoredBlock)> = Vec::with_capacity(blocks.len());
+        let mut by_order: Vec<(OrderKey, Row)> = Vec::with_capacity(blocks.len());
         for row in blocks {
             let order = row.block.order_key();
             if let Some(rank) = class_rank(row.class) {
                 ephemeral.push(((rank, row.run_id.clone(), order.key.clone()), ()));
             }
             by_key.push((order.key.clone(), order.clone()));
-            by_order.push((order, row));
+            by_order.push((order, Row::new(row)));
         }
         by_key.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let twice = by_key.windows(2).find_map(|pair| match pair {
@@ -109,12 +181,12 @@ impl OverlayRows {
 
     /// The row with `key`, in O(log n).
     pub fn get(&self, key: &BlockKey) -> Option<&StoredBlock> {
-        self.by_order.get(self.by_key.get(key)?)
+        self.by_order.get(self.by_key.get(key)?).map(|r| &r.stored)
     }
 
     /// Every row, in canonical order.
     pub fn iter(&self) -> impl Iterator<Item = &StoredBlock> + '_ {
-        self.by_order.iter().map(|e| &e.1)
+        self.by_order.iter().map(|e| &e.1.stored)
     }
 
     /// Every row, in canonical order, as the stored form holds them (O(n)).
@@ -124,7 +196,22 @@ impl OverlayRows {
 
     /// Every row's wire block, in canonical order (O(n)).
     pub fn client_blocks(&self) -> Vec<Block> {
-        self.iter().map(|b| b.block.clone()).collect()
+        let mut blocks = Vec::with_capacity(self.len());
+        blocks.extend(self.iter().map(|b| b.block.clone()));
+        blocks
+    }
+
+    /// The size of [`OverlayRows::client_blocks`] serialized as a JSON array's members:
+    /// every block's JSON and the commas between them (`serde_json::to_vec` of the
+    /// blocks is 2 bytes more, for `[` and `]`). Each row's size is counted the first
+    /// time it is asked for and kept with the row, so this is O(n) additions when every
+    /// row was counted before and serializes only the rows that were not.
+    pub fn client_blocks_json_len(&self) -> usize {
+        self.by_order
+            .iter()
+            .fold(self.len().saturating_sub(1), |sum, e| {
+                sum.saturating_add(e.1.json_len())
+            })
     }
 
     /// The keys of the rows of an ephemeral `class` whose run `runs` takes, in O(log n)
@@ -162,7 +249,7 @@ impl OverlayRows {
         if in_place {
             // The row keeps its place (the common streaming update): only its entry and,
             // when its class or run changed, the class index change.
-            if let Some(old) = self.by_order.get(&order) {
+            if let Some(old) = self.by_order.get(&order).map(|r| &r.stored) {
                 if old.class != row.class || old.run_id != row.run_id {
                     if let Some(rank) = class_rank(old.class) {
                         self.ephemeral
@@ -174,7 +261,7 @@ impl OverlayRows {
                     }
                 }
             }
-            self.by_order.insert(order, row);
+            self.by_order.insert(order, Row::new(row));
             return;
         }
         self.remove_entry(&order.key);
@@ -183,21 +270,23 @@ impl OverlayRows {
                 .insert((rank, row.run_id.clone(), order.key.clone()), ());
         }
         self.by_key.insert(order.key.clone(), order.clone());
-        self.by_order.insert(order, row);
+        self.by_order.insert(order, Row::new(row));
     }
 
     /// Removes the row with `key`; returns it, or `None` when there was none.
     pub fn remove(&mut self, key: &BlockKey) -> Option<StoredBlock> {
-        self.remove_entry(key)
-            .map(|e| Arc::try_unwrap(e).map_or_else(|shared| shared.1.clone(), |own| own.1))
+        self.remove_entry(key).map(|e| {
+            Arc::try_unwrap(e).map_or_else(|shared| shared.1.stored.clone(), |own| own.1.stored)
+        })
     }
 
-    fn remove_entry(&mut self, key: &BlockKey) -> Option<Arc<(OrderKey, StoredBlock)>> {
+    fn remove_entry(&mut self, key: &BlockKey) -> Option<Arc<(OrderKey, Row)>> {
         let place = self.by_key.remove(key)?;
         let entry = self.by_order.remove(&place.1)?;
-        if let Some(rank) = class_rank(entry.1.class) {
+        let row = &entry.1.stored;
+        if let Some(rank) = class_rank(row.class) {
             self.ephemeral
-                .remove(&(rank, entry.1.run_id.clone(), key.clone()));
+                .remove(&(rank, row.run_id.clone(), key.clone()));
         }
         Some(entry)
     }
@@ -251,7 +340,8 @@ impl Changes {
 /// copy it).
 ///
 /// The whole stored form ([`Snapshot::stored`]) is built from the rows on first use, in
-/// O(n); [`Snapshot::rows`] reads rows without building it.
+/// O(n); [`Snapshot::rows`] reads rows without building it, and
+/// [`Snapshot::client_form`] copies only the wire blocks (what a latest window answers).
 pub struct Snapshot {
     /// From the global counter (OV-02).
     pub revision: u64,
