@@ -866,9 +866,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         let mut requests = Vec::with_capacity(sessions.len());
         let mut iter = sessions.iter().zip(outboxes);
         let mut missing = None;
-        // Each session's main conversation, borrowed from its own entry of the map.
+        // The main conversation of each named session, borrowed from its own entry.
         let mut sources: BTreeMap<&SessionId, &mut Source> = BTreeMap::new();
-        for (id, s) in self.sessions.iter_mut() {
+        for (id, s) in self
+            .sessions
+            .iter_mut()
+            .filter(|(id, _)| named.contains(id))
+        {
             if let Some(source) = s.sources.get_mut(&TargetId::main(id)) {
                 sources.insert(id, source);
             }

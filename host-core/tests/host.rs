@@ -69,6 +69,32 @@ fn drain<O: OutboxStore, V: OverlayStore + CleanupJournal>(host: &mut Host<O, V>
     std::iter::from_fn(|| host.poll_effect()).collect()
 }
 
+/// A phone joins the session: the text of every replay chunk it gets, in order.
+fn join_text<O: OutboxStore, V: OverlayStore + CleanupJournal>(
+    host: &mut Host<O, V>,
+    now: Millis,
+) -> String {
+    host.handle_client(
+        ReplyTo(4_000),
+        ClientRequest::Join {
+            session: session(),
+            protocol: LiveProtocol::Snapshots,
+        },
+        now,
+    );
+    let replay = drain(host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Reply {
+                reply: Reply::Replay(chunks),
+                ..
+            } => Some(chunks),
+            _ => None,
+        })
+        .expect("a join is answered with the replay");
+    replay.iter().map(|c| c.json.as_str()).collect()
+}
+
 fn request() -> ApprovalRequest {
     ApprovalRequest {
         request_id: "7".into(),
@@ -203,25 +229,7 @@ fn an_approval_is_decided_once_across_devices() {
     assert_eq!(card_status(&mut host), CardStatus::Accepted);
 
     // A phone that joins later replays the request stamped with its outcome.
-    host.handle_client(
-        ReplyTo(4),
-        ClientRequest::Join {
-            session: session(),
-            protocol: LiveProtocol::Snapshots,
-        },
-        Millis(50),
-    );
-    let replay = drain(&mut host)
-        .into_iter()
-        .find_map(|e| match e {
-            Effect::Reply {
-                reply: Reply::Replay(chunks),
-                ..
-            } => Some(chunks),
-            _ => None,
-        })
-        .unwrap();
-    let text: String = replay.iter().map(|c| c.json.as_str()).collect();
+    let text = join_text(&mut host, Millis(50));
     assert!(text.contains(r#""type":"approval_request""#), "{text}");
     assert!(text.contains(r#""outcome":"allowed""#), "{text}");
 }
@@ -600,25 +608,7 @@ fn a_message_sent_again_is_recorded_once_in_the_replay() {
         .expect("a deferred send goes out again");
     assert_eq!(again.operation_id, first.operation_id);
     assert_ne!(again.attempt, first.attempt);
-    host.handle_client(
-        ReplyTo(9),
-        ClientRequest::Join {
-            session: session(),
-            protocol: LiveProtocol::Snapshots,
-        },
-        Millis(1_200),
-    );
-    let replay = drain(&mut host)
-        .into_iter()
-        .find_map(|e| match e {
-            Effect::Reply {
-                reply: Reply::Replay(chunks),
-                ..
-            } => Some(chunks),
-            _ => None,
-        })
-        .unwrap();
-    let text: String = replay.iter().map(|c| c.json.as_str()).collect();
+    let text = join_text(&mut host, Millis(1_200));
     assert_eq!(
         text.matches(r#""type":"user_message""#).count(),
         1,

@@ -182,6 +182,25 @@ impl Rig {
         run
     }
 
+    /// Stop and send now for `n`: the take-back attempt it asks for.
+    fn stop_and_send_now(&mut self, n: &str) -> AttemptId {
+        self.c
+            .stop_and_send_now(&s(SESSION), &q(&format!("q-{n}")), self.now)
+            .unwrap();
+        self.collect();
+        self.effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::TakeBack {
+                    attempt,
+                    operation_id,
+                    ..
+                } if operation_id == &op(&format!("op-{n}")) => Some(*attempt),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("op-{n} is taken back: {:?}", self.effects))
+    }
+
     /// A steer `n` for `run`, which the running turn accepted.
     fn accepted_steer(&mut self, n: &str, run: &RunId) {
         self.submit(n, Controls::steer(run.clone()));
@@ -434,17 +453,7 @@ fn stop_and_send_now_without_a_confirmed_detach_is_held_at_the_run_end() {
         let mut r = Rig::new();
         let run = r.running("1");
         r.accepted_steer("2", &run);
-        r.c.stop_and_send_now(&s(SESSION), &q("q-2"), r.now)
-            .unwrap();
-        r.collect();
-        let take_back = r
-            .effects
-            .iter()
-            .find_map(|e| match e {
-                Effect::TakeBack { attempt, .. } => Some(*attempt),
-                _ => None,
-            })
-            .unwrap();
+        let take_back = r.stop_and_send_now("2");
         // op-1's proof arrives, then the run ends.
         r.c.handle_delivery_proof(&s(SESSION), &op("op-1"), r.now);
         r.collect();
@@ -498,17 +507,7 @@ fn a_confirmed_detach_goes_on_when_the_run_ends_first() {
     let mut r = Rig::new();
     let run = r.running("1");
     r.accepted_steer("2", &run);
-    r.c.stop_and_send_now(&s(SESSION), &q("q-2"), r.now)
-        .unwrap();
-    r.collect();
-    let take_back = r
-        .effects
-        .iter()
-        .find_map(|e| match e {
-            Effect::TakeBack { attempt, .. } => Some(*attempt),
-            _ => None,
-        })
-        .unwrap();
+    let take_back = r.stop_and_send_now("2");
     r.c.handle_take_back(take_back, DetachResult::DetachedForReplay, r.now);
     r.collect();
     assert_eq!(r.sends("2"), 0, "it waits for run R to settle");
