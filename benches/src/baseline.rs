@@ -384,7 +384,7 @@ impl BaselineReplay {
     }
 
     /// `append` as it was before this change (commit `6eaa26a`): the text checked by
-    /// serde_json's parser ([`previous_check`]), then the same push and trim.
+    /// serde_json's parser (the private `previous_check` module), then the same push and trim.
     ///
     /// # Errors
     ///
