@@ -58,7 +58,8 @@ pub struct Client {
     pub mine: BTreeMap<OperationId, Mine>,
     /// Replays received and fully applied.
     pub replays: u64,
-    /// The newest overlay version (epoch, revision) the live path brought it.
+    /// The newest overlay version (epoch, revision) the live path brought it for its
+    /// current target.
     pub offered: Option<(u64, u64)>,
     /// The newest request whose answer opened a place (an anchored window).
     pub placed: Option<u64>,

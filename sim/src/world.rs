@@ -108,6 +108,9 @@ pub struct Stats {
     pub relay_events: u64,
     /// Host restarts.
     pub restarts: u64,
+    /// Decisions the agent got again from a host that restarted while the decision was
+    /// on its way (allowed: one decision, delivered at least once).
+    pub decisions_again: u64,
 }
 
 impl Stats {
@@ -122,6 +125,7 @@ impl Stats {
         self.replays += other.replays;
         self.relay_events += other.relay_events;
         self.restarts += other.restarts;
+        self.decisions_again += other.decisions_again;
     }
 }
 
@@ -239,7 +243,7 @@ pub struct World {
     /// The relay's view: for each (phone, session), the request number of the join it
     /// passed on to the current host.
     pub(crate) relay_joins: BTreeMap<(usize, SessionId), u64>,
-    /// The host incarnation that first sent a decision, by request ID.
+    /// The host incarnation whose decision the agent took, by request ID.
     pub(crate) decisions_from: BTreeMap<String, u64>,
     /// Operations the agent holds as a turn's pending input that a history read
     /// reported missing, or whose send reached the agent after the host that sent it
@@ -1468,19 +1472,35 @@ impl World {
                 if let (AgentCall::Send(req), true) = (&call, incarnation < self.incarnation) {
                     self.zombies.insert(req.operation_id.clone());
                 }
-                // The host that first sent a decision for each request.
-                let first_decision = match &call {
-                    AgentCall::ResolveApproval { request, .. } => Some(
-                        *self
-                            .decisions_from
-                            .entry(request.request_id.clone())
-                            .or_insert(incarnation),
-                    ),
+                // The host whose decision the agent took, for each request: a decision
+                // the agent refused was not taken, so a later one from another host may
+                // be the one it keeps.
+                let deciding = match &call {
+                    AgentCall::ResolveApproval {
+                        session, request, ..
+                    } => Some((session.clone(), request.request_id.clone())),
                     _ => None,
                 };
+                let taken_before = deciding.as_ref().is_some_and(|(s, id)| {
+                    self.agent
+                        .session(s)
+                        .is_some_and(|a| a.decided(id).is_some())
+                });
                 let out = self
                     .agent
                     .call(call, &mut self.rng, &self.faults, &mut self.counts, now);
+                if let Some((s, id)) = &deciding {
+                    let taken = self
+                        .agent
+                        .session(s)
+                        .is_some_and(|a| a.decided(id).is_some());
+                    if taken && !taken_before {
+                        self.decisions_from.insert(id.clone(), incarnation);
+                    }
+                }
+                let first_decision = deciding
+                    .as_ref()
+                    .and_then(|(_, id)| self.decisions_from.get(id).copied());
                 let found = std::mem::take(&mut self.agent.violations);
                 for v in found {
                     match v {
@@ -1496,6 +1516,7 @@ impl World {
                         AgentViolation::DecidedAgain(_, text)
                             if first_decision.is_some_and(|f| f != incarnation) =>
                         {
+                            self.stats.decisions_again += 1;
                             self.log(|| format!("  {text}, from another host"));
                         }
                         AgentViolation::DecidedTwice(_, text)
@@ -1924,6 +1945,9 @@ impl World {
         let client = &mut self.clients[c];
         client.session = session.clone();
         client.mine.clear();
+        // What the live path brought and lost was of the old target.
+        client.offered = None;
+        client.relay_lost = None;
         client.conversation = timeline_core::replay::ConversationClient::new();
         let target = client.target();
         client.timeline.open_target(target, self.now);
