@@ -403,6 +403,15 @@ impl Codec {
     /// Reads one line the server sent (without or with its newline).
     pub fn handle_line(&mut self, bytes: &[u8]) -> Result<Incoming, LineError> {
         let r = self.read(bytes);
+        // Codex settled a request (after an interrupt, or answered elsewhere): it takes
+        // no answer any more, so none may be written as if it were taken.
+        if let Ok(Incoming::Notification(Notification {
+            body: ServerNotification::ServerRequestResolved { request_id, .. },
+            ..
+        })) = &r
+        {
+            self.approvals.remove(request_id);
+        }
         if let Err(e) = &r {
             let label = match e {
                 LineError::NotJson => "line:not-json".to_owned(),

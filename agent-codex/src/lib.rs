@@ -18,6 +18,8 @@
 //! - [`driver`]: the process edge: `codex app-server` (or a stand-in) over stdio, with
 //!   deadlines; its end is seen.
 //! - [`adapter`]: the [`outbox_core::adapter::AgentAdapter`] for Codex over the driver.
+//! - [`seam`]: Codex behind the host's agent seam ([`host_core::Agent`]): the same
+//!   steps without blocking and without IO, for a runtime to drive.
 //! - [`edge`]: the file IO: rollout bytes (plain or `.jsonl.zst`) and the rollout as an
 //!   `overlay-core` history source ([`edge::RolloutSource`]).
 //!
@@ -36,6 +38,7 @@ pub mod project;
 pub mod proof;
 pub mod protocol;
 pub mod rollout;
+pub mod seam;
 pub mod send;
 pub mod tail;
 pub mod time;
@@ -49,4 +52,5 @@ pub use history::{CallOutput, Entry, LineRole};
 pub use project::{Projected, Projector};
 pub use proof::{DeliveryWatch, Verdict};
 pub use rollout::{RolloutLine, RolloutReader, RolloutRecord};
+pub use seam::{CodexAgent, ThreadConfig};
 pub use tail::{LinePosition, PageAfter, PageBefore, TailError, TailItem, TailPage};

@@ -108,9 +108,14 @@
 
 #![warn(unreachable_pub)]
 
+mod agent;
 mod approvals;
 mod host;
 mod io;
+
+pub use agent::{
+    unserved, Agent, AgentEffect, FileError, ProcessId, ProcessSpec, ReadId, WriteFailure, WriteId,
+};
 
 pub use approvals::{DECIDED_KEPT, DECISION_FIELD};
 pub use host::{Host, HostConfig, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS};

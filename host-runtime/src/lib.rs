@@ -1,0 +1,603 @@
+//! # host-runtime
+//!
+//! Runs a [`host_core::Host`] for real: a monotonic clock, timers at the host's and the
+//! agents' deadlines, agent processes ([`host_core::Agent`]s such as Codex's
+//! `CodexAgent` and Claude's), and clients that ask and get answers. `host-core` decides;
+//! this crate only carries out.
+//!
+//! ```no_run
+//! use host_core::{ClientRequest, Host, HostConfig, ProcessSpec};
+//! use host_runtime::{Output, Runtime};
+//! use outbox_core::MemoryOutboxStore;
+//! use overlay_core::MemoryOverlayStore;
+//! use timeline_core::HostKey;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut n = 0u64;
+//! let uuids = Box::new(move || { n += 1; format!("00000000-0000-4000-8000-{n:012x}") });
+//! let host = Host::new(
+//!     MemoryOutboxStore::new(),
+//!     MemoryOverlayStore::new(),
+//!     HostConfig::new(HostKey::from_bytes([7; 32]), uuids),
+//! );
+//! // Add sessions to the host and to the agent that serves them, then:
+//! let codex = agent_codex::CodexAgent::new(
+//!     ProcessSpec::new("codex").args(["app-server"]),
+//!     "my-host",
+//!     "1.0",
+//! );
+//! let mut runtime = Runtime::builder(host).agent(codex).start()?;
+//! let client = runtime.client();
+//! // client.request(ClientRequest::Submit(..)).await? answers with the host's Reply;
+//! // runtime.next_output().await yields live deliveries and notices.
+//! while let Some(output) = runtime.next_output().await {
+//!     if let Output::Notice(notice) = output {
+//!         eprintln!("{notice:?}");
+//!     }
+//! #   break;
+//! }
+//! runtime.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it runs
+//!
+//! - **The host on its own thread.** The stores do synchronous IO inside the host's
+//!   handlers; the host thread runs them and nothing else waits on it but its own loop.
+//!   Its loop: take the next input (a client request, a line or end of an agent process,
+//!   a write's outcome, a file read) or the earliest deadline, feed it in with the
+//!   current time, then carry out every effect of the host and of the agents until both
+//!   are quiet.
+//! - **Processes on an IO thread** (a Tokio runtime of one worker): each agent process
+//!   starts in a process group of its own; its output is cut into lines of at most
+//!   [`RuntimeBuilder::max_line_bytes`] (a longer line is dropped as it streams and the
+//!   agent is told); its error output is read and dropped; its group is killed when the
+//!   agent asks, when the runtime shuts down and when the runtime is dropped.
+//! - **Bounded channels everywhere.** Process output waits when the host thread is
+//!   behind (the agent then blocks on its pipe); live output waits for the embedder to
+//!   take it with [`Runtime::next_output`]: an embedder that stops reading stops the
+//!   host, it never grows a buffer.
+//! - **Time.** The clock is monotonic: the wall time read once at start, plus the time
+//!   elapsed since by [`std::time::Instant`].
+//! - **A call no agent serves** is answered at once by [`host_core::unserved`].
+//! - **Shutdown** ([`Runtime::shutdown`]) stops between two inputs, so no handler is cut
+//!   in half; then every agent process group is killed.
+//! - **Tracing**: a span per client request, per agent call and per process (`tracing`,
+//!   silent unless the embedder installs a subscriber).
+
+#![warn(unreachable_pub)]
+
+mod lines;
+mod process;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use host_core::{
+    Agent, AgentCall, AgentEffect, ClientRequest, Effect, Host, Notice, ProcessId, Reply, ReplyTo,
+};
+use outbox_core::OutboxStore;
+use overlay_core::live::Delivery;
+use overlay_core::{CleanupJournal, OverlayStore};
+use timeline_core::time::Millis;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, debug_span, warn};
+
+use crate::process::{InputCommand, IoEvent, ProcessHandle};
+
+/// The default bound on one line an agent prints: 16 MiB.
+pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Capacity of each channel between the threads.
+const CHANNEL: usize = 1024;
+
+/// Why the runtime could not start or ended badly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// A thread or the IO runtime could not be started.
+    #[error("the runtime could not start: {0}")]
+    Start(#[from] std::io::Error),
+    /// The host refused to start (its outbox could not be read).
+    #[error(transparent)]
+    Host(#[from] host_core::StartError),
+    /// The runtime has stopped: nothing more is answered.
+    #[error("the runtime has stopped")]
+    Stopped,
+    /// The host thread panicked.
+    #[error("the host thread panicked")]
+    Panicked,
+}
+
+/// What the host sends out besides answers: live deliveries and notices.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Output {
+    /// A live event for a desktop window, the progress sink or the relay.
+    Deliver(Delivery),
+    /// A failure or refusal to show or log.
+    Notice(Notice),
+}
+
+/// The monotonic clock of the runtime.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    wall: u64,
+    start: Instant,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Clock {
+            wall,
+            start: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Millis(self.wall.saturating_add(elapsed))
+    }
+
+    fn instant(&self, at: Millis) -> Instant {
+        self.start + Duration::from_millis(at.as_u64().saturating_sub(self.wall))
+    }
+}
+
+enum Command {
+    Request(Box<ClientRequest>, oneshot::Sender<Reply>),
+    Shutdown,
+}
+
+/// Builds a [`Runtime`].
+pub struct RuntimeBuilder<O, V> {
+    host: Host<O, V>,
+    agents: Vec<Box<dyn Agent + Send>>,
+    max_line: usize,
+}
+
+impl<O, V> std::fmt::Debug for RuntimeBuilder<O, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("agents", &self.agents.len())
+            .field("max_line", &self.max_line)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<O, V> RuntimeBuilder<O, V>
+where
+    O: OutboxStore + Send + 'static,
+    V: OverlayStore + CleanupJournal + Send + 'static,
+{
+    /// Adds an agent; each call goes to the first agent that serves its session.
+    #[must_use]
+    pub fn agent(mut self, agent: impl Agent + Send + 'static) -> Self {
+        self.agents.push(Box::new(agent));
+        self
+    }
+
+    /// The bound on one line an agent prints ([`DEFAULT_MAX_LINE`] unless set).
+    #[must_use]
+    pub fn max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line = max;
+        self
+    }
+
+    /// Starts the host (its outbox is read now) and the threads.
+    ///
+    /// # Errors
+    ///
+    /// The host's [`host_core::StartError`], or a thread that could not start.
+    pub fn start(self) -> Result<Runtime, RuntimeError> {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("host-runtime-io")
+            .enable_all()
+            .build()?;
+        let (commands, command_rx) = mpsc::channel(CHANNEL);
+        let (io_tx, io_rx) = mpsc::channel(CHANNEL);
+        let (out_tx, out_rx) = mpsc::channel(CHANNEL);
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let handle = io.handle().clone();
+        let RuntimeBuilder {
+            host,
+            agents,
+            max_line,
+        } = self;
+        let thread = std::thread::Builder::new()
+            .name("host-runtime-host".to_owned())
+            .spawn(move || {
+                let local = match tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = started_tx.send(Err(RuntimeError::Start(e)));
+                        return;
+                    }
+                };
+                let clock = Clock::new();
+                let mut l = Loop {
+                    host,
+                    agents,
+                    clock,
+                    io: handle,
+                    io_tx,
+                    out: out_tx,
+                    processes: BTreeMap::new(),
+                    waiting: BTreeMap::new(),
+                    next_reply: 1,
+                    max_line,
+                };
+                if let Err(e) = l.host.start(clock.now()) {
+                    let _ = started_tx.send(Err(RuntimeError::Host(e)));
+                    return;
+                }
+                let _ = started_tx.send(Ok(()));
+                local.block_on(l.run(command_rx, io_rx));
+            })?;
+        match started_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(RuntimeError::Panicked);
+            }
+        }
+        Ok(Runtime {
+            commands,
+            outputs: out_rx,
+            thread: Some(thread),
+            io: Some(io),
+        })
+    }
+}
+
+/// A running host. See the crate doc.
+#[derive(Debug)]
+pub struct Runtime {
+    commands: mpsc::Sender<Command>,
+    outputs: mpsc::Receiver<Output>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    io: Option<tokio::runtime::Runtime>,
+}
+
+/// A client of a running host: asks and gets the host's answer. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Client {
+    commands: mpsc::Sender<Command>,
+}
+
+impl Client {
+    /// Asks the host; the answer is the host's [`Reply`].
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Stopped`] when the runtime stopped before answering.
+    pub async fn request(&self, request: ClientRequest) -> Result<Reply, RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Request(Box::new(request), tx))
+            .await
+            .map_err(|_| RuntimeError::Stopped)?;
+        rx.await.map_err(|_| RuntimeError::Stopped)
+    }
+}
+
+impl Runtime {
+    /// Starts building a runtime around `host` (sessions already added).
+    pub fn builder<O, V>(host: Host<O, V>) -> RuntimeBuilder<O, V>
+    where
+        O: OutboxStore + Send + 'static,
+        V: OverlayStore + CleanupJournal + Send + 'static,
+    {
+        RuntimeBuilder {
+            host,
+            agents: Vec::new(),
+            max_line: DEFAULT_MAX_LINE,
+        }
+    }
+
+    /// A client of this host.
+    pub fn client(&self) -> Client {
+        Client {
+            commands: self.commands.clone(),
+        }
+    }
+
+    /// The next live delivery or notice; `None` once the runtime stopped.
+    pub async fn next_output(&mut self) -> Option<Output> {
+        self.outputs.recv().await
+    }
+
+    /// Stops between two inputs and kills every agent process group.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Panicked`] when the host thread panicked.
+    pub async fn shutdown(mut self) -> Result<(), RuntimeError> {
+        let _ = self.commands.send(Command::Shutdown).await;
+        // Outputs still queued would hold the host thread up: let them go.
+        self.outputs.close();
+        while self.outputs.recv().await.is_some() {}
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<(), RuntimeError> {
+        let joined = match self.thread.take() {
+            Some(t) => t.join().map_err(|_| RuntimeError::Panicked),
+            None => Ok(()),
+        };
+        if let Some(io) = self.io.take() {
+            io.shutdown_background();
+        }
+        joined
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.commands.try_send(Command::Shutdown);
+            self.outputs.close();
+            let _ = self.join();
+        }
+    }
+}
+
+/// The host thread's state.
+struct Loop<O, V> {
+    host: Host<O, V>,
+    agents: Vec<Box<dyn Agent + Send>>,
+    clock: Clock,
+    io: tokio::runtime::Handle,
+    io_tx: mpsc::Sender<IoEvent>,
+    out: mpsc::Sender<Output>,
+    processes: BTreeMap<(usize, ProcessId), ProcessHandle>,
+    waiting: BTreeMap<u64, oneshot::Sender<Reply>>,
+    next_reply: u64,
+    max_line: usize,
+}
+
+impl<O, V> Loop<O, V>
+where
+    O: OutboxStore,
+    V: OverlayStore + CleanupJournal,
+{
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut io: mpsc::Receiver<IoEvent>) {
+        self.settle().await;
+        loop {
+            let wake = self
+                .deadline()
+                .map(|at| tokio::time::Instant::from_std(self.clock.instant(at)));
+            let sleep = async move {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                command = commands.recv() => match command {
+                    Some(Command::Request(request, reply)) => self.request(*request, reply),
+                    Some(Command::Shutdown) | None => break,
+                },
+                Some(event) = io.recv() => self.io_event(event),
+                () = sleep => self.timeout(),
+            }
+            self.settle().await;
+        }
+        for (_, p) in std::mem::take(&mut self.processes) {
+            p.kill();
+        }
+    }
+
+    fn deadline(&self) -> Option<Millis> {
+        let agents = self.agents.iter().filter_map(|a| a.poll_timeout());
+        self.host.poll_timeout().into_iter().chain(agents).min()
+    }
+
+    fn request(&mut self, request: ClientRequest, reply: oneshot::Sender<Reply>) {
+        let to = self.next_reply;
+        self.next_reply += 1;
+        self.waiting.insert(to, reply);
+        let _span = debug_span!("request", to).entered();
+        let now = self.clock.now();
+        self.host.handle_client(ReplyTo(to), request, now);
+    }
+
+    fn timeout(&mut self) {
+        let now = self.clock.now();
+        if self.host.poll_timeout().is_some_and(|d| d <= now) {
+            self.host.handle_timeout(now);
+        }
+        for a in &mut self.agents {
+            if a.poll_timeout().is_some_and(|d| d <= now) {
+                a.handle_timeout(now);
+            }
+        }
+    }
+
+    fn io_event(&mut self, event: IoEvent) {
+        let now = self.clock.now();
+        match event {
+            IoEvent::Line {
+                agent,
+                process,
+                line,
+            } => {
+                if let Some(a) = self.agents.get_mut(agent) {
+                    a.handle_line(process, &line, now);
+                }
+            }
+            IoEvent::TooLong { agent, process } => {
+                warn!(
+                    agent,
+                    process = process.0,
+                    "an agent printed an over-long line"
+                );
+                if let Some(a) = self.agents.get_mut(agent) {
+                    a.handle_line_too_long(process, now);
+                }
+            }
+            IoEvent::Exit {
+                agent,
+                process,
+                reason,
+            } => {
+                debug!(agent, process = process.0, %reason, "agent process ended");
+                self.processes.remove(&(agent, process));
+                if let Some(a) = self.agents.get_mut(agent) {
+                    a.handle_exit(process, reason, now);
+                }
+            }
+            IoEvent::Written {
+                agent,
+                process,
+                write,
+                result,
+            } => {
+                if let Some(a) = self.agents.get_mut(agent) {
+                    a.handle_written(process, write, result, now);
+                }
+            }
+            IoEvent::File {
+                agent,
+                read,
+                result,
+            } => {
+                if let Some(a) = self.agents.get_mut(agent) {
+                    a.handle_file(read, result, now);
+                }
+            }
+        }
+    }
+
+    /// Carries out the effects of the host and the agents until both are quiet.
+    async fn settle(&mut self) {
+        loop {
+            let mut quiet = true;
+            while let Some(effect) = self.host.poll_effect() {
+                quiet = false;
+                self.host_effect(effect).await;
+            }
+            for i in 0..self.agents.len() {
+                while let Some(effect) = self.agents[i].poll_effect() {
+                    quiet = false;
+                    self.agent_effect(i, effect).await;
+                }
+            }
+            if quiet {
+                return;
+            }
+        }
+    }
+
+    async fn host_effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::Reply { to, reply } => {
+                if let Some(tx) = self.waiting.remove(&to.0) {
+                    // A client that stopped waiting has nothing to be told.
+                    let _ = tx.send(reply);
+                }
+            }
+            Effect::Agent(call) => self.agent_call(call),
+            Effect::Deliver(delivery) => {
+                let _ = self.out.send(Output::Deliver(delivery)).await;
+            }
+            Effect::Notice(notice) => {
+                let _ = self.out.send(Output::Notice(notice)).await;
+            }
+            other => {
+                warn!(?other, "an effect this runtime does not know");
+            }
+        }
+    }
+
+    fn agent_call(&mut self, call: AgentCall) {
+        let now = self.clock.now();
+        let session = call.session().clone();
+        let _span = debug_span!("agent_call", session = %session).entered();
+        match self.agents.iter_mut().find(|a| a.serves(&session)) {
+            Some(agent) => agent.handle_call(call, now),
+            None => {
+                if let Some(input) = host_core::unserved(call) {
+                    self.host.handle_agent(input, now);
+                }
+            }
+        }
+    }
+
+    async fn agent_effect(&mut self, agent: usize, effect: AgentEffect) {
+        let now = self.clock.now();
+        match effect {
+            AgentEffect::Input(input) => self.host.handle_agent(input, now),
+            AgentEffect::Spawn { process, spec } => {
+                let _span = debug_span!("process", agent, process = process.0).entered();
+                let handle = process::spawn(
+                    &self.io,
+                    agent,
+                    process,
+                    &spec,
+                    self.max_line,
+                    self.io_tx.clone(),
+                );
+                self.processes.insert((agent, process), handle);
+            }
+            AgentEffect::Write {
+                process,
+                write,
+                line,
+            } => match self.processes.get(&(agent, process)) {
+                Some(p) => {
+                    if p.input
+                        .send(InputCommand::Write(write, line))
+                        .await
+                        .is_err()
+                    {
+                        self.agents[agent].handle_written(
+                            process,
+                            write,
+                            Err(host_core::WriteFailure::NotWritten(
+                                "the process is gone".to_owned(),
+                            )),
+                            now,
+                        );
+                    }
+                }
+                None => self.agents[agent].handle_written(
+                    process,
+                    write,
+                    Err(host_core::WriteFailure::NotWritten(
+                        "the process is gone".to_owned(),
+                    )),
+                    now,
+                ),
+            },
+            AgentEffect::CloseInput { process } => {
+                if let Some(p) = self.processes.get(&(agent, process)) {
+                    let _ = p.input.send(InputCommand::Close).await;
+                }
+            }
+            AgentEffect::Kill { process } => {
+                if let Some(p) = self.processes.get(&(agent, process)) {
+                    p.kill();
+                }
+            }
+            AgentEffect::ReadFile { read, path, limit } => {
+                process::read_file(&self.io, agent, read, path, limit, self.io_tx.clone());
+            }
+            other => warn!(?other, "an agent effect this runtime does not know"),
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! Agent processes: started in a process group of their own, their output cut into
+//! bounded lines, their input written line by line with the outcome of each write
+//! reported, the group killed on `kill`, on drop and at shutdown.
+
+use std::process::Stdio;
+
+use host_core::{FileError, ProcessId, ProcessSpec, ReadId, WriteFailure, WriteId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::lines::{LineSplitter, Piece};
+
+/// What the IO side tells the host thread.
+#[derive(Debug)]
+pub(crate) enum IoEvent {
+    Line {
+        agent: usize,
+        process: ProcessId,
+        line: Vec<u8>,
+    },
+    TooLong {
+        agent: usize,
+        process: ProcessId,
+    },
+    Exit {
+        agent: usize,
+        process: ProcessId,
+        reason: String,
+    },
+    Written {
+        agent: usize,
+        process: ProcessId,
+        write: WriteId,
+        result: Result<(), WriteFailure>,
+    },
+    File {
+        agent: usize,
+        read: ReadId,
+        result: Result<Vec<u8>, FileError>,
+    },
+}
+
+/// What the host thread asks of one process's input.
+#[derive(Debug)]
+pub(crate) enum InputCommand {
+    Write(WriteId, Vec<u8>),
+    Close,
+}
+
+/// The host thread's handle on one process.
+#[derive(Debug)]
+pub(crate) struct ProcessHandle {
+    pub(crate) input: mpsc::Sender<InputCommand>,
+    /// The process group (the child's pid), when it started.
+    pub(crate) group: Option<u32>,
+}
+
+impl ProcessHandle {
+    /// Kills the process's group (the agent and everything it started).
+    pub(crate) fn kill(&self) {
+        if let Some(pid) = self.group.and_then(|p| i32::try_from(p).ok()) {
+            // ESRCH: already gone; nothing else can fail for a group we started.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+impl Drop for ProcessHandle {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `spec` for `agent` as `process` on `io`; its output and end go to `events`.
+/// A process that cannot start is reported as ended at once.
+pub(crate) fn spawn(
+    io: &tokio::runtime::Handle,
+    agent: usize,
+    process: ProcessId,
+    spec: &ProcessSpec,
+    max_line: usize,
+    events: mpsc::Sender<IoEvent>,
+) -> ProcessHandle {
+    let (input, mut commands) = mpsc::channel::<InputCommand>(256);
+    let mut command = tokio::process::Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    for (key, value) in &spec.env {
+        match value {
+            Some(v) => command.env(key, v),
+            None => command.env_remove(key),
+        };
+    }
+    if let Some(dir) = &spec.cwd {
+        command.current_dir(dir);
+    }
+    let program = spec.program.display().to_string();
+    // Spawning registers the child with the reactor: do it inside the IO runtime.
+    let _guard = io.enter();
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let reason = format!("{program} could not be started: {e}");
+            io.spawn(async move {
+                // Nothing was written to it: every write fails whole.
+                let _ = events
+                    .send(IoEvent::Exit {
+                        agent,
+                        process,
+                        reason: reason.clone(),
+                    })
+                    .await;
+                while let Some(c) = commands.recv().await {
+                    if let InputCommand::Write(write, _) = c {
+                        let _ = events
+                            .send(IoEvent::Written {
+                                agent,
+                                process,
+                                write,
+                                result: Err(WriteFailure::NotWritten(reason.clone())),
+                            })
+                            .await;
+                    }
+                }
+            });
+            return ProcessHandle { input, group: None };
+        }
+    };
+    let group = child.id();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let stdin = child.stdin.take();
+
+    // Input: one write at a time, each reported.
+    let writer_events = events.clone();
+    io.spawn(async move {
+        let mut stdin = stdin;
+        while let Some(c) = commands.recv().await {
+            match c {
+                InputCommand::Close => {
+                    stdin = None;
+                }
+                InputCommand::Write(write, mut line) => {
+                    line.push(b'\n');
+                    let result = match stdin.as_mut() {
+                        None => Err(WriteFailure::NotWritten("its input is closed".to_owned())),
+                        Some(pipe) => write_line(pipe, &line).await,
+                    };
+                    if result.is_err() {
+                        stdin = None;
+                    }
+                    if writer_events
+                        .send(IoEvent::Written {
+                            agent,
+                            process,
+                            write,
+                            result,
+                        })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+
+    // Errors: read and dropped (bounded), so the agent never blocks on a full pipe.
+    if let Some(mut stderr) = stderr {
+        io.spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            while matches!(stderr.read(&mut buf).await, Ok(n) if n > 0) {}
+        });
+    }
+
+    // Output, then the end.
+    io.spawn(async move {
+        let mut splitter = LineSplitter::new(max_line);
+        let mut pieces = Vec::new();
+        if let Some(mut stdout) = stdout {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match stdout.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                splitter.push(&buf[..n], &mut pieces);
+                for piece in pieces.drain(..) {
+                    if send_piece(&events, agent, process, piece).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            if let Some(piece) = splitter.finish() {
+                if send_piece(&events, agent, process, piece).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let reason = match child.wait().await {
+            Ok(status) => format!("{program} ended: {status}"),
+            Err(e) => format!("{program} ended; its status could not be read: {e}"),
+        };
+        let _ = events
+            .send(IoEvent::Exit {
+                agent,
+                process,
+                reason,
+            })
+            .await;
+    });
+    ProcessHandle { input, group }
+}
+
+async fn send_piece(
+    events: &mpsc::Sender<IoEvent>,
+    agent: usize,
+    process: ProcessId,
+    piece: Piece,
+) -> Result<(), mpsc::error::SendError<IoEvent>> {
+    let event = match piece {
+        Piece::Line(line) => IoEvent::Line {
+            agent,
+            process,
+            line,
+        },
+        Piece::TooLong => IoEvent::TooLong { agent, process },
+    };
+    events.send(event).await
+}
+
+/// Writes `line` whole: nothing written is `NotWritten`, a break after the first byte
+/// is `Broken`.
+async fn write_line(
+    pipe: &mut tokio::process::ChildStdin,
+    line: &[u8],
+) -> Result<(), WriteFailure> {
+    let first = match pipe.write(line).await {
+        Ok(0) => return Err(WriteFailure::NotWritten("the pipe took no byte".to_owned())),
+        Ok(n) => n,
+        Err(e) => return Err(WriteFailure::NotWritten(e.to_string())),
+    };
+    let rest = line.get(first..).unwrap_or_default();
+    pipe.write_all(rest)
+        .await
+        .map_err(|e| WriteFailure::Broken(e.to_string()))?;
+    pipe.flush()
+        .await
+        .map_err(|e| WriteFailure::Broken(e.to_string()))
+}
+
+/// Reads `path` whole on a blocking thread, at most `limit` bytes.
+pub(crate) fn read_file(
+    io: &tokio::runtime::Handle,
+    agent: usize,
+    read: ReadId,
+    path: std::path::PathBuf,
+    limit: u64,
+    events: mpsc::Sender<IoEvent>,
+) {
+    io.spawn(async move {
+        let result = tokio::task::spawn_blocking(move || read_bounded(&path, limit))
+            .await
+            .unwrap_or_else(|e| Err(FileError::Io(e.to_string())));
+        let _ = events
+            .send(IoEvent::File {
+                agent,
+                read,
+                result,
+            })
+            .await;
+    });
+}
+
+fn read_bounded(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, FileError> {
+    use std::io::Read;
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => FileError::NotFound(shown.clone()),
+        _ => FileError::Io(format!("{shown}: {e}")),
+    })?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| FileError::Io(format!("{shown}: {e}")))?;
+    if bytes.len() as u64 > limit {
+        return Err(FileError::TooLarge { path: shown, limit });
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,379 @@
+//! The runtime drives a real host: requests answered, agent calls routed, deadlines
+//! kept, processes started, their lines bounded, their groups killed.
+
+#![allow(clippy::unwrap_used)] // a test: a failed lock or ID is a failed test
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use host_core::{
+    Agent, AgentCall, AgentEffect, AgentInput, ClientRequest, FileError, Host, HostConfig,
+    ProcessId, ProcessSpec, ReadId, Reply, WriteFailure, WriteId,
+};
+use host_runtime::{Output, Runtime};
+use outbox_core::adapter::{Capabilities, SendKind, SendResult};
+use outbox_core::entry::Acceptance;
+use outbox_core::ids::{ThreadId, TurnId};
+use outbox_core::{
+    Controls, MemoryOutboxStore, MessageRequest, OperationId, QueueId, SessionInfo, SubmitRequest,
+};
+use overlay_core::live::RunEventKind;
+use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};
+use timeline_core::{BoundaryToken, HostKey, Millis, SessionId};
+
+/// What the test agent saw.
+#[derive(Debug, Default)]
+struct Seen {
+    calls: Vec<String>,
+    lines: Vec<Vec<u8>>,
+    too_long: usize,
+    exits: Vec<String>,
+    timeouts: Vec<Millis>,
+    written: Vec<Result<(), WriteFailure>>,
+}
+
+/// An in-process agent: accepts each send as a new run, proves it, ends the run one
+/// deadline later (through `poll_timeout`, so the runtime's timers drive it). With a
+/// process spec it starts that process at its first call and writes each message's
+/// text to it.
+struct Scripted {
+    session: SessionId,
+    seen: Arc<Mutex<Seen>>,
+    out: VecDeque<AgentEffect>,
+    end_at: Option<(Millis, outbox_core::ids::RunId)>,
+    spec: Option<ProcessSpec>,
+    started: bool,
+    next_write: u64,
+}
+
+impl Scripted {
+    fn new(session: &SessionId, spec: Option<ProcessSpec>) -> (Scripted, Arc<Mutex<Seen>>) {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let agent = Scripted {
+            session: session.clone(),
+            seen: Arc::clone(&seen),
+            out: VecDeque::new(),
+            end_at: None,
+            spec,
+            started: false,
+            next_write: 1,
+        };
+        (agent, seen)
+    }
+}
+
+impl Agent for Scripted {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::codex()
+    }
+    fn serves(&self, session: &SessionId) -> bool {
+        *session == self.session
+    }
+    fn handle_call(&mut self, call: AgentCall, now: Millis) {
+        self.seen.lock().unwrap().calls.push(format!("{call:?}"));
+        if let (Some(spec), false) = (&self.spec, self.started) {
+            self.started = true;
+            self.out.push_back(AgentEffect::Spawn {
+                process: ProcessId(1),
+                spec: spec.clone(),
+            });
+        }
+        if let AgentCall::Send(request) = call {
+            if self.spec.is_some() {
+                self.out.push_back(AgentEffect::Write {
+                    process: ProcessId(1),
+                    write: WriteId(self.next_write),
+                    line: request.request.user_text.clone().into_bytes(),
+                });
+                self.next_write += 1;
+            }
+            let SendKind::Start { run } = request.kind.clone() else {
+                return;
+            };
+            let acceptance = Acceptance {
+                run_id: run.clone(),
+                thread_id: ThreadId::new("thread-1").unwrap(),
+                turn_id: TurnId::new("turn-1").unwrap(),
+                accepted_at: now,
+            };
+            self.out
+                .push_back(AgentEffect::Input(AgentInput::SendResult {
+                    attempt: request.attempt,
+                    result: SendResult::Accepted(acceptance),
+                }));
+            self.out
+                .push_back(AgentEffect::Input(AgentInput::DeliveryProof {
+                    session: request.session,
+                    operation_id: request.operation_id,
+                }));
+            self.end_at = Some((now.saturating_add(Millis(50)), run));
+        }
+    }
+    fn handle_line(&mut self, _: ProcessId, line: &[u8], _: Millis) {
+        self.seen.lock().unwrap().lines.push(line.to_vec());
+    }
+    fn handle_line_too_long(&mut self, _: ProcessId, _: Millis) {
+        self.seen.lock().unwrap().too_long += 1;
+    }
+    fn handle_exit(&mut self, _: ProcessId, reason: String, _: Millis) {
+        self.seen.lock().unwrap().exits.push(reason);
+    }
+    fn handle_written(&mut self, _: ProcessId, _: WriteId, r: Result<(), WriteFailure>, _: Millis) {
+        self.seen.lock().unwrap().written.push(r);
+    }
+    fn handle_file(&mut self, _: ReadId, _: Result<Vec<u8>, FileError>, _: Millis) {}
+    fn poll_effect(&mut self) -> Option<AgentEffect> {
+        self.out.pop_front()
+    }
+    fn poll_timeout(&self) -> Option<Millis> {
+        self.end_at.as_ref().map(|(at, _)| *at)
+    }
+    fn handle_timeout(&mut self, now: Millis) {
+        if let Some((at, run)) = self.end_at.take() {
+            assert!(now >= at, "woken at {now:?} before the deadline {at:?}");
+            self.seen.lock().unwrap().timeouts.push(now);
+            self.out.push_back(AgentEffect::Input(AgentInput::RunEnded {
+                session: self.session.clone(),
+                run,
+                outcome: RunEventKind::Completed,
+                untaken: Vec::new(),
+            }));
+        }
+    }
+}
+
+fn host(session: &SessionId) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
+    let mut n = 0u64;
+    let uuids = Box::new(move || {
+        n += 1;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    });
+    let mut host = Host::new(
+        MemoryOutboxStore::new(),
+        MemoryOverlayStore::new(),
+        HostConfig::new(HostKey::from_bytes([7; 32]), uuids),
+    );
+    let source = MemorySource::new(
+        SourceKind::Codex {
+            thread_id: "thread-1".into(),
+            generation: 1,
+        },
+        BoundaryToken::codex_rollout("/sessions/rollout-1.jsonl"),
+    );
+    host.add_session(
+        session,
+        SessionInfo::new(Capabilities::codex()),
+        Box::new(source),
+    );
+    host
+}
+
+fn submit(session: &SessionId, op: &str, text: &str) -> ClientRequest {
+    ClientRequest::Submit(SubmitRequest {
+        session: session.clone(),
+        queue_id: QueueId::new(format!("q-{op}")).unwrap(),
+        operation_id: OperationId::new(op).unwrap(),
+        request: MessageRequest::text(text, "phone", Millis(0)),
+        controls: Controls::automatic(),
+    })
+}
+
+async fn outbox_len(client: &host_runtime::Client, session: &SessionId) -> usize {
+    let reply = client
+        .request(ClientRequest::ReconcileSessions {
+            sessions: vec![session.clone()],
+        })
+        .await
+        .unwrap();
+    let Reply::Reconciled(Ok(snapshots)) = reply else {
+        panic!("reconcile answered {reply:?}");
+    };
+    snapshots[0].outbox.len()
+}
+
+async fn eventually<F: FnMut() -> bool>(what: &str, mut done: F) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{what} did not happen within 5 s");
+}
+
+#[tokio::test]
+async fn a_submit_is_answered_sent_proven_and_its_run_ended_by_the_agents_deadline() {
+    let session = SessionId::new("s-1").unwrap();
+    let (agent, seen) = Scripted::new(&session, None);
+    let mut runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .start()
+        .unwrap();
+    let client = runtime.client();
+    let reply = client
+        .request(submit(&session, "op-1", "Run the tests"))
+        .await
+        .unwrap();
+    assert!(matches!(reply, Reply::Submitted(Ok(_))), "{reply:?}");
+    // The run ends only when the runtime wakes the agent at its deadline.
+    eventually("the agent's deadline", || {
+        !seen.lock().unwrap().timeouts.is_empty()
+    })
+    .await;
+    assert_eq!(outbox_len(&client, &session).await, 0, "delivered: let go");
+    let calls = seen.lock().unwrap().calls.clone();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].starts_with("Send("), "{calls:?}");
+    // Live output reached the embedder (the run's status rows, at least).
+    let first = tokio::time::timeout(Duration::from_secs(5), runtime.next_output())
+        .await
+        .unwrap();
+    assert!(first.is_some());
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_no_agent_serves_is_answered_as_not_admitted() {
+    let session = SessionId::new("s-1").unwrap();
+    let runtime = Runtime::builder(host(&session)).start().unwrap();
+    let client = runtime.client();
+    let reply = client
+        .request(submit(&session, "op-1", "hello"))
+        .await
+        .unwrap();
+    assert!(matches!(reply, Reply::Submitted(Ok(_))), "{reply:?}");
+    // Proven unadmitted: the message stays, held for the user, never lost.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(outbox_len(&client, &session).await, 1);
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn process_lines_are_bounded_and_a_longer_line_is_dropped_as_it_streams() {
+    let session = SessionId::new("s-1").unwrap();
+    // Reads one line, then prints a line at the bound, one past it, and a short one.
+    let script = "read x; printf 'abcd\\nabcde\\nok\\n'; sleep 0.2";
+    let spec = ProcessSpec::new("sh").args(["-c", script]);
+    let (agent, seen) = Scripted::new(&session, Some(spec));
+    let runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .max_line_bytes(4)
+        .start()
+        .unwrap();
+    let client = runtime.client();
+    client
+        .request(submit(&session, "op-1", "go"))
+        .await
+        .unwrap();
+    eventually("the process's end", || {
+        !seen.lock().unwrap().exits.is_empty()
+    })
+    .await;
+    let s = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(s.lines, vec![b"abcd".to_vec(), b"ok".to_vec()]);
+    assert_eq!(s.too_long, 1);
+    assert_eq!(s.written, vec![Ok(())]);
+    assert!(s.exits[0].contains("ended"), "{:?}", s.exits);
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_program_that_cannot_start_ends_at_once_and_its_writes_fail_whole() {
+    let session = SessionId::new("s-1").unwrap();
+    let spec = ProcessSpec::new("/nonexistent/agent-binary");
+    let (agent, seen) = Scripted::new(&session, Some(spec));
+    let runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .start()
+        .unwrap();
+    let client = runtime.client();
+    client
+        .request(submit(&session, "op-1", "go"))
+        .await
+        .unwrap();
+    eventually("the failed start", || {
+        let s = std::mem::take(&mut *seen.lock().unwrap());
+        !s.exits.is_empty() && !s.written.is_empty()
+    })
+    .await;
+    let s = std::mem::take(&mut *seen.lock().unwrap());
+    assert!(s.exits[0].contains("could not be started"), "{:?}", s.exits);
+    assert!(
+        matches!(s.written[0], Err(WriteFailure::NotWritten(_))),
+        "{:?}",
+        s.written
+    );
+    runtime.shutdown().await.unwrap();
+}
+
+fn alive(pid: i32) -> bool {
+    // Signal 0: is there such a process (zombies aside, which `ps` shows as Z)?
+    std::process::Command::new("sh")
+        .args(["-c", &format!("ps -o stat= -p {pid} | grep -qv Z")])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn shutdown_kills_the_agents_whole_process_group() {
+    let session = SessionId::new("s-1").unwrap();
+    let dir = std::env::temp_dir().join(format!("host-runtime-group-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pidfile = dir.join("child.pid");
+    // The agent starts a child of its own and prints nothing; both must die.
+    let script = format!("sleep 300 & echo $! > {}; wait", pidfile.display());
+    let spec = ProcessSpec::new("sh").args(["-c", &script]);
+    let (agent, _seen) = Scripted::new(&session, Some(spec));
+    let runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .start()
+        .unwrap();
+    let client = runtime.client();
+    client
+        .request(submit(&session, "op-1", "go"))
+        .await
+        .unwrap();
+    eventually("the child's pid", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.trim().parse::<i32>().is_ok())
+    })
+    .await;
+    let child: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(child));
+    runtime.shutdown().await.unwrap();
+    eventually("the grandchild's death", || !alive(child)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn outputs_wait_for_the_embedder_and_requests_still_answer_after_it_reads() {
+    // Many outputs, none read for a while: the host waits (bounded), then catches up.
+    let session = SessionId::new("s-1").unwrap();
+    let (agent, _seen) = Scripted::new(&session, None);
+    let mut runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .start()
+        .unwrap();
+    let client = runtime.client();
+    for i in 0..20 {
+        let reply = client
+            .request(submit(&session, &format!("op-{i}"), "hi"))
+            .await
+            .unwrap();
+        assert!(matches!(reply, Reply::Submitted(Ok(_))), "{reply:?}");
+    }
+    let mut n = 0;
+    while let Ok(Some(o)) =
+        tokio::time::timeout(Duration::from_millis(300), runtime.next_output()).await
+    {
+        assert!(matches!(o, Output::Deliver(_) | Output::Notice(_)));
+        n += 1;
+    }
+    assert!(n > 0);
+    runtime.shutdown().await.unwrap();
+}
