@@ -293,7 +293,7 @@ async fn a_program_that_cannot_start_ends_at_once_and_its_writes_fail_whole() {
         .await
         .unwrap();
     eventually("the failed start", || {
-        let s = std::mem::take(&mut *seen.lock().unwrap());
+        let s = seen.lock().unwrap();
         !s.exits.is_empty() && !s.written.is_empty()
     })
     .await;
