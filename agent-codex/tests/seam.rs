@@ -1,0 +1,647 @@
+//! `CodexAgent` behind the agent seam, driven line by line: what it writes for each
+//! host call, what each Codex line becomes, and every way an answer fails to come.
+
+#![allow(clippy::unwrap_used)] // a test: a bad ID or line is a failed test
+
+use agent_codex::seam::REPLY_DEADLINE;
+use agent_codex::{CodexAgent, ThreadConfig};
+use host_core::{Agent, AgentCall, AgentEffect, AgentInput, ProcessId, ProcessSpec, WriteFailure};
+use outbox_core::adapter::{
+    AttemptId, HistoryRead, ProofKind, SendKind, SendRequest, SendResult, StopResult,
+};
+use outbox_core::{MessageRequest, OperationId};
+use overlay_core::live::RunEventKind;
+use serde_json::{json, Value};
+use timeline_core::key::{RunId, SessionId};
+use timeline_core::rows::{ApprovalKind, ApprovalRequest, ApprovalResult, Decision};
+use timeline_core::time::Millis;
+
+const THREAD: &str = "thr-1";
+const TURN: &str = "turn-1";
+
+/// The agent and what it asked for, with the writes it made read back as JSON.
+struct Rig {
+    agent: CodexAgent,
+    session: SessionId,
+    inputs: Vec<AgentInput>,
+    /// Lines written, as JSON, with the write's ID.
+    writes: Vec<(host_core::WriteId, Value)>,
+    spawned: Vec<ProcessId>,
+    killed: usize,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let session = SessionId::new("s-1").unwrap();
+        let mut agent = CodexAgent::new(
+            ProcessSpec::new("codex").args(["app-server"]),
+            "test-host",
+            "1.0",
+        );
+        agent.add_session(
+            &session,
+            ThreadConfig::new("/work").approval_policy("untrusted"),
+        );
+        Rig {
+            agent,
+            session,
+            inputs: Vec::new(),
+            writes: Vec::new(),
+            spawned: Vec::new(),
+            killed: 0,
+        }
+    }
+
+    /// Drains the effects; every write succeeds unless `fail` says otherwise.
+    fn drain_with(&mut self, now: Millis, mut fail: impl FnMut(&Value) -> Option<WriteFailure>) {
+        while let Some(e) = self.agent.poll_effect() {
+            match e {
+                AgentEffect::Input(i) => self.inputs.push(i),
+                AgentEffect::Spawn { process, .. } => self.spawned.push(process),
+                AgentEffect::Write {
+                    process,
+                    write,
+                    line,
+                } => {
+                    let v: Value = serde_json::from_slice(&line).unwrap();
+                    let result = match fail(&v) {
+                        Some(f) => Err(f),
+                        None => Ok(()),
+                    };
+                    self.writes.push((write, v));
+                    self.agent.handle_written(process, write, result, now);
+                }
+                AgentEffect::Kill { .. } => self.killed += 1,
+                _ => {}
+            }
+        }
+    }
+
+    fn drain(&mut self, now: Millis) {
+        self.drain_with(now, |_| None);
+    }
+
+    fn process(&self) -> ProcessId {
+        *self.spawned.last().unwrap()
+    }
+
+    fn line(&mut self, v: Value, now: Millis) {
+        let p = self.process();
+        self.agent
+            .handle_line(p, serde_json::to_string(&v).unwrap().as_bytes(), now);
+        self.drain(now);
+    }
+
+    /// The last request written with `method`: its ID.
+    fn request_id(&self, method: &str) -> u64 {
+        self.writes
+            .iter()
+            .rev()
+            .find(|(_, v)| v["method"] == method)
+            .map(|(_, v)| v["id"].as_u64().unwrap())
+            .unwrap_or_else(|| panic!("no {method} written: {:?}", self.writes))
+    }
+
+    fn answer(&mut self, method: &str, result: Value, now: Millis) {
+        let id = self.request_id(method);
+        self.line(json!({"id": id, "result": result}), now);
+    }
+
+    fn refuse(&mut self, method: &str, code: i64, message: &str, now: Millis) {
+        let id = self.request_id(method);
+        self.line(
+            json!({"id": id, "error": {"code": code, "message": message}}),
+            now,
+        );
+    }
+
+    fn call(&mut self, call: AgentCall, now: Millis) {
+        self.agent.handle_call(call, now);
+        self.drain(now);
+    }
+
+    /// Initialize answered and the thread opened.
+    fn ready(&mut self, now: Millis) {
+        self.answer(
+            "initialize",
+            json!({"userAgent": "test/0.169.0 (linux)"}),
+            now,
+        );
+        assert!(
+            self.writes
+                .iter()
+                .any(|(_, v)| v["method"] == "initialized"),
+            "initialized follows the answer"
+        );
+        self.answer(
+            "thread/start",
+            json!({"thread": {"id": THREAD, "path": "/tmp/rollout.jsonl", "turns": []}}),
+            now,
+        );
+    }
+
+    fn take_inputs(&mut self) -> Vec<AgentInput> {
+        std::mem::take(&mut self.inputs)
+    }
+}
+
+fn send(session: &SessionId, op: &str, kind: SendKind, attempt: u64) -> AgentCall {
+    AgentCall::Send(SendRequest {
+        attempt: AttemptId(attempt),
+        session: session.clone(),
+        operation_id: OperationId::new(op).unwrap(),
+        request: MessageRequest::text(format!("text of {op}"), "phone", Millis(0)),
+        kind,
+        rollback_before_send: false,
+        fresh_thread: false,
+    })
+}
+
+fn run() -> RunId {
+    RunId::new("run-1").unwrap()
+}
+
+fn start(session: &SessionId, op: &str, attempt: u64) -> AgentCall {
+    send(session, op, SendKind::Start { run: run() }, attempt)
+}
+
+fn user_message_started(op: &str) -> Value {
+    json!({"method": "item/started", "params": {
+        "item": {"type": "userMessage", "id": format!("item-{op}"), "clientId": op,
+                 "content": [{"type": "text", "text": "x", "text_elements": []}]},
+        "threadId": THREAD, "turnId": TURN}})
+}
+
+fn turn_completed(status: &str) -> Value {
+    json!({"method": "turn/completed", "params": {"threadId": THREAD,
+        "turn": {"id": TURN, "items": [], "itemsView": "summary", "status": status,
+                 "error": null}}})
+}
+
+/// A session with a run started and accepted.
+fn running() -> Rig {
+    let mut r = Rig::new();
+    let s = r.session.clone();
+    r.call(start(&s, "op-1", 1), Millis(1));
+    r.ready(Millis(2));
+    r.answer(
+        "turn/start",
+        json!({"turn": {"id": TURN, "items": [], "status": "inProgress"}}),
+        Millis(3),
+    );
+    r.take_inputs();
+    r
+}
+
+#[test]
+fn a_first_send_starts_codex_opens_the_thread_and_is_accepted_then_proven() {
+    // OB-08, OB-09
+    let mut r = Rig::new();
+    let s = r.session.clone();
+    r.call(start(&s, "op-1", 7), Millis(1_000));
+    assert_eq!(r.spawned.len(), 1, "the first call starts Codex");
+    assert_eq!(r.writes[0].1["method"], "initialize");
+    r.ready(Millis(1_001));
+    let turn_start = &r.writes.last().unwrap().1;
+    assert_eq!(turn_start["method"], "turn/start");
+    assert_eq!(turn_start["params"]["threadId"], THREAD);
+    assert_eq!(turn_start["params"]["clientUserMessageId"], "op-1");
+    assert!(
+        r.inputs.is_empty(),
+        "nothing is claimed before Codex answers"
+    );
+    r.answer(
+        "turn/start",
+        json!({"turn": {"id": TURN, "items": [], "status": "inProgress"}}),
+        Millis(1_002),
+    );
+    let inputs = r.take_inputs();
+    let [AgentInput::SendResult {
+        attempt,
+        result: SendResult::Accepted(a),
+    }] = inputs.as_slice()
+    else {
+        panic!("{inputs:?}");
+    };
+    assert_eq!(*attempt, AttemptId(7));
+    assert_eq!(a.turn_id.as_str(), TURN);
+    assert_eq!(a.thread_id.as_str(), THREAD);
+    assert_eq!(a.accepted_at, Millis(1_002));
+    // The echo proves it; its row goes to the session's main target.
+    r.line(user_message_started("op-1"), Millis(1_003));
+    let inputs = r.take_inputs();
+    assert!(inputs.iter().any(|i| matches!(i,
+        AgentInput::DeliveryProof { operation_id, .. } if operation_id.as_str() == "op-1")));
+    r.line(turn_completed("completed"), Millis(1_004));
+    let inputs = r.take_inputs();
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+            AgentInput::RunEnded { run: rr, outcome: RunEventKind::Completed, untaken, .. }
+                if *rr == run() && untaken.is_empty())),
+        "{inputs:?}"
+    );
+}
+
+#[test]
+fn a_steer_names_the_runs_turn_and_a_refused_steer_is_proven_unadmitted() {
+    // OB-09
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(
+        send(&s, "op-2", SendKind::Steer { run: run() }, 2),
+        Millis(10),
+    );
+    let steer = &r.writes.last().unwrap().1;
+    assert_eq!(steer["method"], "turn/steer");
+    assert_eq!(steer["params"]["expectedTurnId"], TURN);
+    r.refuse(
+        "turn/steer",
+        -32600,
+        "expected turn turn-1 is not the active turn",
+        Millis(11),
+    );
+    let inputs = r.take_inputs();
+    assert!(
+        matches!(
+            inputs.as_slice(),
+            [AgentInput::SendResult {
+                result: SendResult::ProvenUnadmitted { .. },
+                ..
+            }]
+        ),
+        "{inputs:?}"
+    );
+}
+
+#[test]
+fn a_send_that_gets_no_answer_within_the_reply_deadline_is_uncertain() {
+    // OB-09: the 30 s reply deadline, from the write.
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(
+        send(&s, "op-2", SendKind::Steer { run: run() }, 2),
+        Millis(100),
+    );
+    assert_eq!(
+        r.agent.poll_timeout(),
+        Some(Millis(100).saturating_add(REPLY_DEADLINE))
+    );
+    r.agent.handle_timeout(Millis(100 + 29_999));
+    r.drain(Millis(100 + 29_999));
+    assert!(r.inputs.is_empty(), "one millisecond early: still waiting");
+    r.agent.handle_timeout(Millis(100 + 30_000));
+    r.drain(Millis(100 + 30_000));
+    let inputs = r.take_inputs();
+    assert!(
+        matches!(
+            inputs.as_slice(),
+            [AgentInput::SendResult {
+                result: SendResult::AdmissionUncertain { .. },
+                ..
+            }]
+        ),
+        "{inputs:?}"
+    );
+    // A late answer for it changes nothing.
+    r.answer("turn/steer", json!({"turnId": TURN}), Millis(40_000));
+    assert!(r.take_inputs().is_empty());
+}
+
+#[test]
+fn a_write_that_took_no_byte_is_proven_unadmitted_and_a_broken_one_uncertain() {
+    // OB-08: nothing written is proven unadmitted; a break after the first byte is not.
+    for (failure, proven) in [
+        (WriteFailure::NotWritten("pipe closed".into()), true),
+        (WriteFailure::Broken("broken pipe".into()), false),
+    ] {
+        let mut r = running();
+        let s = r.session.clone();
+        r.agent.handle_call(
+            send(&s, "op-2", SendKind::Steer { run: run() }, 2),
+            Millis(10),
+        );
+        let f = failure.clone();
+        r.drain_with(Millis(10), move |v| {
+            (v["method"] == "turn/steer").then(|| f.clone())
+        });
+        let inputs = r.take_inputs();
+        let [AgentInput::SendResult { result, .. }] = inputs.as_slice() else {
+            panic!("{inputs:?}");
+        };
+        assert_eq!(
+            matches!(result, SendResult::ProvenUnadmitted { .. }),
+            proven,
+            "{failure:?} gave {result:?}"
+        );
+        assert_eq!(r.agent.poll_timeout(), None, "answered once, nothing waits");
+    }
+}
+
+#[test]
+fn a_stop_that_races_the_turns_end_is_stopped_not_failed() {
+    // The real Codex 0.169 answers `turn/interrupt` for a turn that already ended with
+    // -32600 "no active turn to interrupt".
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(
+        AgentCall::Stop {
+            attempt: AttemptId(5),
+            session: s,
+            run: run(),
+        },
+        Millis(10),
+    );
+    assert_eq!(r.writes.last().unwrap().1["method"], "turn/interrupt");
+    r.refuse(
+        "turn/interrupt",
+        -32600,
+        "no active turn to interrupt",
+        Millis(11),
+    );
+    let inputs = r.take_inputs();
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::StopResult {
+                attempt: AttemptId(5),
+                result: StopResult::Stopped { .. }
+            }
+        )),
+        "{inputs:?}"
+    );
+    assert!(
+        !inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::StopResult {
+                result: StopResult::Failed { .. },
+                ..
+            }
+        )),
+        "{inputs:?}"
+    );
+}
+
+#[test]
+fn a_stop_waits_for_the_interrupted_turn_and_names_the_steer_it_dropped() {
+    // OB-08: an accepted steer the interrupted turn never echoed is untaken.
+    let mut r = running();
+    let s = r.session.clone();
+    r.line(user_message_started("op-1"), Millis(4));
+    r.call(
+        send(&s, "op-2", SendKind::Steer { run: run() }, 2),
+        Millis(5),
+    );
+    r.answer("turn/steer", json!({"turnId": TURN}), Millis(6));
+    r.take_inputs();
+    r.call(
+        AgentCall::Stop {
+            attempt: AttemptId(9),
+            session: s,
+            run: run(),
+        },
+        Millis(10),
+    );
+    r.answer("turn/interrupt", json!({}), Millis(11));
+    assert!(
+        r.take_inputs().is_empty(),
+        "the stop waits for the turn's end"
+    );
+    r.line(turn_completed("interrupted"), Millis(12));
+    let inputs = r.take_inputs();
+    let untaken: Vec<&str> = inputs
+        .iter()
+        .find_map(|i| match i {
+            AgentInput::StopResult {
+                result: StopResult::Stopped { untaken },
+                ..
+            } => Some(untaken.iter().map(OperationId::as_str).collect()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{inputs:?}"));
+    assert_eq!(untaken, vec!["op-2"]);
+    assert!(inputs.iter().any(|i| matches!(
+        i,
+        AgentInput::RunEnded {
+            outcome: RunEventKind::Aborted,
+            ..
+        }
+    )));
+}
+
+fn approval_asked(r: &mut Rig) -> ApprovalRequest {
+    r.line(
+        json!({"id": 77, "method": "item/commandExecution/requestApproval", "params": {
+            "threadId": THREAD, "turnId": TURN, "itemId": "call-1",
+            "reason": "needs approval", "command": "touch x"}}),
+        Millis(20),
+    );
+    let inputs = r.take_inputs();
+    let Some(AgentInput::ApprovalAsked {
+        request,
+        summary,
+        run: asked_run,
+        ..
+    }) = inputs.into_iter().next()
+    else {
+        panic!("no approval asked");
+    };
+    assert_eq!(request.kind, ApprovalKind::CommandExecution);
+    assert_eq!(summary, "touch x");
+    assert_eq!(asked_run, Some(run()));
+    request
+}
+
+#[test]
+fn an_approval_is_answered_once_with_the_decision() {
+    // RW-06
+    let mut r = running();
+    let s = r.session.clone();
+    let request = approval_asked(&mut r);
+    let decide = |d| AgentCall::ResolveApproval {
+        session: s.clone(),
+        request: request.clone(),
+        decision: d,
+    };
+    r.call(decide(Decision::Accept), Millis(21));
+    let (_, answer) = r.writes.last().unwrap();
+    assert_eq!(answer["id"], 77);
+    assert_eq!(answer["result"]["decision"], "accept");
+    let inputs = r.take_inputs();
+    assert!(
+        matches!(
+            inputs.as_slice(),
+            [AgentInput::ApprovalResolved {
+                result: Ok(ApprovalResult::Accepted),
+                ..
+            }]
+        ),
+        "{inputs:?}"
+    );
+    // A second decision is not written.
+    let written = r.writes.len();
+    r.call(decide(Decision::Decline), Millis(22));
+    assert_eq!(r.writes.len(), written);
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::ApprovalResolved { result: Err(_), .. }]
+    ));
+}
+
+#[test]
+fn an_approval_codex_settled_takes_no_answer_and_shows_as_settled_elsewhere() {
+    // RW-06: after an interrupt Codex sends `serverRequest/resolved`; a decision after
+    // it must not be written and reported as taken.
+    let mut r = running();
+    let s = r.session.clone();
+    let request = approval_asked(&mut r);
+    r.line(
+        json!({"method": "serverRequest/resolved", "params": {"threadId": THREAD, "requestId": 77}}),
+        Millis(21),
+    );
+    let inputs = r.take_inputs();
+    assert!(
+        matches!(
+            inputs.as_slice(),
+            [AgentInput::ApprovalResolved {
+                result: Ok(ApprovalResult::ResolvedExternally),
+                ..
+            }]
+        ),
+        "{inputs:?}"
+    );
+    let written = r.writes.len();
+    r.call(
+        AgentCall::ResolveApproval {
+            session: s,
+            request,
+            decision: Decision::Accept,
+        },
+        Millis(22),
+    );
+    assert_eq!(r.writes.len(), written, "no answer is written");
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::ApprovalResolved { result: Err(_), .. }]
+    ));
+}
+
+#[test]
+fn codex_ending_mid_send_leaves_it_uncertain_ends_the_run_and_starts_again_on_the_next_call() {
+    // OB-08: after the write, the process's end is uncertain.
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(
+        send(&s, "op-2", SendKind::Steer { run: run() }, 2),
+        Millis(10),
+    );
+    let p = r.process();
+    r.agent
+        .handle_exit(p, "codex ended: signal 9".into(), Millis(11));
+    r.drain(Millis(11));
+    let inputs = r.take_inputs();
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::SendResult {
+                result: SendResult::AdmissionUncertain { .. },
+                ..
+            }
+        )),
+        "{inputs:?}"
+    );
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+        AgentInput::RunEnded { outcome: RunEventKind::Failed, untaken, .. } if untaken.is_empty())),
+        "{inputs:?}"
+    );
+    // The history read after a restart: a new process, the thread resumed, then read.
+    r.call(
+        AgentCall::ReadHistory {
+            attempt: AttemptId(3),
+            session: s,
+            operation_id: OperationId::new("op-2").unwrap(),
+            proof: ProofKind::ClientIdEcho,
+        },
+        Millis(20),
+    );
+    assert_eq!(r.spawned.len(), 2, "Codex is started again");
+    r.answer(
+        "initialize",
+        json!({"userAgent": "test/0.169.0"}),
+        Millis(21),
+    );
+    let read = &r.writes.last().unwrap().1;
+    assert_eq!(read["method"], "thread/read");
+    assert_eq!(read["params"]["threadId"], THREAD);
+    r.answer(
+        "thread/read",
+        json!({"thread": {"id": THREAD, "turns": [{"id": TURN, "status": "completed",
+            "items": [{"type": "userMessage", "id": "u2", "clientId": "op-2", "content": []}]}]}}),
+        Millis(22),
+    );
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::HistoryRead {
+            attempt: AttemptId(3),
+            read: HistoryRead::Found
+        }]
+    ));
+}
+
+#[test]
+fn a_send_waiting_for_its_thread_when_codex_ends_was_never_written() {
+    // OB-08: nothing of the message was written: proven unadmitted.
+    let mut r = Rig::new();
+    let s = r.session.clone();
+    r.call(start(&s, "op-1", 1), Millis(1));
+    r.answer("initialize", json!({"userAgent": "x"}), Millis(2));
+    let p = r.process();
+    r.agent
+        .handle_exit(p, "codex ended: exit status 1".into(), Millis(3));
+    r.drain(Millis(3));
+    let inputs = r.take_inputs();
+    assert!(
+        matches!(
+            inputs.as_slice(),
+            [AgentInput::SendResult {
+                attempt: AttemptId(1),
+                result: SendResult::ProvenUnadmitted { .. }
+            }]
+        ),
+        "{inputs:?}"
+    );
+    assert!(!r.writes.iter().any(|(_, v)| v["method"] == "turn/start"));
+}
+
+#[test]
+fn a_thread_codex_will_not_open_refuses_the_sends_that_waited_for_it() {
+    let mut r = Rig::new();
+    let s = r.session.clone();
+    r.call(start(&s, "op-1", 1), Millis(1));
+    r.answer("initialize", json!({"userAgent": "x"}), Millis(2));
+    r.refuse(
+        "thread/start",
+        -32603,
+        "model provider stub is not configured",
+        Millis(3),
+    );
+    let inputs = r.take_inputs();
+    let [AgentInput::SendResult {
+        result: SendResult::ProvenUnadmitted { error },
+        ..
+    }] = inputs.as_slice()
+    else {
+        panic!("{inputs:?}");
+    };
+    assert!(
+        error.contains("model provider stub is not configured"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_call_for_a_session_it_does_not_serve_is_not_its_own() {
+    let r = Rig::new();
+    assert!(r.agent.serves(&r.session));
+    assert!(!r.agent.serves(&SessionId::new("other").unwrap()));
+}
