@@ -1,0 +1,269 @@
+//! What the real-agent tests share: finding the pinned binaries, a home for each agent
+//! pointed at the scripted model, a runtime around a host, and reading what clients see.
+
+#![allow(dead_code, clippy::unwrap_used)] // shared by several test files
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agent_codex::{CodexAgent, ThreadConfig};
+use host_core::{ClientRequest, Host, HostConfig, ProcessSpec, Reply};
+use host_runtime::Runtime;
+use outbox_core::adapter::Capabilities;
+use outbox_core::{Controls, MemoryOutboxStore, MessageRequest, OperationId, QueueId, SessionInfo, SubmitRequest};
+use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};
+use scripted_model::ModelServer;
+use timeline_core::{BoundaryToken, HostKey, Millis, SessionId, TargetId};
+
+/// Where `.ci/run` installs the pinned agents (`AGENTS_DIR` overrides it).
+pub fn agents_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("AGENTS_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".cache/custody-agents")
+}
+
+fn find_under(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut dirs = Vec::new();
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            dirs.push(p);
+        } else if p.file_name().is_some_and(|n| n == name) && p.parent().is_some_and(|d| d.ends_with("bin")) {
+            return Some(p);
+        }
+    }
+    if depth == 0 {
+        return None;
+    }
+    dirs.sort();
+    dirs.iter().find_map(|d| find_under(d, name, depth - 1))
+}
+
+/// The pinned Codex binary: `CODEX_BIN`, or the native binary the npm package ships.
+/// Panics with what to install when there is none.
+pub fn codex_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CODEX_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = agents_dir().join("node_modules/@openai");
+    find_under(&root, "codex", 6).unwrap_or_else(|| {
+        panic!(
+            "the real Codex is not installed under {}: run .ci/run, or \
+             `npm install --prefix {} @openai/codex@0.169.0`, or set CODEX_BIN",
+            root.display(),
+            agents_dir().display()
+        )
+    })
+}
+
+/// A fresh directory under the system's temp dir.
+pub fn temp_dir(what: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let d = std::env::temp_dir().join(format!("custody-{what}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A `CODEX_HOME` whose model provider is the scripted model, with everything that
+/// would reach the network turned off.
+pub fn codex_home(model: &ModelServer) -> PathBuf {
+    let home = temp_dir("codex-home");
+    let config = format!(
+        r#"model = "gpt-5.5"
+model_provider = "scripted"
+web_search = "disabled"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[otel]
+exporter = "none"
+
+[features]
+plugins = false
+apps = false
+remote_plugin = false
+tool_suggest = false
+api_key_model_discovery = false
+in_app_updates = false
+image_generation = false
+goals = false
+
+[agents]
+enabled = false
+
+[model_providers.scripted]
+name = "scripted"
+base_url = "{}"
+wire_api = "responses"
+env_key = "SCRIPTED_MODEL_KEY"
+request_max_retries = 1
+stream_max_retries = 1
+stream_idle_timeout_ms = 20000
+"#,
+        model.openai_base_url()
+    );
+    std::fs::write(home.join("config.toml"), config).unwrap();
+    home
+}
+
+/// `codex app-server` with `home` as its `CODEX_HOME`.
+pub fn codex_spec(home: &Path) -> ProcessSpec {
+    ProcessSpec::new(codex_bin())
+        .args(["app-server"])
+        .env("CODEX_HOME", home.as_os_str())
+        .env("SCRIPTED_MODEL_KEY", "sk-scripted")
+        .env("RUST_LOG", "warn")
+        .env_remove("OPENAI_API_KEY")
+        .cwd(home)
+}
+
+pub fn host(session: &SessionId, caps: Capabilities) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
+    let mut n = 0u64;
+    let uuids = Box::new(move || {
+        n += 1;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    });
+    let mut host = Host::new(
+        MemoryOutboxStore::new(),
+        MemoryOverlayStore::new(),
+        HostConfig::new(HostKey::from_bytes([7; 32]), uuids),
+    );
+    let source = MemorySource::new(
+        SourceKind::Codex {
+            thread_id: "thread-1".into(),
+            generation: 1,
+        },
+        BoundaryToken::codex_rollout("/sessions/rollout-1.jsonl"),
+    );
+    host.add_session(session, SessionInfo::new(caps), Box::new(source));
+    host
+}
+
+/// A runtime with one session served by a real agent, and the model it talks to.
+pub struct Rig {
+    pub model: ModelServer,
+    pub home: PathBuf,
+    pub session: SessionId,
+    pub runtime: Runtime,
+}
+
+impl Rig {
+    /// The real Codex serving session `s-1`, in a workspace of its own.
+    pub async fn codex() -> Rig {
+        let model = ModelServer::start().unwrap();
+        let home = codex_home(&model);
+        let work = home.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let session = SessionId::new("s-1").unwrap();
+        let mut agent = CodexAgent::new(codex_spec(&home), "custody-tests", "0.1.0");
+        agent.add_session(
+            &session,
+            ThreadConfig::new(work.display().to_string()).sandbox("danger-full-access"),
+        );
+        let runtime = Runtime::builder(host(&session, Capabilities::codex()))
+            .agent(agent)
+            .start()
+            .unwrap();
+        Rig {
+            model,
+            home,
+            session,
+            runtime,
+        }
+    }
+
+    /// The rollout files Codex wrote.
+    pub fn rollouts(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut dirs = vec![self.home.join("sessions")];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "jsonl") {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    pub async fn stop(self) {
+        self.runtime.shutdown().await.unwrap();
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+pub fn submit(session: &SessionId, op: &str, text: &str) -> ClientRequest {
+    ClientRequest::Submit(SubmitRequest {
+        session: session.clone(),
+        queue_id: QueueId::new(format!("q-{op}")).unwrap(),
+        operation_id: OperationId::new(op).unwrap(),
+        request: MessageRequest::text(text, "phone", Millis(0)),
+        controls: Controls::automatic(),
+    })
+}
+
+/// The session's outbox entries, as the reconcile answers them.
+pub async fn outbox(client: &host_runtime::Client, session: &SessionId) -> Vec<serde_json::Value> {
+    let reply = client
+        .request(ClientRequest::ReconcileSessions {
+            sessions: vec![session.clone()],
+        })
+        .await
+        .unwrap();
+    let Reply::Reconciled(Ok(mut snapshots)) = reply else {
+        panic!("reconcile answered {reply:?}");
+    };
+    snapshots.remove(0).outbox
+}
+
+/// The rows of the session's latest window (history and overlay), as JSON text.
+pub async fn latest_rows(client: &host_runtime::Client, session: &SessionId) -> Vec<String> {
+    let reply = client
+        .request(ClientRequest::LatestWindow {
+            session: session.clone(),
+            target: TargetId::main(session),
+            page_size: 100,
+        })
+        .await
+        .unwrap();
+    let Reply::LatestWindow(Ok(window)) = reply else {
+        panic!("latest window answered {reply:?}");
+    };
+    let overlay = window.live_overlay.map(|o| o.blocks).unwrap_or_default();
+    window
+        .blocks
+        .iter()
+        .chain(overlay.iter())
+        .map(|b| serde_json::to_string(b).unwrap())
+        .collect()
+}
+
+/// Waits until `done` answers true, at most `limit`.
+pub async fn eventually_async<F, Fut>(what: &str, limit: Duration, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let began = Instant::now();
+    while began.elapsed() < limit {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not happen within {limit:?}");
+}
