@@ -151,7 +151,20 @@ impl Clock {
 
 enum Command {
     Request(Box<ClientRequest>, oneshot::Sender<Reply>),
+    Processes(oneshot::Sender<Vec<AgentProcess>>),
     Shutdown,
+}
+
+/// One agent process the runtime runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentProcess {
+    /// The agent, by the order it was added to the builder (from 0).
+    pub agent: usize,
+    /// The agent's name for it.
+    pub process: ProcessId,
+    /// Its operating-system process ID (also its process group's), once started.
+    pub pid: Option<u32>,
 }
 
 /// Builds a [`Runtime`].
@@ -256,7 +269,7 @@ where
         }
         Ok(Runtime {
             commands,
-            outputs: out_rx,
+            outputs: Outputs { rx: Some(out_rx) },
             thread: Some(thread),
             io: Some(io),
         })
@@ -267,9 +280,25 @@ where
 #[derive(Debug)]
 pub struct Runtime {
     commands: mpsc::Sender<Command>,
-    outputs: mpsc::Receiver<Output>,
+    outputs: Outputs,
     thread: Option<std::thread::JoinHandle<()>>,
     io: Option<tokio::runtime::Runtime>,
+}
+
+/// The live deliveries and notices of a running host, in order.
+#[derive(Debug)]
+pub struct Outputs {
+    rx: Option<mpsc::Receiver<Output>>,
+}
+
+impl Outputs {
+    /// The next output; `None` once the runtime stopped.
+    pub async fn next(&mut self) -> Option<Output> {
+        match self.rx.as_mut() {
+            Some(rx) => rx.recv().await,
+            None => None,
+        }
+    }
 }
 
 /// A client of a running host: asks and gets the host's answer. Cheap to clone.
@@ -288,6 +317,20 @@ impl Client {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Request(Box::new(request), tx))
+            .await
+            .map_err(|_| RuntimeError::Stopped)?;
+        rx.await.map_err(|_| RuntimeError::Stopped)
+    }
+
+    /// The agent processes running now.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Stopped`] when the runtime stopped.
+    pub async fn processes(&self) -> Result<Vec<AgentProcess>, RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Processes(tx))
             .await
             .map_err(|_| RuntimeError::Stopped)?;
         rx.await.map_err(|_| RuntimeError::Stopped)
@@ -315,9 +358,18 @@ impl Runtime {
         }
     }
 
-    /// The next live delivery or notice; `None` once the runtime stopped.
+    /// The next live delivery or notice; `None` once the runtime stopped (or the
+    /// outputs were taken with [`Runtime::take_outputs`]).
     pub async fn next_output(&mut self) -> Option<Output> {
-        self.outputs.recv().await
+        self.outputs.next().await
+    }
+
+    /// Takes the stream of outputs, to read it from a task of its own. Whoever holds
+    /// it must keep reading: the host waits while it is full.
+    pub fn take_outputs(&mut self) -> Outputs {
+        Outputs {
+            rx: self.outputs.rx.take(),
+        }
     }
 
     /// Stops between two inputs and kills every agent process group.
@@ -328,8 +380,10 @@ impl Runtime {
     pub async fn shutdown(mut self) -> Result<(), RuntimeError> {
         let _ = self.commands.send(Command::Shutdown).await;
         // Outputs still queued would hold the host thread up: let them go.
-        self.outputs.close();
-        while self.outputs.recv().await.is_some() {}
+        if let Some(rx) = self.outputs.rx.as_mut() {
+            rx.close();
+            while rx.recv().await.is_some() {}
+        }
         self.join()
     }
 
@@ -349,7 +403,9 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         if self.thread.is_some() {
             let _ = self.commands.try_send(Command::Shutdown);
-            self.outputs.close();
+            if let Some(rx) = self.outputs.rx.as_mut() {
+                rx.close();
+            }
             let _ = self.join();
         }
     }
@@ -390,6 +446,18 @@ where
                 biased;
                 command = commands.recv() => match command {
                     Some(Command::Request(request, reply)) => self.request(*request, reply),
+                    Some(Command::Processes(reply)) => {
+                        let list = self
+                            .processes
+                            .iter()
+                            .map(|((agent, process), h)| AgentProcess {
+                                agent: *agent,
+                                process: *process,
+                                pid: h.group,
+                            })
+                            .collect();
+                        let _ = reply.send(list);
+                    }
                     Some(Command::Shutdown) | None => break,
                 },
                 Some(event) = io.recv() => self.io_event(event),

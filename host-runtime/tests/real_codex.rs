@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually_async, latest_rows, outbox, submit, Rig};
+use common::{eventually_async, latest_rows, outbox, submit, wait_for, Rig};
 use host_core::{ClientRequest, Reply};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -18,22 +18,28 @@ async fn a_message_to_real_codex_is_accepted_proven_answered_and_let_go() {
     // OB-08, OB-09: saved, accepted by the turn, proven by the echo of its clientId,
     // then the outbox lets it go; the reply streams into the session's rows.
     let rig = Rig::codex().await;
-    let client = rig.runtime.client();
+    let client = rig.client();
     let reply = client
         .request(submit(&rig.session, "op-real-1", "Say hello"))
         .await
         .unwrap();
     assert!(matches!(reply, Reply::Submitted(Ok(_))), "{reply:?}");
-    eventually_async("the outbox to let the message go", Duration::from_secs(60), || async {
-        outbox(&client, &rig.session).await.is_empty()
-    })
+    eventually_async(
+        "the outbox to let the message go",
+        Duration::from_secs(60),
+        || async { outbox(&client, &rig.session).await.is_empty() },
+    )
     .await;
-    eventually_async("the reply in the session's rows", Duration::from_secs(60), || async {
-        latest_rows(&client, &rig.session)
-            .await
-            .iter()
-            .any(|t| t.contains("Reply to: Say hello"))
-    })
+    eventually_async(
+        "the reply in the session's rows",
+        Duration::from_secs(60),
+        || async {
+            latest_rows(&client, &rig.session)
+                .await
+                .iter()
+                .any(|t| t.contains("Reply to: Say hello"))
+        },
+    )
     .await;
     // Codex wrote the message, with its client ID, into the thread's rollout.
     let rollouts = rig.rollouts();
@@ -55,14 +61,16 @@ async fn a_message_to_real_codex_is_accepted_proven_answered_and_let_go() {
 async fn a_stop_of_a_slow_real_codex_turn_is_stopped_and_the_run_ends() {
     // OB-08: the stop interrupts the running turn and settles.
     let rig = Rig::codex().await;
-    let client = rig.runtime.client();
+    let client = rig.client();
     client
         .request(submit(&rig.session, "op-slow-1", "Count slowly [[slow]]"))
         .await
         .unwrap();
-    eventually_async("the slow turn to reach the model", Duration::from_secs(60), || async {
-        !rig.model.turns().is_empty()
-    })
+    eventually_async(
+        "the slow turn to reach the model",
+        Duration::from_secs(60),
+        || async { !rig.model.turns().is_empty() },
+    )
     .await;
     let stop = client
         .request(ClientRequest::Stop {
@@ -71,9 +79,208 @@ async fn a_stop_of_a_slow_real_codex_turn_is_stopped_and_the_run_ends() {
         .await
         .unwrap();
     assert!(matches!(stop, Reply::Stop(_)), "{stop:?}");
-    eventually_async("the outbox to let the message go", Duration::from_secs(60), || async {
-        outbox(&client, &rig.session).await.is_empty()
+    eventually_async(
+        "the outbox to let the message go",
+        Duration::from_secs(60),
+        || async { outbox(&client, &rig.session).await.is_empty() },
+    )
+    .await;
+    rig.stop().await;
+}
+
+async fn active_run(
+    client: &host_runtime::Client,
+    session: &timeline_core::SessionId,
+) -> Option<outbox_core::ids::RunId> {
+    let reply = client
+        .request(ClientRequest::ReconcileSessions {
+            sessions: vec![session.clone()],
+        })
+        .await
+        .unwrap();
+    let Reply::Reconciled(Ok(mut s)) = reply else {
+        panic!("{reply:?}");
+    };
+    s.remove(0).active_run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_steer_into_a_slow_real_codex_turn_is_accepted_and_proven_in_that_turn() {
+    // OB-08, OB-09: `turn/steer` with the run's turn as `expectedTurnId`.
+    let rig = Rig::codex().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-first", "Count slowly [[slow]]"))
+        .await
+        .unwrap();
+    let run = wait_for("the run to be active", Duration::from_secs(60), || async {
+        let run = active_run(&client, &rig.session).await;
+        run.filter(|_| !rig.model.turns().is_empty())
     })
     .await;
+    let mut steer = submit(&rig.session, "op-steer", "And then say done");
+    if let ClientRequest::Submit(s) = &mut steer {
+        s.controls = outbox_core::Controls::steer(run.clone());
+    }
+    let reply = client.request(steer).await.unwrap();
+    assert!(matches!(reply, Reply::Submitted(Ok(_))), "{reply:?}");
+    eventually_async(
+        "both messages to be let go",
+        Duration::from_secs(90),
+        || async { outbox(&client, &rig.session).await.is_empty() },
+    )
+    .await;
+    // Both are in the thread's rollout: the steer was delivered, not dropped.
+    let rollouts = rig.rollouts();
+    for op in ["op-first", "op-steer"] {
+        assert!(
+            rollouts
+                .iter()
+                .any(|p| agent_codex::rollout_holds(p, op).unwrap_or(false)),
+            "{op} is not in the rollout"
+        );
+    }
+    rig.stop().await;
+}
+
+/// The first pending approval card among the session's rows: its four IDs.
+async fn pending_card(
+    client: &host_runtime::Client,
+    session: &timeline_core::SessionId,
+) -> Option<[String; 4]> {
+    latest_rows(client, session).await.iter().find_map(|row| {
+        let v: serde_json::Value = serde_json::from_str(row).ok()?;
+        let a = &v["data"]["approval"];
+        (a["status"] == "pending").then(|| {
+            ["requestId", "threadId", "turnId", "itemId"].map(|k| match &a[k] {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_real_codex_approval_is_decided_on_one_device_and_refused_on_the_other() {
+    // RW-06: the first allowed decision goes to Codex; the second device is told it was
+    // already resolved; the turn then finishes with the command's output.
+    let rig = Rig::codex_with(|t| t.approval_policy("untrusted")).await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-tool", "Make the file [[tool]]"))
+        .await
+        .unwrap();
+    let [request_id, thread_id, turn_id, item_id] =
+        wait_for("the approval card", Duration::from_secs(60), || {
+            pending_card(&client, &rig.session)
+        })
+        .await;
+    let decide = |decision| ClientRequest::ResolveApproval {
+        request_id: request_id.clone(),
+        thread_id: thread_id.clone(),
+        turn_id: turn_id.clone(),
+        item_id: item_id.clone(),
+        decision,
+    };
+    let (a, b) = tokio::join!(
+        client.request(decide(timeline_core::rows::Decision::Accept)),
+        client.request(decide(timeline_core::rows::Decision::Decline)),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let taken = [&a, &b]
+        .iter()
+        .filter(|r| matches!(r, Reply::Approval(Ok(_))))
+        .count();
+    let refused = [&a, &b]
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved { .. }))
+            )
+        })
+        .count();
+    assert_eq!((taken, refused), (1, 1), "{a:?} / {b:?}");
+    let accepted = matches!(a, Reply::Approval(Ok(_)));
+    eventually_async("the turn to finish", Duration::from_secs(60), || async {
+        outbox(&client, &rig.session).await.is_empty()
+            && active_run(&client, &rig.session).await.is_none()
+    })
+    .await;
+    // The command ran only when the accept was the decision taken.
+    let ran = rig.home.join("work/scripted-model-ran.txt").exists();
+    assert_eq!(
+        ran, accepted,
+        "the file exists: {ran}, accepted: {accepted}"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn real_codex_killed_mid_turn_sends_nothing_twice_and_serves_the_next_message() {
+    // OB-08: the run ends with the process; what was delivered is not sent again; the
+    // next message starts Codex again and resumes the thread.
+    let rig = Rig::codex().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-killed", "Count slowly [[slow]]"))
+        .await
+        .unwrap();
+    eventually_async(
+        "the slow turn to reach the model",
+        Duration::from_secs(60),
+        || async { !rig.model.turns().is_empty() },
+    )
+    .await;
+    let processes = client.processes().await.unwrap();
+    let pid = processes[0].pid.unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    eventually_async("the run to end", Duration::from_secs(60), || async {
+        active_run(&client, &rig.session).await.is_none()
+    })
+    .await;
+    client
+        .request(submit(&rig.session, "op-after", "Are you back"))
+        .await
+        .unwrap();
+    eventually_async(
+        "the next message to be let go",
+        Duration::from_secs(90),
+        || async { outbox(&client, &rig.session).await.is_empty() },
+    )
+    .await;
+    // The echo comes before the model is asked: wait for the model too.
+    eventually_async(
+        "the next message to reach the model",
+        Duration::from_secs(60),
+        || async {
+            rig.model
+                .turns()
+                .iter()
+                .any(|t| t.body.to_string().contains("Are you back"))
+        },
+    )
+    .await;
+    let turns = rig.model.turns();
+    let killed = turns
+        .iter()
+        .filter(|t| {
+            let last = t.body["input"].as_array().and_then(|i| i.last()).cloned();
+            last.is_some_and(|l| l.to_string().contains("Count slowly"))
+        })
+        .count();
+    assert_eq!(
+        killed, 1,
+        "the killed turn's message went to the model again"
+    );
+    let after = client.processes().await.unwrap();
+    assert_ne!(
+        after[0].pid,
+        Some(pid),
+        "a new Codex serves the next message"
+    );
     rig.stop().await;
 }

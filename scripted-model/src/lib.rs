@@ -10,7 +10,7 @@
 //! |---|---|
 //! | none, `[[text]]` | text in three deltas: `Reply to: <the user's words>` |
 //! | `[[slow]]` | eight text deltas, one every [`SLOW_STEP`] (a steer, a queued message or an interrupt lands in the running turn) |
-//! | `[[tool]]` | a shell tool call that needs approval (`touch scripted-model-ran.txt`); the request carrying its output is answered with text quoting it |
+//! | `[[tool]]` | a call of the shell tool the request offers, which needs approval (`touch scripted-model-ran.txt`); the request carrying its output is answered with text quoting it |
 //! | `[[e500]]`, `[[e500:N]]` | HTTP 500 for the first N requests of that text (1 by default), then text |
 //! | `[[cut]]` | the stream closed halfway, every time |
 //! | `[[hang]]` | the first event, then nothing until the client leaves or [`HANG_MAX`] passes |
@@ -408,6 +408,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let last = texts.last().cloned().unwrap_or_default();
     let script = choose(shared, &last, tool.is_some());
     let streamed = api == Api::Responses || body["stream"].as_bool().unwrap_or(false);
+    let body_kept = body.clone();
     log(shared, api, &request.path, body, Some(script.clone()));
     let n = shared.next.fetch_add(1, Ordering::SeqCst) + 1;
     let reply = match (&script, &tool) {
@@ -435,7 +436,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
         return;
     }
     let events = match api {
-        Api::Responses => responses_events(n, &script, &reply),
+        Api::Responses => responses_events(n, &script, &reply, &body_kept),
         _ => messages_events(n, &script, &reply),
     };
     let _ = stream_events(&mut out, &mut reader, &script, &events);
@@ -486,8 +487,32 @@ fn responses_usage() -> Value {
            "total_tokens": 120})
 }
 
+/// The command a `[[tool]]` turn runs.
+const TOOL_COMMAND: &str = "touch scripted-model-ran.txt && echo ran";
+
+/// The shell tool a Responses request offers, and the arguments that run
+/// [`TOOL_COMMAND`] through it (Codex names and shapes it differently by version).
+fn shell_call(body: &Value) -> (String, String) {
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().or_else(|| t["type"].as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (name, args) = if names.contains(&"exec_command") {
+        ("exec_command", json!({"cmd": TOOL_COMMAND}))
+    } else if names.contains(&"shell") {
+        ("shell", json!({"command": ["bash", "-lc", TOOL_COMMAND]}))
+    } else {
+        ("shell_command", json!({"command": TOOL_COMMAND}))
+    };
+    (name.to_owned(), args.to_string())
+}
+
 /// The Responses events of a script.
-fn responses_events(n: u64, script: &Script, reply: &str) -> Vec<Vec<u8>> {
+fn responses_events(n: u64, script: &Script, reply: &str, body: &Value) -> Vec<Vec<u8>> {
     let created = sse(
         "response.created",
         &json!({"type": "response.created", "response": {"id": format!("resp_{n}")}}),
@@ -498,10 +523,10 @@ fn responses_events(n: u64, script: &Script, reply: &str) -> Vec<Vec<u8>> {
                 "response": {"id": format!("resp_{n}"), "usage": responses_usage()}}),
     );
     if *script == Script::Tool {
+        let (name, arguments) = shell_call(body);
         let item = json!({"type": "function_call", "id": format!("fc_{n}"),
-            "call_id": format!("call_{n}"), "name": "shell_command",
-            "arguments": json!({"command": "touch scripted-model-ran.txt && echo ran"}).to_string(),
-            "status": "completed"});
+            "call_id": format!("call_{n}"), "name": name,
+            "arguments": arguments, "status": "completed"});
         let mut added = item.clone();
         added["arguments"] = json!("");
         added["status"] = json!("in_progress");
@@ -595,9 +620,7 @@ fn messages_events(n: u64, script: &Script, reply: &str) -> Vec<Vec<u8>> {
             1,
             json!({"type": "tool_use", "id": format!("toolu_scripted_{n}"), "name": "Bash", "input": {}}),
         ));
-        let input = json!({"command": "touch scripted-model-ran.txt && echo ran",
-                           "description": "Make a file"})
-        .to_string();
+        let input = json!({"command": TOOL_COMMAND, "description": "Make a file"}).to_string();
         let half = input.len() / 2;
         for piece in [&input[..half], &input[half..]] {
             events.push(sse(

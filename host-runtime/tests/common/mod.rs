@@ -11,7 +11,9 @@ use agent_codex::{CodexAgent, ThreadConfig};
 use host_core::{ClientRequest, Host, HostConfig, ProcessSpec, Reply};
 use host_runtime::Runtime;
 use outbox_core::adapter::Capabilities;
-use outbox_core::{Controls, MemoryOutboxStore, MessageRequest, OperationId, QueueId, SessionInfo, SubmitRequest};
+use outbox_core::{
+    Controls, MemoryOutboxStore, MessageRequest, OperationId, QueueId, SessionInfo, SubmitRequest,
+};
 use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};
 use scripted_model::ModelServer;
 use timeline_core::{BoundaryToken, HostKey, Millis, SessionId, TargetId};
@@ -32,7 +34,9 @@ fn find_under(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
         let p = e.path();
         if p.is_dir() {
             dirs.push(p);
-        } else if p.file_name().is_some_and(|n| n == name) && p.parent().is_some_and(|d| d.ends_with("bin")) {
+        } else if p.file_name().is_some_and(|n| n == name)
+            && p.parent().is_some_and(|d| d.ends_with("bin"))
+        {
             return Some(p);
         }
     }
@@ -128,7 +132,10 @@ pub fn codex_spec(home: &Path) -> ProcessSpec {
         .cwd(home)
 }
 
-pub fn host(session: &SessionId, caps: Capabilities) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
+pub fn host(
+    session: &SessionId,
+    caps: Capabilities,
+) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
     let mut n = 0u64;
     let uuids = Box::new(move || {
         n += 1;
@@ -152,15 +159,54 @@ pub fn host(session: &SessionId, caps: Capabilities) -> Host<MemoryOutboxStore, 
 
 /// A runtime with one session served by a real agent, and the model it talks to.
 pub struct Rig {
+    /// Every output of the host, as debug text, in order.
+    pub outputs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     pub model: ModelServer,
     pub home: PathBuf,
     pub session: SessionId,
-    pub runtime: Runtime,
+    runtime: Option<Runtime>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- the host's notices:");
+            for n in self
+                .outputs
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|o| std::env::var_os("RIG_ALL").is_some() || o.starts_with("Notice"))
+            {
+                eprintln!("{n}");
+            }
+            eprintln!("--- the model's turns:");
+            for t in self.model.requests() {
+                let input = t.body["input"].as_array().map(|i| i.len()).unwrap_or(0);
+                let last = t.body["input"]
+                    .as_array()
+                    .and_then(|i| i.last())
+                    .map(|l| l.to_string())
+                    .unwrap_or_default();
+                eprintln!(
+                    "{} {:?} ({input} input items) last: {}",
+                    t.path,
+                    t.script,
+                    &last[..last.len().min(300)]
+                );
+            }
+        }
+    }
 }
 
 impl Rig {
     /// The real Codex serving session `s-1`, in a workspace of its own.
     pub async fn codex() -> Rig {
+        Rig::codex_with(|t| t).await
+    }
+
+    /// [`Rig::codex`] with the thread configured by `thread`.
+    pub async fn codex_with(thread: impl FnOnce(ThreadConfig) -> ThreadConfig) -> Rig {
         let model = ModelServer::start().unwrap();
         let home = codex_home(&model);
         let work = home.join("work");
@@ -169,17 +215,26 @@ impl Rig {
         let mut agent = CodexAgent::new(codex_spec(&home), "custody-tests", "0.1.0");
         agent.add_session(
             &session,
-            ThreadConfig::new(work.display().to_string()).sandbox("danger-full-access"),
+            thread(ThreadConfig::new(work.display().to_string()).sandbox("danger-full-access")),
         );
-        let runtime = Runtime::builder(host(&session, Capabilities::codex()))
+        let mut runtime = Runtime::builder(host(&session, Capabilities::codex()))
             .agent(agent)
             .start()
             .unwrap();
+        let outputs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut stream = runtime.take_outputs();
+        let kept = std::sync::Arc::clone(&outputs);
+        tokio::spawn(async move {
+            while let Some(o) = stream.next().await {
+                kept.lock().unwrap().push(format!("{o:?}"));
+            }
+        });
         Rig {
+            outputs,
             model,
             home,
             session,
-            runtime,
+            runtime: Some(runtime),
         }
     }
 
@@ -200,8 +255,26 @@ impl Rig {
         out
     }
 
-    pub async fn stop(self) {
-        self.runtime.shutdown().await.unwrap();
+    /// The notices the host gave so far.
+    pub fn notices(&self) -> Vec<String> {
+        self.outputs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|o| o.starts_with("Notice"))
+            .cloned()
+            .collect()
+    }
+
+    /// A client of the host.
+    pub fn client(&self) -> host_runtime::Client {
+        self.runtime.as_ref().unwrap().client()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(r) = self.runtime.take() {
+            r.shutdown().await.unwrap();
+        }
         let _ = std::fs::remove_dir_all(&self.home);
     }
 }
@@ -262,6 +335,22 @@ where
     while began.elapsed() < limit {
         if done().await {
             return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not happen within {limit:?}");
+}
+
+/// Waits until `found` answers `Some`, at most `limit`, and gives what it found.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut found: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let began = Instant::now();
+    while began.elapsed() < limit {
+        if let Some(t) = found().await {
+            return t;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
