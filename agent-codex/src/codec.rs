@@ -173,7 +173,10 @@ pub enum AnswerError {
 
 /// The decisions a Codex approval allows, in the shared model's words. `acceptBroadly`
 /// is Codex's `acceptWithExecpolicyAmendment` and needs a proposed amendment;
-/// `availableDecisions`, when sent, narrows the list.
+/// `availableDecisions`, when sent, narrows the list, except for `decline` and
+/// `acceptForSession`: Codex 0.169 leaves both out of a command's list
+/// (`["accept", {"acceptWithExecpolicyAmendment": ..}, "cancel"]`) and takes both, and
+/// without `decline` the only refusal left would be `cancel`, which ends the whole turn.
 pub fn allowed_decisions(ask: &ApprovalAsk) -> Vec<Decision> {
     let mut all = vec![Decision::Accept, Decision::AcceptForSession];
     if ask.method == ApprovalMethod::CommandExecution && ask.proposed_execpolicy_amendment.is_some()
@@ -184,7 +187,10 @@ pub fn allowed_decisions(ask: &ApprovalAsk) -> Vec<Decision> {
     match &ask.available_decisions {
         Some(names) => all
             .into_iter()
-            .filter(|d| names.iter().any(|n| n == decision_wire_name(*d)))
+            .filter(|d| {
+                matches!(d, Decision::Decline | Decision::AcceptForSession)
+                    || names.iter().any(|n| n == decision_wire_name(*d))
+            })
             .collect(),
         None => all,
     }

@@ -11,7 +11,7 @@
 //! | send, start | `thread/start` (or `thread/resume` after a restart) when the session has no loaded thread, then `turn/start` with the operation as `clientUserMessageId` | [`AgentInput::SendResult`] through the one table of [`crate::send`]; the echo later proves delivery ([`AgentInput::DeliveryProof`]) |
 //! | send, steer | `turn/steer` with the run's turn as `expectedTurnId` | the same |
 //! | history read | `thread/read` with its turns, searched for the client ID | [`AgentInput::HistoryRead`]; a failed read is `Unreadable` |
-//! | stop | `turn/interrupt`, then the turn's end | [`AgentInput::StopResult`] with the steers the interruption proved undelivered as untaken; a turn that ended before the interrupt was read (`-32600`, no active turn) is stopped, not failed |
+//! | stop | `turn/interrupt`, then the turn's end | [`AgentInput::StopResult`] with the steers the interruption proved undelivered as untaken; a turn Codex calls not running (`-32600`: no active turn, another turn's ID, thread not found) is stopped, not failed, and its run ends with its `turn/completed` or [`END_GRACE`] later |
 //! | take back | nothing: Codex cannot take input back out of a running turn | `NotDetached` |
 //! | approval decision | the answer to Codex's request, once | [`AgentInput::ApprovalResolved`]; a request Codex already settled (`serverRequest/resolved`) is refused, never answered as taken |
 //! | clear thread link | nothing; the next send opens a fresh thread | |
@@ -55,6 +55,23 @@ pub const REPLY_DEADLINE: Millis = Millis(30_000);
 
 /// The JSON-RPC error code Codex answers `turn/interrupt` with when no turn runs.
 const INVALID_REQUEST: i64 = -32600;
+
+/// How long a run Codex called not running waits for its `turn/completed`.
+pub const END_GRACE: Millis = Millis(5_000);
+
+/// True when an interrupt's refusal says the turn is not running: Codex 0.169 answers
+/// `-32600` with "no active turn to interrupt" (it ended), "expected active turn id X but
+/// found Y" (another turn runs) or "thread not found: X" (the thread is not loaded).
+fn not_running(e: &RpcError) -> bool {
+    e.code == INVALID_REQUEST
+        && [
+            "no active turn",
+            "expected active turn id",
+            "thread not found",
+        ]
+        .iter()
+        .any(|m| e.message.contains(m))
+}
 
 /// How the connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +149,8 @@ struct RunState {
     accepted: Vec<OperationId>,
     /// A stop waiting for the turn's end, and its deadline.
     stop: Option<(outbox_core::AttemptId, Millis)>,
+    /// Codex said the turn is not running: it ends by then if its end is not read.
+    end_by: Option<Millis>,
 }
 
 /// An approval Codex asked, until it is answered or settled.
@@ -712,11 +731,17 @@ impl CodexAgent {
                         }
                     }
                 }
-                // The turn ended before the interrupt reached it (its end may still be
-                // on its way): stopped, not failed.
-                Err(e) if e.code == INVALID_REQUEST && e.message.contains("no active turn") => {
+                // The turn is not running (it ended before the interrupt reached it, or
+                // the thread runs another turn, or is not loaded): stopped, not failed.
+                // Its `turn/completed` may still be on its way (Codex 0.169 can answer
+                // before it): the run ends with it, or after a short grace.
+                Err(e) if not_running(&e) => {
                     let untaken = self.untaken(&run);
-                    self.end_run(&run, RunEventKind::Completed);
+                    if let Some(r) = self.runs.get_mut(&run) {
+                        if !r.ended {
+                            r.end_by = Some(now.saturating_add(END_GRACE));
+                        }
+                    }
                     self.input(AgentInput::StopResult {
                         attempt,
                         result: StopResult::Stopped { untaken },
@@ -750,6 +775,7 @@ impl CodexAgent {
                         ended: false,
                         accepted: vec![request.operation_id.clone()],
                         stop: None,
+                        end_by: None,
                     },
                 );
             }
@@ -1195,7 +1221,12 @@ impl Agent for CodexAgent {
             .runs
             .values()
             .filter_map(|r| r.stop.as_ref().map(|s| s.1));
-        requests.chain(stops).min()
+        let ends = self
+            .runs
+            .values()
+            .filter(|r| !r.ended)
+            .filter_map(|r| r.end_by);
+        requests.chain(stops).chain(ends).min()
     }
 
     fn handle_timeout(&mut self, now: Millis) {
@@ -1232,6 +1263,15 @@ impl Agent for CodexAgent {
                     self.gone("Codex did not answer in time".to_owned(), now);
                 }
             }
+        }
+        let overdue: Vec<RunId> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| !r.ended && r.end_by.is_some_and(|d| d <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for run in overdue {
+            self.end_run(&run, RunEventKind::Completed);
         }
         let stops: Vec<RunId> = self
             .runs

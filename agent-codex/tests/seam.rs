@@ -379,6 +379,64 @@ fn a_stop_that_races_the_turns_end_is_stopped_not_failed() {
         )),
         "{inputs:?}"
     );
+    // The answer may come before the turn's end: the run ends with its real status.
+    assert!(!inputs
+        .iter()
+        .any(|i| matches!(i, AgentInput::RunEnded { .. })));
+    r.line(turn_completed("completed"), Millis(12));
+    let inputs = r.take_inputs();
+    assert!(
+        matches!(
+            inputs.as_slice(),
+            [AgentInput::RunEnded {
+                outcome: RunEventKind::Completed,
+                ..
+            }]
+        ),
+        "{inputs:?}"
+    );
+}
+
+#[test]
+fn a_turn_codex_calls_not_running_ends_after_the_grace_when_its_end_never_comes() {
+    use agent_codex::seam::END_GRACE;
+    for message in [
+        "no active turn to interrupt",
+        "expected active turn id turn-1 but found turn-2",
+        "thread not found: thr-1",
+    ] {
+        let mut r = running();
+        let s = r.session.clone();
+        r.call(
+            AgentCall::Stop {
+                attempt: AttemptId(5),
+                session: s,
+                run: run(),
+            },
+            Millis(10),
+        );
+        r.refuse("turn/interrupt", -32600, message, Millis(11));
+        let inputs = r.take_inputs();
+        assert!(
+            matches!(
+                inputs.as_slice(),
+                [AgentInput::StopResult {
+                    result: StopResult::Stopped { .. },
+                    ..
+                }]
+            ),
+            "{message}: {inputs:?}"
+        );
+        let due = Millis(11).saturating_add(END_GRACE);
+        assert_eq!(r.agent.poll_timeout(), Some(due));
+        r.agent.handle_timeout(due);
+        r.drain(due);
+        assert!(
+            matches!(r.take_inputs().as_slice(), [AgentInput::RunEnded { .. }]),
+            "{message}"
+        );
+        assert_eq!(r.agent.poll_timeout(), None);
+    }
 }
 
 #[test]
@@ -644,4 +702,35 @@ fn a_call_for_a_session_it_does_not_serve_is_not_its_own() {
     let r = Rig::new();
     assert!(r.agent.serves(&r.session));
     assert!(!r.agent.serves(&SessionId::new("other").unwrap()));
+}
+
+#[test]
+fn a_codex_0_169_command_approval_allows_decline_though_its_list_leaves_it_out() {
+    // RW-06, from the real 0.169 request: `availableDecisions` lists accept, the
+    // execpolicy amendment and cancel; Codex takes decline and acceptForSession too.
+    let mut r = running();
+    r.line(
+        json!({"method": "item/commandExecution/requestApproval", "id": 0, "params": {
+            "kind": "command", "threadId": THREAD, "turnId": TURN, "itemId": "call_2",
+            "command": "/bin/bash -lc \"touch x\"",
+            "proposedExecpolicyAmendment": ["touch", "x"],
+            "availableDecisions": ["accept",
+                {"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "x"]}},
+                "cancel"]}}),
+        Millis(20),
+    );
+    let inputs = r.take_inputs();
+    let Some(AgentInput::ApprovalAsked { request, .. }) = inputs.into_iter().next() else {
+        panic!("no approval asked");
+    };
+    for d in [
+        Decision::Accept,
+        Decision::AcceptForSession,
+        Decision::AcceptBroadly,
+        Decision::Decline,
+        Decision::Cancel,
+    ] {
+        assert!(request.allowed.contains(&d), "{d:?} is not allowed");
+    }
+    assert_eq!(request.request_id, "0");
 }
