@@ -8,7 +8,7 @@
 //! | send, steer | writes the user line into the run's open input; Claude reads it after its current step |
 //! | result | a line naming the UUID delivers (the echo, `command_lifecycle` started/completed, `result.user_message_uuid`); `queued` accepts it; `refused` proves it was not admitted; Claude exiting, the deadline, a failed write or a turn that ends without naming it is uncertain (OB-08, OB-09) |
 //! | history read | looks for a user entry with the UUID in the transcript (`<projects>/<slug of cwd>/<Claude session>.jsonl`), streamed in blocks |
-//! | stop | writes an `interrupt` control request, waits for the turn to end or Claude to exit, closes its input; messages still queued are untaken (the interrupt drops them) |
+//! | stop | writes an `interrupt` control request with `cancel_queued`, waits for the turn to end or Claude to exit, closes its input; the messages Claude cancelled before they started are untaken |
 //! | take back | Claude Code offers no way to take one queued message back: not detached |
 //! | reclaim veto | while the run's process lives |
 //! | approvals | `can_use_tool` prompts become [`ApprovalRequest`]s and cards; [`ClaudeAdapter::resolve_approval`] answers one it holds, and says when it holds none (the seed: dispatch asks the Claude adapter first) |
@@ -447,7 +447,9 @@ impl AgentAdapter for ClaudeAdapter {
             serde_json::json!({
                 "type": "control_request",
                 "request_id": format!("interrupt-{}", run.as_str()),
-                "request": {"subtype": "interrupt"},
+                // Drop what waits in Claude's queue (2.1.328 keeps it otherwise, and
+                // runs it as the next turn): what it cancels is what was not taken.
+                "request": {"subtype": "interrupt", "cancel_queued": true},
             })
         );
         let clock = self.config.clock;

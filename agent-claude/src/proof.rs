@@ -35,6 +35,9 @@ pub enum Verdict {
     Queued,
     /// Claude refused it: not delivered.
     Refused,
+    /// Cancelled (`command_lifecycle` `cancelled`): not delivered when it had not
+    /// started; a message that started stays delivered.
+    Cancelled,
     /// A lifecycle state this crate does not know: no conclusion.
     Unknown,
 }
@@ -58,6 +61,7 @@ impl Evidence {
                 Verdict::Delivered
             }
             ProofSource::Lifecycle(LifecycleState::Refused) => Verdict::Refused,
+            ProofSource::Lifecycle(LifecycleState::Cancelled) => Verdict::Cancelled,
             ProofSource::Lifecycle(_) => Verdict::Unknown,
         }
     }

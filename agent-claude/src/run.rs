@@ -62,6 +62,9 @@ pub enum SendState {
     Delivered,
     /// Claude refused it.
     Refused,
+    /// Cancelled before it started (an interrupt with `cancel_queued`, or
+    /// `cancel_async_message`): Claude never took it.
+    Cancelled,
 }
 
 /// Why the wait for a message ended before a line settled it.
@@ -104,6 +107,9 @@ pub fn send_result(
         },
         (Some(SendState::Refused), _) => SendResult::ProvenUnadmitted {
             error: "Claude refused the message".to_owned(),
+        },
+        (Some(SendState::Cancelled), _) => SendResult::ProvenUnadmitted {
+            error: "Claude cancelled the message before it started".to_owned(),
         },
         (Some(SendState::Written) | None, _) => SendResult::AdmissionUncertain {
             error: match end {
@@ -259,14 +265,23 @@ impl ClaudeRun {
         self.sends.get(uuid.as_str()).copied()
     }
 
-    /// Messages accepted into the queue that the run never took (an interrupt drops
-    /// them).
+    /// Messages Claude cancelled before they started: the run never took them. A
+    /// message still queued is not among them: Claude 2.1.328 keeps queued messages
+    /// through a plain interrupt (`still_queued`) and runs them as the next turn; only an
+    /// interrupt with `cancel_queued` (or `cancel_async_message`) drops one, and says so
+    /// with `command_lifecycle` `cancelled`.
     pub fn untaken(&self) -> Vec<String> {
         self.sends
             .iter()
-            .filter(|(_, s)| **s == SendState::Queued)
+            .filter(|(_, s)| **s == SendState::Cancelled)
             .map(|(u, _)| u.clone())
             .collect()
+    }
+
+    /// Sets the Claude session before `system/init` names it (a run started with
+    /// `--session-id` or `--resume` knows it from the start).
+    pub fn set_claude_session(&mut self, claude_session: &str) {
+        self.claude_session = Some(claude_session.to_owned());
     }
 
     /// The last `result` line.
@@ -279,10 +294,12 @@ impl ClaudeRun {
     pub fn is_finished(&self) -> bool {
         !self.busy
             && self.prompts.is_empty()
-            && self
-                .sends
-                .values()
-                .all(|s| matches!(s, SendState::Delivered | SendState::Refused))
+            && self.sends.values().all(|s| {
+                matches!(
+                    s,
+                    SendState::Delivered | SendState::Refused | SendState::Cancelled
+                )
+            })
     }
 
     /// The prompts that wait for a decision.
@@ -322,6 +339,7 @@ impl ClaudeRun {
                     Verdict::Delivered => Some(SendState::Delivered),
                     Verdict::Queued => Some(SendState::Queued),
                     Verdict::Refused => Some(SendState::Refused),
+                    Verdict::Cancelled => Some(SendState::Cancelled),
                     Verdict::Unknown => None,
                 };
                 if let (Some(state), Some(next)) = (self.sends.get_mut(&uuid), next) {
@@ -329,6 +347,7 @@ impl ClaudeRun {
                         (SendState::Delivered, _) => SendState::Delivered,
                         (_, SendState::Delivered) => SendState::Delivered,
                         (SendState::Refused, _) | (_, SendState::Refused) => SendState::Refused,
+                        (SendState::Cancelled, _) => SendState::Cancelled,
                         (_, next) => next,
                     };
                 }
@@ -443,7 +462,10 @@ mod tests {
         let (mut r, u) = run();
         r.handle_line(lifecycle("queued").as_bytes(), Millis(1));
         assert_eq!(r.state_of(&u), Some(SendState::Queued));
-        assert_eq!(r.untaken(), [OP.to_owned()]);
+        assert!(
+            r.untaken().is_empty(),
+            "a queued message survives an interrupt"
+        );
         r.handle_line(lifecycle("started").as_bytes(), Millis(2));
         assert_eq!(r.state_of(&u), Some(SendState::Delivered));
         r.handle_line(lifecycle("queued").as_bytes(), Millis(3));
@@ -452,6 +474,27 @@ mod tests {
         let (mut r, u) = run();
         r.handle_line(lifecycle("refused").as_bytes(), Millis(1));
         assert_eq!(r.state_of(&u), Some(SendState::Refused));
+    }
+
+    // OB-08: Claude 2.1.328 cancels a queued message only when told to (`cancel_queued`,
+    // `cancel_async_message`): that one was never taken; one that started and was then
+    // cancelled (its turn interrupted) stays delivered.
+    #[test]
+    fn a_cancelled_message_is_untaken_only_when_it_never_started() {
+        let (mut r, u) = run();
+        r.handle_line(lifecycle("queued").as_bytes(), Millis(1));
+        r.handle_line(lifecycle("cancelled").as_bytes(), Millis(2));
+        assert_eq!(r.state_of(&u), Some(SendState::Cancelled));
+        assert_eq!(r.untaken(), [OP.to_owned()]);
+        // Any line that proves delivery wins: what may be delivered is never sent again.
+        r.handle_line(lifecycle("started").as_bytes(), Millis(3));
+        assert_eq!(r.state_of(&u), Some(SendState::Delivered));
+        assert!(r.untaken().is_empty());
+        let (mut r, u) = run();
+        r.handle_line(lifecycle("started").as_bytes(), Millis(1));
+        r.handle_line(lifecycle("cancelled").as_bytes(), Millis(2));
+        assert_eq!(r.state_of(&u), Some(SendState::Delivered));
+        assert!(r.untaken().is_empty());
     }
 
     // OB-08, OB-09: the send result of each way a wait ends.

@@ -339,6 +339,10 @@ pub enum LifecycleState {
     Completed,
     /// The command was refused.
     Refused,
+    /// The command was cancelled: before it started (an interrupt with
+    /// `cancel_queued`, `cancel_async_message`) it was never taken; after `started` its
+    /// turn was interrupted or gave up.
+    Cancelled,
     /// A state this crate does not know.
     Other(String),
 }
@@ -835,6 +839,7 @@ fn classify(raw: RawLine, d: &mut Diagnostics) -> Option<StreamLine> {
                 "started" => LifecycleState::Started,
                 "completed" => LifecycleState::Completed,
                 "refused" => LifecycleState::Refused,
+                "cancelled" => LifecycleState::Cancelled,
                 other => {
                     d.unknown_parts.add(&format!("command_lifecycle/{other}"));
                     LifecycleState::Other(other.to_owned())
