@@ -26,6 +26,8 @@
 //!   transcript file as a history source, the history read of a delivery proof.
 //! - [`driver`]: the process edge: one `claude` child, lines with deadlines, its exit.
 //! - [`adapter`]: the [`outbox_core::adapter::AgentAdapter`] for Claude.
+//! - [`seam`]: Claude behind the host's agent seam ([`host_core::Agent`]), without
+//!   blocking and without IO, for a runtime to drive.
 //! - [`diag`]: what was parsed, skipped, unknown or malformed. Message content
 //!   ([`Content`], [`ContentBlock`], [`Message`]) is re-exported here; the rows both paths
 //!   build (keyed alike) and timestamp parsing are private to the crate.
@@ -45,6 +47,7 @@ pub mod permission;
 pub mod project;
 pub mod proof;
 pub mod run;
+pub mod seam;
 pub mod source;
 pub mod stream;
 pub mod tail;
@@ -63,6 +66,7 @@ pub use permission::{answer_line, approval_request};
 pub use project::{Output, Projector};
 pub use proof::{history_read, Evidence, ProofSource, Verdict};
 pub use run::{send_result, ClaudeRun, ResolveError, SendState, WaitEnd};
+pub use seam::{ClaudeAgent, ClaudeConfig};
 pub use source::TranscriptSource;
 pub use stream::{MessageUuid, StreamDecoder, StreamLine, UserMessage};
 pub use tail::{TailPage, TailRead, TailStep};

@@ -307,6 +307,18 @@ impl ClaudeRun {
         self.prompts.values().map(|p| &p.request)
     }
 
+    /// The prompts that wait for a decision, each with its card's context line.
+    pub fn open_prompts(&self) -> impl Iterator<Item = (&ApprovalRequest, String)> {
+        self.prompts
+            .values()
+            .map(|p| (&p.request, summary(&p.prompt)))
+    }
+
+    /// True while a turn is in progress (lines came since the last `result`).
+    pub fn is_busy(&self) -> bool {
+        self.busy
+    }
+
     /// The next output, oldest first.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {

@@ -144,8 +144,12 @@ impl Clock {
         Millis(self.wall.saturating_add(elapsed))
     }
 
+    /// The instant of `at`; a deadline past any real one (a year and more away) is
+    /// a year away.
     fn instant(&self, at: Millis) -> Instant {
-        self.start + Duration::from_millis(at.as_u64().saturating_sub(self.wall))
+        const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+        let after = Duration::from_millis(at.as_u64().saturating_sub(self.wall)).min(YEAR);
+        self.start.checked_add(after).unwrap_or(self.start + YEAR)
     }
 }
 

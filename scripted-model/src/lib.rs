@@ -222,6 +222,8 @@ fn text_of(content: &Value) -> String {
             .iter()
             .filter(|p| matches!(p["type"].as_str(), Some("text" | "input_text")))
             .filter_map(|p| p["text"].as_str())
+            // Claude Code puts its own reminders before the user's words.
+            .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
             .collect::<Vec<_>>()
             .join(""),
         _ => String::new(),

@@ -18,6 +18,9 @@ use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};
 use scripted_model::ModelServer;
 use timeline_core::{BoundaryToken, HostKey, Millis, SessionId, TargetId};
 
+/// The Claude session the Claude rig's session runs as.
+pub const CLAUDE_SESSION: &str = "5a1f0c3e-7b2d-4e8a-9c6f-0d1e2f3a4b5c";
+
 /// Where `.ci/run` installs the pinned agents (`AGENTS_DIR` overrides it).
 pub fn agents_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("AGENTS_DIR") {
@@ -58,6 +61,37 @@ pub fn codex_bin() -> PathBuf {
         panic!(
             "the real Codex is not installed under {}: run .ci/run, or \
              `npm install --prefix {} @openai/codex@0.169.0`, or set CODEX_BIN",
+            root.display(),
+            agents_dir().display()
+        )
+    })
+}
+
+/// The pinned Claude Code binary: `CLAUDE_BIN`, or the native binary the npm package
+/// ships. Panics with what to install when there is none.
+pub fn claude_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CLAUDE_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = agents_dir().join("node_modules/@anthropic-ai");
+    let found = std::fs::read_dir(&root).ok().and_then(|entries| {
+        let mut dirs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("claude-code-"))
+            })
+            .collect();
+        dirs.sort();
+        dirs.into_iter()
+            .map(|d| d.join("claude"))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "the real Claude Code is not installed under {}: run .ci/run, or \
+             `npm install --prefix {} @anthropic-ai/claude-code@2.1.328`, or set CLAUDE_BIN",
             root.display(),
             agents_dir().display()
         )
@@ -236,6 +270,59 @@ impl Rig {
             session,
             runtime: Some(runtime),
         }
+    }
+
+    /// The real Claude Code serving session `s-1` (Claude session `claude_session`), in
+    /// a project directory of its own.
+    pub async fn claude() -> Rig {
+        let model = ModelServer::start().unwrap();
+        let home = temp_dir("claude-home");
+        let work = home.join("project");
+        std::fs::create_dir_all(&work).unwrap();
+        let session = SessionId::new("s-1").unwrap();
+        let spec = ProcessSpec::new(claude_bin())
+            .env("HOME", home.as_os_str())
+            .env("ANTHROPIC_BASE_URL", model.anthropic_base_url())
+            .env("ANTHROPIC_API_KEY", "sk-ant-scripted")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .cwd(&work);
+        let cwd = work.display().to_string();
+        let mut agent = agent_claude::ClaudeAgent::new(agent_claude::ClaudeConfig::new(
+            spec,
+            home.join(".claude/projects"),
+            cwd,
+        ));
+        agent.add_session(&session, CLAUDE_SESSION, false);
+        let mut runtime = Runtime::builder(host(&session, Capabilities::claude()))
+            .agent(agent)
+            .start()
+            .unwrap();
+        let outputs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut stream = runtime.take_outputs();
+        let kept = std::sync::Arc::clone(&outputs);
+        tokio::spawn(async move {
+            while let Some(o) = stream.next().await {
+                kept.lock().unwrap().push(format!("{o:?}"));
+            }
+        });
+        Rig {
+            outputs,
+            model,
+            home,
+            session,
+            runtime: Some(runtime),
+        }
+    }
+
+    /// The Claude session's transcript.
+    pub fn transcript(&self) -> PathBuf {
+        let project = self.home.join("project").display().to_string();
+        agent_claude::file::transcript_path(
+            &self.home.join(".claude/projects"),
+            &project,
+            CLAUDE_SESSION,
+        )
     }
 
     /// The rollout files Codex wrote.
