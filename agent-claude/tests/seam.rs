@@ -1,0 +1,544 @@
+//! `ClaudeAgent` behind the agent seam, driven with lines Claude Code 2.1.328 printed
+//! (shortened): what it starts and writes, and what each line becomes for the host.
+
+#![allow(clippy::unwrap_used)] // a test: a bad ID or line is a failed test
+
+use agent_claude::seam::{REPLY_DEADLINE, STOP_DEADLINE};
+use agent_claude::{ClaudeAgent, ClaudeConfig};
+use host_core::{Agent, AgentCall, AgentEffect, AgentInput, ProcessId, ProcessSpec, WriteFailure};
+use outbox_core::adapter::{
+    AttemptId, DetachResult, ProofKind, SendKind, SendRequest, SendResult, StopResult,
+};
+use outbox_core::{HistoryRead, MessageRequest, OperationId};
+use overlay_core::live::RunEventKind;
+use serde_json::{json, Value};
+use timeline_core::key::{RunId, SessionId};
+use timeline_core::time::Millis;
+
+const CLAUDE: &str = "06eafd0e-6b42-4190-908b-f052c59225bb";
+const A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
+const B: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
+
+struct Rig {
+    agent: ClaudeAgent,
+    session: SessionId,
+    inputs: Vec<AgentInput>,
+    writes: Vec<Value>,
+    spawned: Vec<(ProcessId, Vec<String>)>,
+    closed: usize,
+    killed: usize,
+    reads: Vec<host_core::ReadId>,
+}
+
+impl Rig {
+    fn new(resume: bool) -> Rig {
+        let session = SessionId::new("s-1").unwrap();
+        let mut agent = ClaudeAgent::new(ClaudeConfig::new(
+            ProcessSpec::new("claude"),
+            "/home/u/.claude/projects",
+            "/work/p",
+        ));
+        agent.add_session(&session, CLAUDE, resume);
+        Rig {
+            agent,
+            session,
+            inputs: Vec::new(),
+            writes: Vec::new(),
+            spawned: Vec::new(),
+            closed: 0,
+            killed: 0,
+            reads: Vec::new(),
+        }
+    }
+
+    fn drain_with(&mut self, now: Millis, fail: Option<WriteFailure>) {
+        while let Some(e) = self.agent.poll_effect() {
+            match e {
+                AgentEffect::Input(i) => self.inputs.push(i),
+                AgentEffect::Spawn { process, spec } => self.spawned.push((
+                    process,
+                    spec.args
+                        .iter()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect(),
+                )),
+                AgentEffect::Write {
+                    process,
+                    write,
+                    line,
+                } => {
+                    self.writes.push(serde_json::from_slice(&line).unwrap());
+                    let r = match &fail {
+                        Some(f) => Err(f.clone()),
+                        None => Ok(()),
+                    };
+                    self.agent.handle_written(process, write, r, now);
+                }
+                AgentEffect::CloseInput { .. } => self.closed += 1,
+                AgentEffect::Kill { .. } => self.killed += 1,
+                AgentEffect::ReadFile { read, .. } => self.reads.push(read),
+                _ => {}
+            }
+        }
+    }
+
+    fn drain(&mut self, now: Millis) {
+        self.drain_with(now, None);
+    }
+
+    fn call(&mut self, call: AgentCall, now: Millis) {
+        self.agent.handle_call(call, now);
+        self.drain(now);
+    }
+
+    fn line(&mut self, v: Value, now: Millis) {
+        let p = self.spawned.last().unwrap().0;
+        self.agent.handle_line(p, v.to_string().as_bytes(), now);
+        self.drain(now);
+    }
+
+    fn take(&mut self) -> Vec<AgentInput> {
+        std::mem::take(&mut self.inputs)
+    }
+}
+
+fn run() -> RunId {
+    RunId::new("run-1").unwrap()
+}
+
+fn send(session: &SessionId, op: &str, kind: SendKind, attempt: u64) -> AgentCall {
+    AgentCall::Send(SendRequest {
+        attempt: AttemptId(attempt),
+        session: session.clone(),
+        operation_id: OperationId::new(op).unwrap(),
+        request: MessageRequest::text(format!("text of {op}"), "phone", Millis(0)),
+        kind,
+        rollback_before_send: false,
+        fresh_thread: false,
+    })
+}
+
+fn lifecycle(uuid: &str, state: &str) -> Value {
+    json!({"type": "command_lifecycle", "command_uuid": uuid, "state": state,
+           "uuid": "l-1", "session_id": CLAUDE})
+}
+
+fn result(uuid: &str, error: bool) -> Value {
+    json!({"type": "result", "subtype": if error { "error_during_execution" } else { "success" },
+           "is_error": error, "session_id": CLAUDE, "user_message_uuid": uuid})
+}
+
+/// A run started with A, accepted.
+fn running() -> Rig {
+    let mut r = Rig::new(false);
+    let s = r.session.clone();
+    r.call(send(&s, A, SendKind::Start { run: run() }, 1), Millis(1));
+    r.line(lifecycle(A, "queued"), Millis(2));
+    r.take();
+    r
+}
+
+#[test]
+fn a_first_send_starts_claude_with_its_session_and_its_acceptance_names_that_session() {
+    // OB-08: the Claude session is the thread from the first line on (not the message).
+    let mut r = Rig::new(false);
+    let s = r.session.clone();
+    r.call(send(&s, A, SendKind::Start { run: run() }, 7), Millis(1));
+    let args = &r.spawned[0].1;
+    let at = args.iter().position(|a| a == "--session-id").unwrap();
+    assert_eq!(args[at + 1], CLAUDE);
+    assert!(args.contains(&"--replay-user-messages".to_owned()));
+    assert_eq!(r.writes[0]["uuid"], A);
+    assert_eq!(r.writes[0]["type"], "user");
+    // `command_lifecycle` queued comes before `system/init`.
+    r.line(lifecycle(A, "queued"), Millis(2));
+    let inputs = r.take();
+    let [AgentInput::SendResult {
+        attempt: AttemptId(7),
+        result: SendResult::Accepted(a),
+    }] = inputs.as_slice()
+    else {
+        panic!("{inputs:?}");
+    };
+    assert_eq!(a.thread_id.as_str(), CLAUDE);
+    // Started proves it; the turn's end with nothing waiting ends the run.
+    r.line(lifecycle(A, "started"), Millis(3));
+    assert!(matches!(
+        r.take().as_slice(),
+        [AgentInput::DeliveryProof { .. }]
+    ));
+    r.line(result(A, false), Millis(4));
+    let inputs = r.take();
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+            AgentInput::RunEnded { outcome: RunEventKind::Completed, untaken, .. } if untaken.is_empty())),
+        "{inputs:?}"
+    );
+    assert_eq!(
+        r.closed, 1,
+        "its input is closed: the process ends by itself"
+    );
+}
+
+#[test]
+fn a_session_that_exists_is_resumed() {
+    let mut r = Rig::new(true);
+    let s = r.session.clone();
+    r.call(send(&s, A, SendKind::Start { run: run() }, 1), Millis(1));
+    let args = &r.spawned[0].1;
+    let at = args.iter().position(|a| a == "--resume").unwrap();
+    assert_eq!(args[at + 1], CLAUDE);
+}
+
+#[test]
+fn a_stop_cancels_what_waits_and_names_only_what_claude_cancelled_as_untaken() {
+    // OB-08, from the real 2.1.328 lines: B queued behind A; the interrupt with
+    // `cancel_queued` cancels B (lifecycle `cancelled`, receipt `cancelled: [B]`).
+    let mut r = running();
+    let s = r.session.clone();
+    r.line(lifecycle(A, "started"), Millis(3));
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(4));
+    r.line(lifecycle(B, "queued"), Millis(5));
+    r.take();
+    r.call(
+        AgentCall::Stop {
+            attempt: AttemptId(9),
+            session: s,
+            run: run(),
+        },
+        Millis(6),
+    );
+    let interrupt = r.writes.last().unwrap().clone();
+    assert_eq!(interrupt["request"]["subtype"], "interrupt");
+    assert_eq!(interrupt["request"]["cancel_queued"], true);
+    let id = interrupt["request_id"].as_str().unwrap().to_owned();
+    r.line(lifecycle(B, "cancelled"), Millis(7));
+    r.line(
+        json!({"type": "control_response", "response": {"subtype": "success", "request_id": id,
+            "response": {"still_queued": [], "cancelled": [B]}}}),
+        Millis(8),
+    );
+    assert!(
+        r.take()
+            .iter()
+            .all(|i| !matches!(i, AgentInput::StopResult { .. })),
+        "the interrupted turn has not ended yet"
+    );
+    r.line(
+        json!({"type": "user", "message": {"role": "user",
+            "content": [{"type": "text", "text": "[Request interrupted by user]"}]},
+            "session_id": CLAUDE, "uuid": "d26eff5c-a7b5-4adc-b434-4dea95da5b58"}),
+        Millis(9),
+    );
+    r.line(result(A, true), Millis(10));
+    r.line(lifecycle(A, "cancelled"), Millis(11));
+    let inputs = r.take();
+    let untaken = inputs
+        .iter()
+        .find_map(|i| match i {
+            AgentInput::StopResult {
+                attempt: AttemptId(9),
+                result: StopResult::Stopped { untaken },
+            } => Some(untaken.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{inputs:?}"));
+    assert_eq!(
+        untaken,
+        vec![OperationId::new(B).unwrap()],
+        "A started: it stays delivered"
+    );
+    assert!(
+        inputs
+            .iter()
+            .any(|i| matches!(i, AgentInput::RunEnded { .. })),
+        "{inputs:?}"
+    );
+}
+
+#[test]
+fn a_message_claude_keeps_through_an_interrupt_is_not_untaken() {
+    // OB-08: an older Claude that ignores `cancel_queued` answers `still_queued: [B]`
+    // and runs B next: B is not untaken, so custody never sends it a second time.
+    let mut r = running();
+    let s = r.session.clone();
+    r.line(lifecycle(A, "started"), Millis(3));
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(4));
+    r.line(lifecycle(B, "queued"), Millis(5));
+    r.call(
+        AgentCall::Stop {
+            attempt: AttemptId(9),
+            session: s,
+            run: run(),
+        },
+        Millis(6),
+    );
+    let id = r.writes.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    r.line(
+        json!({"type": "control_response", "response": {"subtype": "success", "request_id": id,
+            "response": {"still_queued": [B]}}}),
+        Millis(7),
+    );
+    r.line(result(A, true), Millis(8));
+    let inputs = r.take();
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+            AgentInput::StopResult { result: StopResult::Stopped { untaken }, .. } if untaken.is_empty())),
+        "{inputs:?}"
+    );
+    assert!(
+        !inputs
+            .iter()
+            .any(|i| matches!(i, AgentInput::RunEnded { .. })),
+        "B still runs"
+    );
+    r.line(lifecycle(B, "started"), Millis(9));
+    r.line(result(B, false), Millis(10));
+    let inputs = r.take();
+    assert!(inputs.iter().any(|i| matches!(i, AgentInput::DeliveryProof { operation_id, .. } if operation_id.as_str() == B)));
+    assert!(inputs
+        .iter()
+        .any(|i| matches!(i, AgentInput::RunEnded { .. })));
+}
+
+#[test]
+fn a_stop_claude_never_answers_kills_the_run_and_its_end_answers() {
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(
+        AgentCall::Stop {
+            attempt: AttemptId(9),
+            session: s.clone(),
+            run: run(),
+        },
+        Millis(10),
+    );
+    assert_eq!(
+        r.agent.poll_timeout(),
+        Some(
+            Millis(10)
+                .saturating_add(STOP_DEADLINE)
+                .min(Millis(2).saturating_add(REPLY_DEADLINE))
+        )
+    );
+    let at = Millis(10).saturating_add(STOP_DEADLINE);
+    r.agent.handle_timeout(at);
+    r.drain(at);
+    assert_eq!(r.killed, 1);
+    let p = r.spawned[0].0;
+    r.agent.handle_exit(p, "claude ended: signal 9".into(), at);
+    r.drain(at);
+    let inputs = r.take();
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::StopResult {
+                attempt: AttemptId(9),
+                result: StopResult::Stopped { .. }
+            }
+        )),
+        "{inputs:?}"
+    );
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::RunEnded {
+                outcome: RunEventKind::Failed,
+                ..
+            }
+        )),
+        "{inputs:?}"
+    );
+}
+
+#[test]
+fn a_take_back_asks_claude_to_cancel_the_message_and_reports_what_it_did() {
+    // OB-08: detached only when Claude cancelled it.
+    for (cancelled, detached) in [(true, true), (false, false)] {
+        let mut r = running();
+        let s = r.session.clone();
+        r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(4));
+        r.line(lifecycle(B, "queued"), Millis(5));
+        r.take();
+        let acceptance = outbox_core::entry::Acceptance {
+            run_id: run(),
+            thread_id: outbox_core::ids::ThreadId::new(CLAUDE).unwrap(),
+            turn_id: outbox_core::ids::TurnId::new(A).unwrap(),
+            accepted_at: Millis(5),
+        };
+        r.call(
+            AgentCall::TakeBack {
+                attempt: AttemptId(3),
+                session: s,
+                operation_id: OperationId::new(B).unwrap(),
+                acceptance,
+            },
+            Millis(6),
+        );
+        let w = r.writes.last().unwrap().clone();
+        assert_eq!(w["request"]["subtype"], "cancel_async_message");
+        assert_eq!(w["request"]["message_uuid"], B);
+        let body = if cancelled {
+            json!({"cancelled": true, "message_uuid": B})
+        } else {
+            json!({"cancelled": false})
+        };
+        r.line(
+            json!({"type": "control_response", "response": {"subtype": "success",
+                "request_id": w["request_id"], "response": body}}),
+            Millis(7),
+        );
+        let inputs = r.take();
+        let got = inputs.iter().find_map(|i| match i {
+            AgentInput::TakeBack { result, .. } => {
+                Some(matches!(result, DetachResult::DetachedForReplay))
+            }
+            _ => None,
+        });
+        assert_eq!(got, Some(detached), "{inputs:?}");
+    }
+}
+
+#[test]
+fn a_send_with_no_line_naming_it_is_uncertain_at_the_deadline_and_a_failed_write_is_not_sent() {
+    // OB-09
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(100));
+    let due = Millis(100).saturating_add(REPLY_DEADLINE);
+    r.agent.handle_timeout(Millis(due.as_u64() - 1));
+    r.drain(due);
+    assert!(r.take().is_empty());
+    r.agent.handle_timeout(due);
+    r.drain(due);
+    assert!(matches!(
+        r.take().as_slice(),
+        [AgentInput::SendResult {
+            result: SendResult::AdmissionUncertain { .. },
+            ..
+        }]
+    ));
+    // A write that took no byte: proven unadmitted.
+    let mut r = running();
+    let s = r.session.clone();
+    r.agent
+        .handle_call(send(&s, B, SendKind::Steer { run: run() }, 3), Millis(5));
+    r.drain_with(
+        Millis(5),
+        Some(WriteFailure::NotWritten("input closed".into())),
+    );
+    assert!(matches!(
+        r.take().as_slice(),
+        [AgentInput::SendResult {
+            result: SendResult::ProvenUnadmitted { .. },
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn claude_ending_mid_send_leaves_it_uncertain_and_ends_the_run() {
+    // OB-08
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(4));
+    let p = r.spawned[0].0;
+    r.agent
+        .handle_exit(p, "claude ended: exit status 1".into(), Millis(5));
+    r.drain(Millis(5));
+    let inputs = r.take();
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::SendResult {
+                attempt: AttemptId(2),
+                result: SendResult::AdmissionUncertain { .. }
+            }
+        )),
+        "{inputs:?}"
+    );
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::RunEnded {
+                outcome: RunEventKind::Failed,
+                ..
+            }
+        )),
+        "{inputs:?}"
+    );
+    // The next start resumes the session in a new process.
+    r.call(
+        send(
+            &s,
+            B,
+            SendKind::Start {
+                run: RunId::new("run-2").unwrap(),
+            },
+            3,
+        ),
+        Millis(6),
+    );
+    assert_eq!(r.spawned.len(), 2);
+    assert!(r.spawned[1].1.contains(&"--resume".to_owned()));
+}
+
+#[test]
+fn a_history_read_searches_the_sessions_transcript() {
+    // OB-08
+    let mut r = Rig::new(true);
+    let s = r.session.clone();
+    r.call(
+        AgentCall::ReadHistory {
+            attempt: AttemptId(4),
+            session: s,
+            operation_id: OperationId::new(A).unwrap(),
+            proof: ProofKind::TranscriptUuid,
+        },
+        Millis(1),
+    );
+    let read = r.reads[0];
+    let transcript = format!(
+        "{}\n{}\n",
+        json!({"type": "queue-operation", "operation": "enqueue", "content": "x"}),
+        json!({"type": "user", "uuid": A, "message": {"role": "user", "content": "hi"}, "sessionId": CLAUDE})
+    );
+    r.agent
+        .handle_file(read, Ok(transcript.into_bytes()), Millis(2));
+    r.drain(Millis(2));
+    assert!(matches!(
+        r.take().as_slice(),
+        [AgentInput::HistoryRead {
+            attempt: AttemptId(4),
+            read: HistoryRead::Found
+        }]
+    ));
+}
+
+#[test]
+fn a_message_id_that_is_not_a_uuid_or_a_rollback_is_refused_before_anything_starts() {
+    let mut r = Rig::new(false);
+    let s = r.session.clone();
+    r.call(
+        send(&s, "op-1", SendKind::Start { run: run() }, 1),
+        Millis(1),
+    );
+    let mut rollback = send(&s, A, SendKind::Start { run: run() }, 2);
+    if let AgentCall::Send(req) = &mut rollback {
+        req.rollback_before_send = true;
+    }
+    r.call(rollback, Millis(1));
+    assert!(r.spawned.is_empty());
+    let inputs = r.take();
+    assert_eq!(inputs.len(), 2);
+    assert!(inputs.iter().all(|i| matches!(
+        i,
+        AgentInput::SendResult {
+            result: SendResult::ProvenUnadmitted { .. },
+            ..
+        }
+    )));
+}
