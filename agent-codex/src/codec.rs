@@ -88,6 +88,14 @@ pub enum Response {
         /// The thread.
         thread: Thread,
     },
+    /// `thread/items/list`: one page of items, each with its turn, and the next page's
+    /// cursor (`None` on the last page).
+    ThreadItemsList {
+        /// `(turnId, item)` of each entry, in the order asked.
+        items: Vec<(Option<String>, Value)>,
+        /// `nextCursor`.
+        next_cursor: Option<String>,
+    },
     /// `turn/start`: the turn that took the message (it may never materialise when a
     /// turn was already running: the message then lands in the running turn).
     TurnStart {
@@ -509,6 +517,29 @@ impl Codec {
             Method::ThreadRead => Response::ThreadRead {
                 thread: self.thread_version(thread(r)?),
             },
+            Method::ThreadItemsList => {
+                let data = r.get("data").and_then(Value::as_array).ok_or(ShapeError {
+                    field: "data",
+                    expected: "an array of items",
+                })?;
+                let mut items = Vec::with_capacity(data.len());
+                for entry in data {
+                    // An entry without its item fails the whole page.
+                    let item = entry
+                        .get("item")
+                        .filter(|i| i.is_object())
+                        .ok_or(ShapeError {
+                            field: "data[].item",
+                            expected: "an object",
+                        })?;
+                    let turn = opt_str(entry, "turnId").map(str::to_owned);
+                    items.push((turn, item.clone()));
+                }
+                Response::ThreadItemsList {
+                    items,
+                    next_cursor: opt_str(r, "nextCursor").map(str::to_owned),
+                }
+            }
             Method::TurnStart => Response::TurnStart {
                 turn: Turn::from_value(r.get("turn").unwrap_or(&Value::Null))?,
             },

@@ -817,6 +817,18 @@ pub enum ClientRequest {
         /// Whether to include turns and items.
         include_turns: bool,
     },
+    /// `thread/items/list`: one page of a thread's completed items (Codex 0.169: at
+    /// most 100 per page; `nextCursor` names the next).
+    ThreadItemsList {
+        /// The thread.
+        thread_id: String,
+        /// The cursor of the page (`None`: the first).
+        cursor: Option<String>,
+        /// Items asked for (Codex caps it at 100).
+        limit: u32,
+        /// Newest first.
+        newest_first: bool,
+    },
     /// `turn/start` carrying the operation as `clientUserMessageId`.
     TurnStart {
         /// The thread.
@@ -857,6 +869,8 @@ pub enum Method {
     ThreadResume,
     /// `thread/read`.
     ThreadRead,
+    /// `thread/items/list`.
+    ThreadItemsList,
     /// `turn/start`.
     TurnStart,
     /// `turn/steer`.
@@ -873,6 +887,7 @@ impl Method {
             Method::ThreadStart => "thread/start",
             Method::ThreadResume => "thread/resume",
             Method::ThreadRead => "thread/read",
+            Method::ThreadItemsList => "thread/items/list",
             Method::TurnStart => "turn/start",
             Method::TurnSteer => "turn/steer",
             Method::TurnInterrupt => "turn/interrupt",
@@ -888,6 +903,7 @@ impl ClientRequest {
             ClientRequest::ThreadStart { .. } => Method::ThreadStart,
             ClientRequest::ThreadResume { .. } => Method::ThreadResume,
             ClientRequest::ThreadRead { .. } => Method::ThreadRead,
+            ClientRequest::ThreadItemsList { .. } => Method::ThreadItemsList,
             ClientRequest::TurnStart { .. } => Method::TurnStart,
             ClientRequest::TurnSteer { .. } => Method::TurnSteer,
             ClientRequest::TurnInterrupt { .. } => Method::TurnInterrupt,
@@ -923,6 +939,22 @@ impl ClientRequest {
                 thread_id,
                 include_turns,
             } => json!({ "threadId": thread_id, "includeTurns": include_turns }),
+            ClientRequest::ThreadItemsList {
+                thread_id,
+                cursor,
+                limit,
+                newest_first,
+            } => {
+                let mut m = Map::new();
+                m.insert("threadId".to_owned(), json!(thread_id));
+                if let Some(c) = cursor {
+                    m.insert("cursor".to_owned(), json!(c));
+                }
+                m.insert("limit".to_owned(), json!(limit));
+                let direction = if *newest_first { "desc" } else { "asc" };
+                m.insert("sortDirection".to_owned(), json!(direction));
+                Value::Object(m)
+            }
             ClientRequest::TurnStart {
                 thread_id,
                 client_user_message_id,

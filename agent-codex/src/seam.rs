@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | send, start | `thread/start` (or `thread/resume` after a restart) when the session has no loaded thread, then `turn/start` with the operation as `clientUserMessageId` | [`AgentInput::SendResult`] through the one table of [`crate::send`]; the echo later proves delivery ([`AgentInput::DeliveryProof`]) |
 //! | send, steer | `turn/steer` with the run's turn as `expectedTurnId` | the same |
-//! | history read | `thread/read` with its turns, searched for the client ID | [`AgentInput::HistoryRead`]; a failed read is `Unreadable` |
+//! | history read | `thread/items/list`, newest first, [`HISTORY_PAGE`] items a page, searched for the client ID (`thread/read` with its turns on a Codex without it) | [`AgentInput::HistoryRead`]: found, missing once the last page is read, `Unreadable` when a read fails or [`HISTORY_READ_PAGES`] pages pass |
 //! | stop | `turn/interrupt`, then the turn's end | [`AgentInput::StopResult`] with the steers the interruption proved undelivered as untaken; a turn Codex calls not running (`-32600`: no active turn, another turn's ID, thread not found) is stopped, not failed, and its run ends with its `turn/completed` or [`END_GRACE`] later |
 //! | take back | nothing: Codex cannot take input back out of a running turn | `NotDetached` |
 //! | approval decision | the answer to Codex's request, once | [`AgentInput::ApprovalResolved`]; a request Codex already settled (`serverRequest/resolved`) is refused, never answered as taken |
@@ -55,6 +55,16 @@ pub const REPLY_DEADLINE: Millis = Millis(30_000);
 
 /// The JSON-RPC error code Codex answers `turn/interrupt` with when no turn runs.
 const INVALID_REQUEST: i64 = -32600;
+
+/// Items per `thread/items/list` page of a history read (Codex's most).
+pub const HISTORY_PAGE: u32 = 100;
+
+/// Pages a history read goes through, newest first, before it answers `Unreadable`
+/// (the operation would be older than 10,000 items: not known either way).
+pub const HISTORY_READ_PAGES: u32 = 100;
+
+/// The JSON-RPC code of a method the server does not have.
+const METHOD_NOT_FOUND: i64 = -32601;
 
 /// How long a run Codex called not running waits for its `turn/completed`.
 pub const END_GRACE: Millis = Millis(5_000);
@@ -125,6 +135,10 @@ enum Pending {
     Read {
         attempt: outbox_core::AttemptId,
         operation_id: OperationId,
+        thread_id: String,
+        /// Pages of `thread/items/list` read so far (`None`: the `thread/read` of a
+        /// Codex without it).
+        pages: Option<u32>,
     },
     Interrupt {
         attempt: outbox_core::AttemptId,
@@ -403,17 +417,7 @@ impl CodexAgent {
                     });
                     return;
                 };
-                let read = ClientRequest::ThreadRead {
-                    thread_id,
-                    include_turns: true,
-                };
-                self.request(
-                    &read,
-                    Pending::Read {
-                        attempt,
-                        operation_id,
-                    },
-                );
+                self.read_page(attempt, operation_id, thread_id, None, 0);
             }
             AgentCall::Stop {
                 attempt,
@@ -552,6 +556,32 @@ impl CodexAgent {
                 request: Box::new(request),
                 method,
                 thread_id,
+            },
+        );
+    }
+
+    /// Asks for the next page of the thread's items, newest first, for a history read.
+    fn read_page(
+        &mut self,
+        attempt: outbox_core::AttemptId,
+        operation_id: OperationId,
+        thread_id: String,
+        cursor: Option<String>,
+        pages: u32,
+    ) {
+        let page = ClientRequest::ThreadItemsList {
+            thread_id: thread_id.clone(),
+            cursor,
+            limit: HISTORY_PAGE,
+            newest_first: true,
+        };
+        self.request(
+            &page,
+            Pending::Read {
+                attempt,
+                operation_id,
+                thread_id,
+                pages: Some(pages),
             },
         );
     }
@@ -707,9 +737,57 @@ impl CodexAgent {
             Pending::Read {
                 attempt,
                 operation_id,
+                thread_id,
+                pages,
             } => {
-                let read = match answer {
-                    Ok(Response::ThreadRead { thread }) => {
+                let read = match (answer, pages) {
+                    (Ok(Response::ThreadItemsList { items, next_cursor }), Some(pages)) => {
+                        let op = operation_id.as_str();
+                        let found = items.iter().any(|(_, item)| {
+                            matches!(
+                                crate::protocol::ThreadItem::from_value(item),
+                                Ok(crate::protocol::ThreadItem::UserMessage { client_id: Some(c), .. })
+                                    if c == op
+                            )
+                        });
+                        match next_cursor {
+                            _ if found => HistoryRead::Found,
+                            None => HistoryRead::Missing,
+                            Some(cursor) if pages + 1 < HISTORY_READ_PAGES => {
+                                return self.read_page(
+                                    attempt,
+                                    operation_id,
+                                    thread_id,
+                                    Some(cursor),
+                                    pages + 1,
+                                );
+                            }
+                            // Older than any read goes: not known either way.
+                            Some(_) => HistoryRead::Unreadable,
+                        }
+                    }
+                    // A Codex without `thread/items/list`: the thread with its turns.
+                    (Err(e), Some(_))
+                        if e.code == METHOD_NOT_FOUND && e.message.contains("not supported")
+                            || e.code == INVALID_REQUEST
+                                && e.message.contains("thread/items/list") =>
+                    {
+                        let read = ClientRequest::ThreadRead {
+                            thread_id: thread_id.clone(),
+                            include_turns: true,
+                        };
+                        self.request(
+                            &read,
+                            Pending::Read {
+                                attempt,
+                                operation_id,
+                                thread_id,
+                                pages: None,
+                            },
+                        );
+                        return;
+                    }
+                    (Ok(Response::ThreadRead { thread }), None) => {
                         proof::in_thread(&thread, operation_id.as_str())
                     }
                     _ => HistoryRead::Unreadable,

@@ -629,12 +629,14 @@ fn codex_ending_mid_send_leaves_it_uncertain_ends_the_run_and_starts_again_on_th
         Millis(21),
     );
     let read = &r.writes.last().unwrap().1;
-    assert_eq!(read["method"], "thread/read");
+    assert_eq!(read["method"], "thread/items/list");
     assert_eq!(read["params"]["threadId"], THREAD);
+    assert_eq!(read["params"]["sortDirection"], "desc");
+    assert_eq!(read["params"]["limit"], 100);
     r.answer(
-        "thread/read",
-        json!({"thread": {"id": THREAD, "turns": [{"id": TURN, "status": "completed",
-            "items": [{"type": "userMessage", "id": "u2", "clientId": "op-2", "content": []}]}]}}),
+        "thread/items/list",
+        json!({"data": [{"turnId": TURN, "item": {"type": "userMessage", "id": "u2",
+            "clientId": "op-2", "content": []}}], "nextCursor": null, "backwardsCursor": null}),
         Millis(22),
     );
     assert!(matches!(
@@ -733,4 +735,119 @@ fn a_codex_0_169_command_approval_allows_decline_though_its_list_leaves_it_out()
         assert!(request.allowed.contains(&d), "{d:?} is not allowed");
     }
     assert_eq!(request.request_id, "0");
+}
+
+fn read_history(r: &mut Rig, attempt: u64, op: &str) {
+    let s = r.session.clone();
+    r.call(
+        AgentCall::ReadHistory {
+            attempt: AttemptId(attempt),
+            session: s,
+            operation_id: OperationId::new(op).unwrap(),
+            proof: ProofKind::ClientIdEcho,
+        },
+        Millis(30),
+    );
+}
+
+fn page(ops: &[&str], next: Option<&str>) -> Value {
+    let data: Vec<Value> = ops
+        .iter()
+        .map(|op| {
+            json!({"turnId": TURN, "item": {"type": "userMessage", "id": format!("u-{op}"),
+            "clientId": op, "content": []}})
+        })
+        .collect();
+    json!({"data": data, "nextCursor": next, "backwardsCursor": null})
+}
+
+#[test]
+fn a_history_read_pages_newest_first_until_it_finds_the_message_or_the_last_page() {
+    // OB-08: `thread/items/list` pages, newest first; found on a later page; missing
+    // only when the last page was read.
+    let mut r = running();
+    read_history(&mut r, 4, "op-old");
+    r.answer(
+        "thread/items/list",
+        page(&["op-9", "op-8"], Some("c1")),
+        Millis(31),
+    );
+    assert!(r.take_inputs().is_empty(), "the next page is asked first");
+    let next = &r.writes.last().unwrap().1;
+    assert_eq!(next["params"]["cursor"], "c1");
+    r.answer(
+        "thread/items/list",
+        page(&["op-old"], Some("c2")),
+        Millis(32),
+    );
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::HistoryRead {
+            attempt: AttemptId(4),
+            read: HistoryRead::Found
+        }]
+    ));
+    read_history(&mut r, 5, "op-never");
+    r.answer("thread/items/list", page(&["op-9"], None), Millis(33));
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::HistoryRead {
+            attempt: AttemptId(5),
+            read: HistoryRead::Missing
+        }]
+    ));
+}
+
+#[test]
+fn a_malformed_page_or_a_refused_read_is_unreadable_and_an_old_codex_is_read_whole() {
+    // OB-08: an entry without its item fails the page: unreadable, never missing.
+    let mut r = running();
+    read_history(&mut r, 6, "op-1");
+    r.answer(
+        "thread/items/list",
+        json!({"data": [{"turnId": TURN}], "nextCursor": null}),
+        Millis(31),
+    );
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::HistoryRead {
+            read: HistoryRead::Unreadable,
+            ..
+        }]
+    ));
+    read_history(&mut r, 7, "op-1");
+    r.refuse(
+        "thread/items/list",
+        -32600,
+        "invalid cursor: garbage",
+        Millis(32),
+    );
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::HistoryRead {
+            read: HistoryRead::Unreadable,
+            ..
+        }]
+    ));
+    // A Codex without the method: `thread/read` with the turns.
+    read_history(&mut r, 8, "op-1");
+    r.refuse(
+        "thread/items/list",
+        -32601,
+        "thread/items/list is not supported yet",
+        Millis(33),
+    );
+    assert_eq!(r.writes.last().unwrap().1["method"], "thread/read");
+    r.answer(
+        "thread/read",
+        json!({"thread": {"id": THREAD, "turns": [{"id": TURN, "status": "completed", "items": []}]}}),
+        Millis(34),
+    );
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::HistoryRead {
+            attempt: AttemptId(8),
+            read: HistoryRead::Missing
+        }]
+    ));
 }

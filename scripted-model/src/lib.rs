@@ -18,8 +18,12 @@
 //! Every request is kept ([`ModelServer::requests`]) with the script it got. The server
 //! listens on `127.0.0.1` only, on a port of its own, and stops when dropped; each
 //! connection ends with its reply, and a hang ends by itself.
+//!
+//! [`agents`] finds the pinned real agents and writes the homes that point them here.
 
 #![warn(unreachable_pub)]
+
+pub mod agents;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

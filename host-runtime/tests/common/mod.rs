@@ -21,81 +21,14 @@ use timeline_core::{BoundaryToken, HostKey, Millis, SessionId, TargetId};
 /// The Claude session the Claude rig's session runs as.
 pub const CLAUDE_SESSION: &str = "5a1f0c3e-7b2d-4e8a-9c6f-0d1e2f3a4b5c";
 
-/// Where `.ci/run` installs the pinned agents (`AGENTS_DIR` overrides it).
-pub fn agents_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("AGENTS_DIR") {
-        return PathBuf::from(d);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".cache/custody-agents")
-}
-
-fn find_under(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
-    let entries = std::fs::read_dir(dir).ok()?;
-    let mut dirs = Vec::new();
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            dirs.push(p);
-        } else if p.file_name().is_some_and(|n| n == name)
-            && p.parent().is_some_and(|d| d.ends_with("bin"))
-        {
-            return Some(p);
-        }
-    }
-    if depth == 0 {
-        return None;
-    }
-    dirs.sort();
-    dirs.iter().find_map(|d| find_under(d, name, depth - 1))
-}
-
-/// The pinned Codex binary: `CODEX_BIN`, or the native binary the npm package ships.
-/// Panics with what to install when there is none.
+/// The pinned Codex binary; panics with what to install when there is none.
 pub fn codex_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("CODEX_BIN") {
-        return PathBuf::from(p);
-    }
-    let root = agents_dir().join("node_modules/@openai");
-    find_under(&root, "codex", 6).unwrap_or_else(|| {
-        panic!(
-            "the real Codex is not installed under {}: run .ci/run, or \
-             `npm install --prefix {} @openai/codex@0.169.0`, or set CODEX_BIN",
-            root.display(),
-            agents_dir().display()
-        )
-    })
+    scripted_model::agents::codex_bin().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The pinned Claude Code binary: `CLAUDE_BIN`, or the native binary the npm package
-/// ships. Panics with what to install when there is none.
+/// The pinned Claude Code binary; panics with what to install when there is none.
 pub fn claude_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("CLAUDE_BIN") {
-        return PathBuf::from(p);
-    }
-    let root = agents_dir().join("node_modules/@anthropic-ai");
-    let found = std::fs::read_dir(&root).ok().and_then(|entries| {
-        let mut dirs: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("claude-code-"))
-            })
-            .collect();
-        dirs.sort();
-        dirs.into_iter()
-            .map(|d| d.join("claude"))
-            .find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "the real Claude Code is not installed under {}: run .ci/run, or \
-             `npm install --prefix {} @anthropic-ai/claude-code@2.1.328`, or set CLAUDE_BIN",
-            root.display(),
-            agents_dir().display()
-        )
-    })
+    scripted_model::agents::claude_bin().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A fresh directory under the system's temp dir.
@@ -108,50 +41,10 @@ pub fn temp_dir(what: &str) -> PathBuf {
     d
 }
 
-/// A `CODEX_HOME` whose model provider is the scripted model, with everything that
-/// would reach the network turned off.
+/// A `CODEX_HOME` whose model provider is the scripted model.
 pub fn codex_home(model: &ModelServer) -> PathBuf {
     let home = temp_dir("codex-home");
-    let config = format!(
-        r#"model = "gpt-5.5"
-model_provider = "scripted"
-web_search = "disabled"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[otel]
-exporter = "none"
-
-[features]
-plugins = false
-apps = false
-remote_plugin = false
-tool_suggest = false
-api_key_model_discovery = false
-in_app_updates = false
-image_generation = false
-goals = false
-
-[agents]
-enabled = false
-
-[model_providers.scripted]
-name = "scripted"
-base_url = "{}"
-wire_api = "responses"
-env_key = "SCRIPTED_MODEL_KEY"
-request_max_retries = 1
-stream_max_retries = 1
-stream_idle_timeout_ms = 20000
-"#,
-        model.openai_base_url()
-    );
-    std::fs::write(home.join("config.toml"), config).unwrap();
+    scripted_model::agents::write_codex_home(&home, model).unwrap();
     home
 }
 
