@@ -3,6 +3,7 @@
 //! under `agent-codex/schema/<version>/`; and the pinned binary still prints that schema.
 
 #![allow(clippy::unwrap_used)] // a test: a bad schema or line is a failed test
+#![allow(clippy::disallowed_methods)] // reads the checked-in schema and runs the binary
 
 use agent_codex::codec::Codec;
 use agent_codex::protocol::{ClientRequest, RequestId, UserInput};
