@@ -23,6 +23,13 @@
 //! - [`edge`]: the file IO: rollout bytes (plain or `.jsonl.zst`) and the rollout as an
 //!   `overlay-core` history source ([`edge::RolloutSource`]).
 //!
+//! Versions known to work: `codex app-server` of `@openai/codex` 0.169.0 (the pinned
+//! one: its JSON Schema is checked in under `schema/0.169.0/` and every request the codec
+//! writes validates against it) and 0.168.0, both run by the real-agent tests
+//! (`tests/real_codex.rs` here, `host-runtime/tests/real_codex.rs`); 0.147's recordings
+//! are replayed by the stand-in tests. Versions are pinned in the repository's
+//! `agents/package.json` and `agents/older/package.json`.
+//!
 //! Tolerance of versions: an unknown method, notification, item type, line type or
 //! field is skipped and counted in a [`diag::Diagnostics`], never an error.
 
