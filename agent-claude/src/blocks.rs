@@ -9,6 +9,8 @@
 //! | the reasoning of message `msg_…` | `thinking` / `msg_…` | `{"text"}` |
 //! | a tool call `toolu_…` with its result | `activity` / `toolu_…` | an [`ActivityRow`] |
 //! | a compaction or an API error line `u` | `system` / `u` | `{"text"}` |
+//! | an interruption marker `u` (`[Request interrupted by user…]`) | `system` / `u` | `{"text": "Interrupted"}` |
+//! | a message absorbed mid-turn (`queued_command`, `source_uuid` `u`) | `user` / `user-message::<u>`, operation `u` | `{"text"}` |
 //!
 //! Invariant: the key depends only on IDs Claude wrote (a UUID, a message ID, a tool
 //! call ID), never on text or time; all the text of one message lands in one row.
@@ -143,6 +145,17 @@ pub(crate) fn system_block(
     text: &str,
 ) -> Option<Block> {
     Some(keyed(BlockType::System, uuid, at, order)?.with_data(text_data(text)))
+}
+
+/// The words of the row an interrupted turn shows: the words of the row Codex shows
+/// for the same event (`agent-codex` history, `turn_aborted` `interrupted`).
+pub(crate) const INTERRUPTED_TEXT: &str = "Interrupted";
+
+/// The row of an interruption marker `uuid`: a system row, keyed by the marker's UUID
+/// (the stream-json line and the transcript entry carry the same one), so the live row
+/// and its saved twin share the key.
+pub(crate) fn interrupted_block(uuid: &str, at: Millis, order: SourceOrder) -> Option<Block> {
+    system_block(uuid, at, order, INTERRUPTED_TEXT)
 }
 
 #[cfg(test)]

@@ -9,6 +9,14 @@
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
+/// The texts Claude Code writes as a user message when the user interrupts a turn:
+/// during a stream (or a hang, or a denial that interrupts), and while a permission
+/// prompt or a tool was pending (Claude Code 2.1.38 and 2.1.328 alike).
+pub(crate) const INTERRUPTION_MARKERS: &[&str] = &[
+    "[Request interrupted by user]",
+    "[Request interrupted by user for tool use]",
+];
+
 /// The content of a message.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Content {
@@ -49,6 +57,16 @@ impl Content {
                 (!texts.is_empty()).then(|| texts.join("\n\n"))
             }
         }
+    }
+
+    /// True when the content is one of Claude's interruption markers,
+    /// `[Request interrupted by user]` or `[Request interrupted by user for tool use]`:
+    /// a plain user line or entry (no `isMeta`, no `isReplay`, a fresh UUID) that says
+    /// the user interrupted the turn. It is not the user's words: the live projection
+    /// and the transcript reader both show it as the system row "Interrupted".
+    pub fn is_interruption_marker(&self) -> bool {
+        self.user_text()
+            .is_some_and(|t| INTERRUPTION_MARKERS.contains(&t.trim()))
     }
 
     /// True when the content carries tool results.

@@ -79,8 +79,10 @@ pub fn read_transcript(path: &Path) -> Result<Transcript, FileError> {
     Ok(t)
 }
 
-/// True when the transcript at `path` holds a user entry with `uuid`, on any branch
-/// (the Claude delivery proof, OB-08). The file is read line by line and only lines
+/// True when the transcript at `path` proves the message `uuid` delivered, on any
+/// branch (the Claude delivery proof, OB-08): a user entry with it, a merged entry
+/// listing it in `mergedSendUuids`, or the message absorbed into a running turn
+/// ([`crate::proof::proves_delivery`]). The file is read line by line and only lines
 /// that contain the UUID's text are parsed, so the memory is that of one line. A
 /// missing file holds nothing.
 pub fn has_user_entry(path: &Path, uuid: &MessageUuid) -> Result<bool, FileError> {
@@ -100,7 +102,7 @@ pub fn has_user_entry(path: &Path, uuid: &MessageUuid) -> Result<bool, FileError
         if n == 0 {
             return Ok(false);
         }
-        if contains_ignore_case(&line, needle) && crate::proof::is_user_entry(&line, uuid) {
+        if contains_ignore_case(&line, needle) && crate::proof::proves_delivery(&line, uuid) {
             return Ok(true);
         }
     }

@@ -11,7 +11,8 @@
 //!    delivery evidence ([`Output::Proof`]), the turn's end, permission requests.
 //!
 //! Rows come from the authoritative frames only (`assistant` carries each content block
-//! whole, `user` carries tool results and the replayed echo); fragments come from
+//! whole, `user` carries tool results, the replayed echo and the interruption marker,
+//! which is the interrupted-turn system row and not a user row); fragments come from
 //! `stream_event` deltas only, so a stream without partial messages still gives every
 //! row. Frames of a subagent (`parent_tool_use_id` set) belong to another timeline
 //! target and are counted in [`Projector::subagent_frames`], not projected here.
@@ -185,6 +186,13 @@ impl Projector {
                         }
                     }
                 }
+                // The interruption marker: the interrupted-turn row, keyed by the
+                // marker's UUID like its transcript twin, not a user row.
+                c if c.is_interruption_marker() => {
+                    if let Some(uuid) = &u.uuid {
+                        self.interrupted(uuid, now);
+                    }
+                }
                 c => {
                     if let (Some(uuid), Some(text)) = (&u.uuid, c.user_text()) {
                         let (at, seq) = self.place_user(uuid, now);
@@ -229,6 +237,15 @@ impl Projector {
             Ok(op) => self.place(BlockKey::user_message(&op), now),
             Err(_) => (now, self.next_live),
         }
+    }
+
+    fn interrupted(&mut self, uuid: &str, now: Millis) {
+        let Ok(key) = BlockKey::parse(timeline_core::key::BlockType::System, uuid) else {
+            return;
+        };
+        let (at, seq) = self.place(key, now);
+        self.out
+            .extend(blocks::interrupted_block(uuid, at, SourceOrder::live(seq)).map(Output::Row));
     }
 
     fn event(&mut self, event: &StreamEvent, now: Millis) {

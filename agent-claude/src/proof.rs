@@ -3,13 +3,28 @@
 //!
 //! Live, three lines carry the UUID the host sent: the replayed echo (`user` with
 //! `isReplay`), `command_lifecycle` (`command_uuid`) and `result.user_message_uuid`.
-//! In history, a `user` transcript entry with that `uuid` proves it.
+//!
+//! In history (one rule, `Marks::delivered`, for the whole-file reader and the
+//! line-by-line scan), these entries prove a UUID delivered:
+//! - a `user` entry with that `uuid`;
+//! - a `user` entry that lists it in `mergedSendUuids` (Claude Code 2.1.328 merges the
+//!   messages queued behind a turn into one entry under the last one's UUID);
+//! - an `attachment` of type `queued_command` with it as `source_uuid` (a message that
+//!   joined a running turn: 2.1.328 writes no `user` entry for it);
+//! - a `queue-operation` `remove` with reason `absorbed_mid_turn` and it as
+//!   `commandUuid` (the same message, from the queue's side).
+//!
+//! A `queue-operation` `remove` for any other reason (`cleared_on_cancel`: an interrupt
+//! with `cancel_queued`, `cancel_async_message`) proves nothing: that message never
+//! reached the conversation. An `enqueue` names no UUID.
 //!
 //! Invariant: only lines that name the UUID count; a `queued` lifecycle is an acceptance
-//! (the interrupt drops queued messages), not a delivery; `refused` proves the agent did
-//! not take it.
+//! (Claude may still drop the message: an interrupt with `cancel_queued`, a
+//! `cancel_async_message`), not a delivery; `refused` proves the agent did not take it.
 
 use outbox_core::adapter::HistoryRead;
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::stream::{LifecycleState, MessageUuid, StreamLine};
 use crate::transcript::Transcript;
@@ -91,25 +106,150 @@ pub fn evidence(line: &StreamLine) -> Option<Evidence> {
     }
 }
 
-/// True when `line` is a transcript `user` entry whose `uuid` is `uuid` (compared
-/// without case).
-pub fn is_user_entry(line: &[u8], uuid: &MessageUuid) -> bool {
-    #[derive(serde::Deserialize)]
+/// The `attachment` object of a transcript `attachment` entry, as far as this crate
+/// reads it. Every field is read as any JSON value, so an attachment of another type
+/// whose fields have other shapes never makes its line malformed.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct Attachment {
+    #[serde(rename = "type", default)]
+    kind: Option<Value>,
+    /// The message text of a `queued_command` (a string, or content blocks).
+    #[serde(default)]
+    pub(crate) prompt: Option<Value>,
+    #[serde(default)]
+    source_uuid: Option<Value>,
+    #[serde(default, rename = "commandMode")]
+    command_mode: Option<Value>,
+    #[serde(default, rename = "isMeta")]
+    is_meta: Option<Value>,
+}
+
+fn text_of(v: Option<&Value>) -> Option<&str> {
+    v.and_then(Value::as_str).filter(|s| !s.trim().is_empty())
+}
+
+impl Attachment {
+    /// True for a `queued_command`: a message that joined a running turn.
+    pub(crate) fn is_queued_command(&self) -> bool {
+        text_of(self.kind.as_ref()) == Some("queued_command")
+    }
+
+    /// The UUID of the message a `queued_command` carries (`source_uuid`), when it
+    /// names one (interactive sessions of older versions do not).
+    pub(crate) fn source_uuid(&self) -> Option<&str> {
+        if self.is_queued_command() {
+            text_of(self.source_uuid.as_ref())
+        } else {
+            None
+        }
+    }
+
+    /// True when a `queued_command` is the user's words: not meta, not a background
+    /// task's notification.
+    pub(crate) fn is_users_message(&self) -> bool {
+        self.is_queued_command()
+            && self.is_meta.as_ref().and_then(Value::as_bool) != Some(true)
+            && text_of(self.command_mode.as_ref()) != Some("task-notification")
+    }
+}
+
+/// The fields of one transcript entry that name the messages it proves delivered
+/// (borrowed from whichever struct the caller decoded the line into).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Marks<'a> {
+    /// `type`.
+    pub(crate) kind: &'a str,
+    /// `uuid`.
+    pub(crate) uuid: Option<&'a str>,
+    /// `mergedSendUuids` (a user entry).
+    pub(crate) merged_send_uuids: Option<&'a Value>,
+    /// `operation`, `reason` and `commandUuid` (a queue operation).
+    pub(crate) operation: Option<&'a Value>,
+    pub(crate) reason: Option<&'a Value>,
+    pub(crate) command_uuid: Option<&'a Value>,
+    /// `attachment` (an attachment entry).
+    pub(crate) attachment: Option<&'a Attachment>,
+}
+
+impl<'a> Marks<'a> {
+    /// Calls `f` with every message UUID this entry proves delivered (see the module
+    /// doc), blank ones left out.
+    pub(crate) fn delivered(&self, mut f: impl FnMut(&'a str)) {
+        match self.kind {
+            "user" => {
+                if let Some(u) = self.uuid.filter(|u| !u.trim().is_empty()) {
+                    f(u);
+                }
+                if let Some(Value::Array(merged)) = self.merged_send_uuids {
+                    merged.iter().filter_map(|v| text_of(Some(v))).for_each(f);
+                }
+            }
+            "attachment" => {
+                if let Some(u) = self.attachment.and_then(Attachment::source_uuid) {
+                    f(u);
+                }
+            }
+            "queue-operation"
+                if text_of(self.operation) == Some("remove")
+                    && text_of(self.reason) == Some("absorbed_mid_turn") =>
+            {
+                if let Some(u) = text_of(self.command_uuid) {
+                    f(u);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// True when the transcript line `line` proves the message `uuid` delivered (compared
+/// without case): a `user` entry with that `uuid` or listing it in `mergedSendUuids`,
+/// a `queued_command` attachment naming it, or its `absorbed_mid_turn` queue removal
+/// (see the module doc).
+pub fn proves_delivery(line: &[u8], uuid: &MessageUuid) -> bool {
+    #[derive(Deserialize)]
     struct Entry {
         #[serde(rename = "type", default)]
         kind: Option<String>,
         #[serde(default)]
         uuid: Option<String>,
+        #[serde(default, rename = "mergedSendUuids")]
+        merged_send_uuids: Option<Value>,
+        #[serde(default)]
+        operation: Option<Value>,
+        #[serde(default)]
+        reason: Option<Value>,
+        #[serde(default, rename = "commandUuid")]
+        command_uuid: Option<Value>,
+        #[serde(default)]
+        attachment: Option<Attachment>,
     }
-    serde_json::from_slice::<Entry>(line).is_ok_and(|e| {
-        e.kind.as_deref() == Some("user")
-            && e.uuid
-                .is_some_and(|u| u.eq_ignore_ascii_case(uuid.as_str()))
-    })
+    let Ok(e) = serde_json::from_slice::<Entry>(line) else {
+        return false;
+    };
+    let marks = Marks {
+        kind: e.kind.as_deref().unwrap_or_default(),
+        uuid: e.uuid.as_deref(),
+        merged_send_uuids: e.merged_send_uuids.as_ref(),
+        operation: e.operation.as_ref(),
+        reason: e.reason.as_ref(),
+        command_uuid: e.command_uuid.as_ref(),
+        attachment: e.attachment.as_ref(),
+    };
+    let mut found = false;
+    marks.delivered(|u| found |= u.eq_ignore_ascii_case(uuid.as_str()));
+    found
+}
+
+/// The earlier name of [`proves_delivery`], which answers for every entry that proves a
+/// message delivered, not only `user` entries.
+pub fn is_user_entry(line: &[u8], uuid: &MessageUuid) -> bool {
+    proves_delivery(line, uuid)
 }
 
 /// The history read after an uncertain send: [`HistoryRead::Found`] when the transcript
-/// holds a user entry with the UUID, else [`HistoryRead::Missing`]. (A transcript that
+/// proves the UUID delivered (a user entry with it, or a merged or absorbed message, see
+/// the module doc), else [`HistoryRead::Missing`]. (A transcript that
 /// could not be read is the caller's [`HistoryRead::Unreadable`].)
 pub fn history_read(transcript: &Transcript, uuid: &MessageUuid) -> HistoryRead {
     if transcript.has_user_message(uuid.as_str()) {

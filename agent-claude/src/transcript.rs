@@ -16,6 +16,12 @@
 //!   chain lines without rows (`progress`, `attachment`) are skipped and counted; a line
 //!   of an unknown type is skipped and counted as unknown; a line that is not JSON is
 //!   counted as malformed. Nothing is fatal ([`Diagnostics`]).
+//! - Two kinds of line are not what their type suggests. A `queued_command`
+//!   attachment is a message that joined a running turn (Claude Code 2.1.328 writes no
+//!   `user` entry for it): it is the user's message row ([`ItemKind::Absorbed`]), keyed
+//!   by the message's UUID like its live echo. A plain user entry whose text is an
+//!   interruption marker (`[Request interrupted by user]`) is not the user's words: it
+//!   is the interrupted-turn row ([`ItemKind::Interrupted`]).
 //!
 //! ## Which items are the conversation
 //!
@@ -39,7 +45,9 @@
 //!   first); a line whose parent is not in the file starts a root too.
 //!
 //! Every user UUID of the file, on any branch, stays a delivery proof: a message that an
-//! edit later replaced was still delivered.
+//! edit later replaced was still delivered. So do the UUIDs a merged user entry lists
+//! (`mergedSendUuids`) and those of messages absorbed mid-turn (the rule is
+//! [`crate::proof`]'s).
 //!
 //! Pages ([`Transcript::page_before`], [`Transcript::page_after`]) walk the conversation
 //! newest first by the UUID of an item ([`Item::position`]); that UUID is the `before` of
@@ -82,6 +90,7 @@ use timeline_core::time::Millis;
 use crate::blocks::{self, ToolCall, ToolResult};
 use crate::content::{Content, ContentBlock, Message};
 use crate::diag::Diagnostics;
+use crate::proof::{Attachment, Marks};
 use crate::time::parse_timestamp;
 
 /// Metadata line types (no `uuid` chain, no rows): skipped on purpose.
@@ -103,10 +112,17 @@ pub const METADATA_TYPES: &[&str] = &[
     "cost-state",
     "frame-link",
     "pr-link",
+    // Claude Code 2.1.328: request bookkeeping and tool usage, no conversation.
+    "atis-latch",
+    "api-request-shape",
+    "api-request-blob",
+    "api-request",
+    "tools-used",
 ];
 
 /// Chain lines that project to no row: skipped on purpose (their place in the chain is
-/// kept, so a child of one links through it).
+/// kept, so a child of one links through it). A `queued_command` attachment is the
+/// exception: it is the message of an [`ItemKind::Absorbed`] item.
 pub const ROWLESS_CHAIN_TYPES: &[&str] = &["progress", "attachment"];
 
 /// System subtypes that show as a system row; other system lines are read and hidden.
@@ -142,6 +158,24 @@ pub enum ItemKind {
     /// A user entry that shows no row: injected meta text (`isMeta`), the compaction
     /// summary, or tool results whose call is not in the file.
     Hidden {
+        /// The entry's UUID.
+        uuid: String,
+    },
+    /// A message that joined a running turn: a `queued_command` attachment (the item's
+    /// position is the attachment's UUID). One user row, keyed by the message's UUID,
+    /// so it is the twin of the message's live echo.
+    Absorbed {
+        /// The message's UUID (`source_uuid`: the operation's UUID for a message the
+        /// host sent); the attachment's UUID when it names none; `<uuid>#<offset>` when
+        /// the file already used that UUID for a user row.
+        uuid: String,
+        /// The text.
+        text: String,
+    },
+    /// An interruption marker (a plain user entry `[Request interrupted by user]` or
+    /// `[Request interrupted by user for tool use]`): the interrupted-turn system row,
+    /// not a user row.
+    Interrupted {
         /// The entry's UUID.
         uuid: String,
     },
@@ -250,6 +284,13 @@ impl Item {
             ItemKind::Prompt { text, .. } => {
                 out.extend(blocks::user_block(&self.position, at, order(), text));
             }
+            // Keyed by the message's UUID: the key of its live echo.
+            ItemKind::Absorbed { uuid, text } => {
+                out.extend(blocks::user_block(uuid, at, order(), text));
+            }
+            ItemKind::Interrupted { .. } => {
+                out.extend(blocks::interrupted_block(&self.position, at, order()));
+            }
             ItemKind::Hidden { .. } => {}
             ItemKind::System { subtype, text, .. } => {
                 if SHOWN_SYSTEM.contains(&subtype.as_str()) {
@@ -325,6 +366,30 @@ struct RawEntry {
     message: Option<Message>,
     #[serde(default)]
     content: Option<serde_json::Value>,
+    #[serde(default, rename = "mergedSendUuids")]
+    merged_send_uuids: Option<serde_json::Value>,
+    #[serde(default)]
+    operation: Option<serde_json::Value>,
+    #[serde(default)]
+    reason: Option<serde_json::Value>,
+    #[serde(default, rename = "commandUuid")]
+    command_uuid: Option<serde_json::Value>,
+    #[serde(default)]
+    attachment: Option<Attachment>,
+}
+
+impl RawEntry {
+    fn marks<'a>(&'a self, kind: &'a str) -> Marks<'a> {
+        Marks {
+            kind,
+            uuid: self.uuid.as_deref(),
+            merged_send_uuids: self.merged_send_uuids.as_ref(),
+            operation: self.operation.as_ref(),
+            reason: self.reason.as_ref(),
+            command_uuid: self.command_uuid.as_ref(),
+            attachment: self.attachment.as_ref(),
+        }
+    }
 }
 
 /// A page position the transcript does not hold (any more).
@@ -405,8 +470,11 @@ pub struct Transcript {
     by_message: HashMap<String, usize>,
     /// `toolu_…` → (reply item, tool index).
     by_tool: HashMap<String, (usize, usize)>,
-    /// UUIDs of user entries (delivery proofs), on every branch.
+    /// UUIDs of the messages the file proves delivered ([`crate::proof`]), on every
+    /// branch.
     user_uuids: HashSet<String>,
+    /// The UUIDs that key the rows of messages absorbed mid-turn.
+    absorbed_ids: HashSet<String>,
     /// The conversation: item indices from its root to its newest item.
     path: Vec<usize>,
     /// True when the first entry of the file is a sidechain entry (a subagent file).
@@ -447,6 +515,7 @@ impl Transcript {
             by_message: HashMap::new(),
             by_tool: HashMap::new(),
             user_uuids: HashSet::new(),
+            absorbed_ids: HashSet::new(),
             path: Vec::new(),
             sidechain_file,
             last_main: None,
@@ -539,8 +608,10 @@ impl Transcript {
         self.sidechain_file
     }
 
-    /// True when a `user` entry with this UUID was read, on any branch (the Claude
-    /// delivery proof).
+    /// True when the file proves the message with this UUID delivered, on any branch
+    /// (the Claude delivery proof): a `user` entry with it, a merged entry listing it in
+    /// `mergedSendUuids`, or the message absorbed into a running turn (see
+    /// [`crate::proof`]).
     pub fn has_user_message(&self, uuid: &str) -> bool {
         self.user_uuids.contains(uuid) || self.user_uuids.contains(&uuid.to_ascii_lowercase())
     }
@@ -771,10 +842,23 @@ impl Transcript {
             d.version(v);
         }
         let kind = raw.kind.clone().unwrap_or_default();
+        let proofs = &mut self.user_uuids;
+        raw.marks(&kind).delivered(|u| {
+            proofs.insert(u.to_owned());
+        });
         if METADATA_TYPES.contains(&kind.as_str()) {
             d.skipped.add(&kind);
             return;
         }
+        let users_message = raw.is_meta != Some(true)
+            && raw
+                .attachment
+                .as_ref()
+                .is_some_and(Attachment::is_users_message);
+        if kind == "attachment" && users_message && self.absorbed(&raw, offset) {
+            return;
+        }
+        let d = &mut self.diagnostics;
         if ROWLESS_CHAIN_TYPES.contains(&kind.as_str()) {
             d.skipped.add(&kind);
             if let Some(uuid) = raw.uuid.filter(|u| !u.trim().is_empty()) {
@@ -829,7 +913,6 @@ impl Transcript {
             sidechain,
         } = head;
         self.diagnostics.parsed.add("user");
-        self.user_uuids.insert(uuid.clone());
         let content = raw.message.map(|m| m.content).unwrap_or_default();
         for b in content.blocks() {
             if let Some(label) = b.unknown_label() {
@@ -897,6 +980,9 @@ impl Transcript {
             return;
         }
         let kind = match (hidden, content.user_text()) {
+            (false, Some(_)) if content.is_interruption_marker() => {
+                ItemKind::Interrupted { uuid: uuid.clone() }
+            }
             (false, Some(text)) => ItemKind::Prompt {
                 uuid: uuid.clone(),
                 text,
@@ -911,6 +997,51 @@ impl Transcript {
             kind,
         };
         self.push_item(item, parent, false);
+    }
+
+    /// Reads a `queued_command` attachment that is the user's message as an
+    /// [`ItemKind::Absorbed`] item; false (nothing done) when it has no UUID or no text,
+    /// and it is then read as a rowless chain line.
+    fn absorbed(&mut self, raw: &RawEntry, offset: u64) -> bool {
+        let Some(position) = raw.uuid.clone().filter(|u| !u.trim().is_empty()) else {
+            return false;
+        };
+        let Some(attachment) = raw.attachment.as_ref() else {
+            return false;
+        };
+        let text = attachment
+            .prompt
+            .clone()
+            .and_then(|p| serde_json::from_value::<Content>(p).ok())
+            .and_then(|c| c.user_text());
+        let Some(text) = text else {
+            return false;
+        };
+        self.diagnostics.parsed.add("attachment");
+        let at = raw
+            .timestamp
+            .as_deref()
+            .and_then(parse_timestamp)
+            .unwrap_or(self.last_time);
+        self.last_time = at;
+        // A UUID the file already used for a user row (hand-made or trimmed files
+        // repeat them; Claude does not) becomes `<uuid>#<offset>`, as a position does.
+        let mut uuid = attachment
+            .source_uuid()
+            .map_or_else(|| position.clone(), str::to_owned);
+        if self.lines.contains_key(&uuid) || !self.absorbed_ids.insert(uuid.clone()) {
+            uuid = format!("{uuid}#{offset}");
+        }
+        let parent = self.resolve(raw.parent_uuid.as_deref());
+        let item = Item {
+            position,
+            timestamp: at,
+            offset,
+            sidechain: raw.is_sidechain == Some(true),
+            kind: ItemKind::Absorbed { uuid, text },
+        };
+        self.push_item(item, parent, false);
+        true
     }
 
     fn assistant(&mut self, raw: RawEntry, head: Head) {
