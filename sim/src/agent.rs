@@ -18,6 +18,19 @@
 //!
 //! Turns that start while another runs are refused, as an agent with one turn per
 //! thread does (`ProvenUnadmitted`).
+//!
+//! A Codex session takes replace latest (`rollback_before_send`): it rolls back its
+//! latest turn (the turn's user rows and replies leave the transcript, as
+//! `thread/rollback` does) and starts a turn with the new message. The rollback and the
+//! start are two steps: a refusal or a lost answer may come after the rollback took and
+//! before the turn started. The adapter rolls back at most once per operation (its
+//! `clientUserMessageId`): custody sends a replace-latest entry with
+//! `rollback_before_send` on every attempt, so a retry after a rollback that took asks
+//! again ([`AgentEvent::RollbackAgain`]). Sometimes the thread is gone (`ThreadGone`):
+//! after the host clears the thread link, or on a send that asks for a fresh thread,
+//! the session's history is a new, empty thread (the embedder's history source follows
+//! the session's thread link), and every message of the old thread has left it. A
+//! Claude session refuses a rollback; one reaching it is a violation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -77,8 +90,22 @@ impl TranscriptHandle {
         lock(&self.0).unreadable
     }
 
-    fn save(&self, block: Block) {
-        lock(&self.0).source.push(vec![block]);
+    fn save(&self, block: Block) -> SourcePosition {
+        lock(&self.0).source.push(vec![block])
+    }
+
+    /// Removes the items at `positions` (a rollback).
+    fn remove(&self, positions: &[SourcePosition]) {
+        let mut t = lock(&self.0);
+        for p in positions {
+            t.source.remove(p);
+        }
+    }
+
+    /// The session's history is a new thread: empty, with its own cursor form and
+    /// boundary token.
+    fn new_thread(&self, kind: SourceKind, token: BoundaryToken) {
+        lock(&self.0).source = MemorySource::new(kind, token);
     }
 }
 
@@ -144,6 +171,57 @@ enum ApprovalState {
     Expired,
 }
 
+/// Why a message the agent had is no longer in its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// A replace latest rolled its turn back.
+    RolledBack,
+    /// Its thread is gone; the session went on in a fresh thread.
+    ThreadGone,
+}
+
+/// What the agent did that the world records (drained after each call).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// The latest turn of `session` was rolled back for `op`: the operations of its user
+    /// rows and the keys of every row it saved.
+    RolledBack {
+        /// The session.
+        session: SessionId,
+        /// The replace-latest operation.
+        op: OperationId,
+        /// The operations whose user rows left.
+        ops: Vec<OperationId>,
+        /// Every row that left.
+        rows: Vec<BlockKey>,
+    },
+    /// A rollback was asked again for an operation the agent rolled back for (or whose
+    /// thread it found gone) already: not done twice.
+    RollbackAgain {
+        /// The session.
+        session: SessionId,
+        /// The operation.
+        op: OperationId,
+    },
+    /// The agent answered that the session's thread is gone.
+    ThreadGone {
+        /// The session.
+        session: SessionId,
+    },
+    /// A fresh thread was opened: every row of the old one left the history.
+    FreshThread {
+        /// The session.
+        session: SessionId,
+        /// The new thread's ID.
+        thread: String,
+        /// The operations whose user rows left.
+        ops: Vec<OperationId>,
+        /// Every row that left.
+        rows: Vec<BlockKey>,
+    },
+}
+
 /// One session as the agent sees it.
 #[derive(Debug)]
 pub struct AgentSession {
@@ -154,8 +232,24 @@ pub struct AgentSession {
     /// Its transcript.
     pub transcript: TranscriptHandle,
     turn: Option<Turn>,
-    /// Operations saved in the transcript.
+    /// Operations saved in the transcript (its current thread).
     saved: BTreeSet<OperationId>,
+    /// The items saved per turn, oldest first (the seeded history: one turn per
+    /// exchange), for a rollback: each item's position and the operation of its user
+    /// row.
+    turns: Vec<Vec<(SourcePosition, BlockKey, Option<OperationId>)>>,
+    /// Operations whose user rows left the transcript, and why.
+    left: BTreeMap<OperationId, Left>,
+    /// Operations a rollback was done for, or whose thread was found gone: a rollback
+    /// asked again for one is not done again.
+    rolled_for: BTreeSet<OperationId>,
+    /// The thread: 1 for the session's first, one more for each fresh thread.
+    thread: u64,
+    /// The agent said the thread is gone: a send fails so until the host clears the
+    /// link or asks for a fresh thread.
+    gone: bool,
+    /// The host cleared the link to the gone thread: the next send opens a fresh one.
+    link_cleared: bool,
     /// Operations taken back (detached) at the host's request.
     detached: BTreeSet<OperationId>,
     last_ts: u64,
@@ -186,6 +280,110 @@ impl AgentSession {
     /// True when `op` is in the transcript.
     pub fn saved(&self, op: &OperationId) -> bool {
         self.saved.contains(op)
+    }
+
+    /// True when the agent had `op` in its history: it is there, or it left it (rolled
+    /// back, or in a thread that is gone).
+    pub fn had(&self, op: &OperationId) -> bool {
+        self.saved.contains(op) || self.left.contains_key(op)
+    }
+
+    /// Why `op` left the history, if it did.
+    pub fn left(&self, op: &OperationId) -> Option<Left> {
+        self.left.get(op).copied()
+    }
+
+    /// Every operation that left the history.
+    pub fn left_ops(&self) -> impl Iterator<Item = (&OperationId, Left)> {
+        self.left.iter().map(|(o, l)| (o, *l))
+    }
+
+    /// The ID of the session's current thread.
+    pub fn thread_id(&self) -> String {
+        if self.thread <= 1 {
+            format!("thread-{}", self.session)
+        } else {
+            format!("thread-{}-{}", self.session, self.thread)
+        }
+    }
+
+    /// Saves `block` in the transcript, as an item of the latest turn.
+    fn save_row(&mut self, block: Block, op: Option<OperationId>) {
+        let key = block.key();
+        let position = self.transcript.save(block);
+        if self.turns.is_empty() {
+            self.turns.push(Vec::new());
+        }
+        if let Some(turn) = self.turns.last_mut() {
+            turn.push((position, key, op));
+        }
+    }
+
+    /// Rolls back the latest turn that saved anything, for `op` (`thread/rollback`):
+    /// its rows leave the transcript (unless `keep`, the defect), its user rows'
+    /// operations leave the history. Once per operation.
+    fn roll_back(&mut self, op: &OperationId, keep: bool, events: &mut Vec<AgentEvent>) {
+        if !self.rolled_for.insert(op.clone()) {
+            events.push(AgentEvent::RollbackAgain {
+                session: self.session.clone(),
+                op: op.clone(),
+            });
+            return;
+        }
+        let mut items = Vec::new();
+        while let Some(turn) = self.turns.pop() {
+            if !turn.is_empty() {
+                items = turn;
+                break;
+            }
+        }
+        if !keep {
+            let positions: Vec<SourcePosition> = items.iter().map(|(p, _, _)| p.clone()).collect();
+            self.transcript.remove(&positions);
+        }
+        let mut ops = Vec::new();
+        for o in items.iter().filter_map(|(_, _, o)| o.clone()) {
+            self.saved.remove(&o);
+            self.left.insert(o.clone(), Left::RolledBack);
+            ops.push(o);
+        }
+        events.push(AgentEvent::RolledBack {
+            session: self.session.clone(),
+            op: op.clone(),
+            ops,
+            rows: items.into_iter().map(|(_, k, _)| k).collect(),
+        });
+    }
+
+    /// Opens a fresh thread: the session's history starts again, empty; every message
+    /// of the old thread has left it.
+    fn fresh_thread(&mut self, events: &mut Vec<AgentEvent>) {
+        self.thread += 1;
+        self.gone = false;
+        self.link_cleared = false;
+        let rows: Vec<BlockKey> = self.transcript.blocks().iter().map(Block::key).collect();
+        let ops: Vec<OperationId> = std::mem::take(&mut self.saved).into_iter().collect();
+        for o in &ops {
+            self.left.insert(o.clone(), Left::ThreadGone);
+        }
+        self.turns.clear();
+        let thread = self.thread_id();
+        self.transcript.new_thread(
+            SourceKind::Codex {
+                thread_id: thread.clone(),
+                generation: 1,
+            },
+            BoundaryToken::codex_rollout(&format!(
+                "/sessions/rollout-{}-{}.jsonl",
+                self.session, self.thread
+            )),
+        );
+        events.push(AgentEvent::FreshThread {
+            session: self.session.clone(),
+            thread,
+            ops,
+            rows,
+        });
     }
 
     /// The result the agent took for an approval, if it took one.
@@ -231,7 +429,7 @@ impl AgentSession {
         };
         if let Some(open) = turn.open.take() {
             let run = turn.run.clone();
-            self.transcript.save(open.block.clone());
+            self.save_row(open.block.clone(), None);
             out.push(Out::Stream(self.rows(&run, vec![open.block])));
         }
     }
@@ -246,8 +444,9 @@ impl AgentSession {
             .new_block(BlockKey::user_message(op), now)
             .with_operation(op.clone())
             .with_data(serde_json::json!({ "text": text }));
-        self.transcript.save(block.clone());
+        self.save_row(block.clone(), Some(op.clone()));
         self.saved.insert(op.clone());
+        self.left.remove(op);
         out.push(Out::Stream(self.rows(&run, vec![block])));
         out.push(Out::Answer(AgentInput::DeliveryProof {
             session: self.session.clone(),
@@ -258,6 +457,7 @@ impl AgentSession {
     fn start_turn(&mut self, run: &RunId, now: Millis) -> String {
         self.next_turn += 1;
         let turn_id = format!("turn-{}", self.next_turn);
+        self.turns.push(Vec::new());
         self.turn = Some(Turn {
             run: run.clone(),
             turn_id: turn_id.clone(),
@@ -272,7 +472,7 @@ impl AgentSession {
     fn acceptance(&self, run: &RunId, turn_id: &str, now: Millis) -> Option<Acceptance> {
         Some(Acceptance {
             run_id: run.clone(),
-            thread_id: ThreadId::new(format!("thread-{}", self.session)).ok()?,
+            thread_id: ThreadId::new(self.thread_id()).ok()?,
             turn_id: TurnId::new(turn_id).ok()?,
             accepted_at: now,
         })
@@ -334,6 +534,11 @@ pub enum AgentViolation {
     /// decision it took (a host that restarted while the decision was on its way sends
     /// it again: one decision, delivered at least once).
     DecidedAgain(String, String),
+    /// A message that left its history (rolled back by a replace latest, or in a thread
+    /// that is gone) was sent to it again.
+    Reappears(OperationId, String),
+    /// A rollback (replace latest) reached a session whose agent does not support it.
+    Unsupported(OperationId, String),
 }
 
 /// The agent of every session of the world.
@@ -348,7 +553,15 @@ pub struct Agent {
     pub decisions: BTreeMap<String, u32>,
     /// When set, the agent behaves: no refusal, no uncertainty, and it finishes turns.
     pub calm: bool,
+    /// What it did that the world records, in order (drained by the world).
+    pub events: Vec<AgentEvent>,
+    /// The defect [`crate::Defect::KeepRolledBackTurn`]: a rollback leaves the turn's
+    /// rows in the transcript.
+    pub keep_rolled_back: bool,
 }
+
+/// How often a replace latest finds the thread gone (while the agent is not calm).
+const THREAD_GONE: f64 = 0.2;
 
 impl Agent {
     /// Adds a session with an empty transcript; returns the transcript for the host.
@@ -378,6 +591,12 @@ impl Agent {
                 transcript: transcript.clone(),
                 turn: None,
                 saved: BTreeSet::new(),
+                turns: Vec::new(),
+                left: BTreeMap::new(),
+                rolled_for: BTreeSet::new(),
+                thread: 1,
+                gone: false,
+                link_cleared: false,
                 detached: BTreeSet::new(),
                 last_ts: 0,
                 next_ordinal: 0,
@@ -423,7 +642,11 @@ impl Agent {
             let block = s
                 .new_block(key, Millis(1 + i * 10))
                 .with_data(serde_json::json!({ "text": format!("{who}: earlier message {i}") }));
-            s.transcript.save(block);
+            // Each exchange is a turn (for a rollback).
+            if i % 2 == 0 {
+                s.turns.push(Vec::new());
+            }
+            s.save_row(block, None);
         }
     }
 
@@ -461,6 +684,35 @@ impl Agent {
                         ),
                     ));
                 }
+                if let Some(why) = s.left(&op) {
+                    let why = match why {
+                        Left::RolledBack => "a replace latest rolled its turn back",
+                        Left::ThreadGone => "its thread is gone",
+                    };
+                    self.violations.push(AgentViolation::Reappears(
+                        op.clone(),
+                        format!(
+                            "the agent received {op} again (attempt {}) after {why}",
+                            req.attempt
+                        ),
+                    ));
+                }
+                if req.rollback_before_send && !s.codex {
+                    self.violations.push(AgentViolation::Unsupported(
+                        op.clone(),
+                        format!(
+                            "a replace latest of {op} (attempt {}) reached a Claude session",
+                            req.attempt
+                        ),
+                    ));
+                    out.push(Out::Answer(AgentInput::SendResult {
+                        attempt: req.attempt,
+                        result: SendResult::ProvenUnadmitted {
+                            error: "this agent does not roll back a turn".into(),
+                        },
+                    }));
+                    return out;
+                }
                 let refuse = strike(rng, FaultKind::AgentRefuses);
                 let uncertain = strike(rng, FaultKind::AgentUncertain);
                 let took_anyway = rng.chance(0.5);
@@ -479,13 +731,49 @@ impl Agent {
                 }
                 let result = match &req.kind {
                     SendKind::Start { run } => {
+                        let rollback = req.rollback_before_send;
+                        let keep = self.keep_rolled_back;
+                        // A thread the agent said is gone takes nothing until the host
+                        // clears the link or asks for a fresh thread.
+                        let gone = s.gone && !req.fresh_thread && !s.link_cleared;
+                        let fresh = !s.holds(&op)
+                            && s.turn.is_none()
+                            && !gone
+                            && (req.fresh_thread || s.gone);
+                        if fresh {
+                            s.fresh_thread(&mut self.events);
+                        }
                         if s.holds(&op) {
                             SendResult::Delivered
                         } else if s.turn.is_some() {
                             SendResult::ProvenUnadmitted {
                                 error: "a turn is already running".into(),
                             }
+                        } else if gone {
+                            self.events.push(AgentEvent::ThreadGone {
+                                session: s.session.clone(),
+                            });
+                            SendResult::ThreadGone
+                        } else if rollback
+                            && !calm
+                            && !fresh
+                            && !s.rolled_for.contains(&op)
+                            && rng.chance(THREAD_GONE)
+                        {
+                            // The thread to roll back is gone: nothing happened, and the
+                            // rollback of this message is moot.
+                            s.gone = true;
+                            s.link_cleared = false;
+                            s.rolled_for.insert(op.clone());
+                            self.events.push(AgentEvent::ThreadGone {
+                                session: s.session.clone(),
+                            });
+                            SendResult::ThreadGone
                         } else if refuse {
+                            // The rollback may have taken before the turn could not start.
+                            if rollback && rng.chance(0.5) {
+                                s.roll_back(&op, keep, &mut self.events);
+                            }
                             if rng.chance(0.5) {
                                 SendResult::ProvenUnadmitted {
                                     error: "the agent is overloaded".into(),
@@ -496,10 +784,16 @@ impl Agent {
                                 }
                             }
                         } else if uncertain && !took_anyway {
+                            if rollback && rng.chance(0.5) {
+                                s.roll_back(&op, keep, &mut self.events);
+                            }
                             SendResult::AdmissionUncertain {
                                 error: "the reply was lost".into(),
                             }
                         } else {
+                            if rollback {
+                                s.roll_back(&op, keep, &mut self.events);
+                            }
                             let turn_id = s.start_turn(run, now);
                             s.take(&op, &text, now, &mut out);
                             if uncertain {
@@ -518,6 +812,10 @@ impl Agent {
                         let running = s.turn.as_ref().map(|t| (t.run.clone(), t.turn_id.clone()));
                         match running {
                             _ if s.holds(&op) => SendResult::Delivered,
+                            // A turn that runs cannot be rolled back.
+                            _ if req.rollback_before_send => SendResult::ProvenUnadmitted {
+                                error: "a steer cannot roll back a turn".into(),
+                            },
                             Some((r, turn_id)) if &r == run => {
                                 if refuse {
                                     SendResult::ProvenUnadmitted {
@@ -704,7 +1002,16 @@ impl Agent {
                 };
                 out.push(Out::Stream(resolved(&request, result)));
             }
-            AgentCall::ClearThreadLink { .. } => {}
+            // Only the link to a thread the agent said is gone: the next send opens a
+            // fresh one. (The call travels on its own; one that comes after the fresh
+            // thread opened clears nothing.)
+            AgentCall::ClearThreadLink { session } => {
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    if s.gone {
+                        s.link_cleared = true;
+                    }
+                }
+            }
             _ => {}
         }
         out
@@ -810,7 +1117,7 @@ impl Agent {
                 };
                 let request = ApprovalRequest {
                     request_id: format!("{session}-req-{n}"),
-                    thread_id: format!("thread-{session}"),
+                    thread_id: s.thread_id(),
                     turn_id: turn.turn_id.clone(),
                     item_id: format!("item-{n}"),
                     kind: ApprovalKind::CommandExecution,

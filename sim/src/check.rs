@@ -51,6 +51,7 @@ use host_core::Host;
 use outbox_core::entry::EntryState;
 use outbox_core::ids::base_session;
 use outbox_core::ledger::LedgerStatus;
+use overlay_core::RowClass;
 use timeline_core::order::OrderKey;
 use timeline_core::rows::CardStatus;
 use timeline_core::timeline::LoadState;
@@ -95,6 +96,14 @@ pub enum Invariant {
     Stuck,
     /// The world never came to rest.
     NoQuiescence,
+    /// A message of a turn a replace latest rolled back (or of a thread that is gone) is
+    /// in the agent's history again, was sent to the agent again, or a row of that turn
+    /// (or thread) still shows at quiescence.
+    ReplacedReappears,
+    /// A control the session's agent does not support (replace latest on Claude) was
+    /// admitted, refused without its typed error, or reached the agent; or a supported
+    /// one was refused (OB-04).
+    UnsupportedControl,
 }
 
 impl Invariant {
@@ -116,6 +125,8 @@ impl Invariant {
             Invariant::HostDefect => "host-defect",
             Invariant::Stuck => "stuck",
             Invariant::NoQuiescence => "no-quiescence",
+            Invariant::ReplacedReappears => "replaced-reappears",
+            Invariant::UnsupportedControl => "unsupported-control",
         }
     }
 }
@@ -138,6 +149,22 @@ pub enum Known {
     /// after the host that sent it died, and the new host's start-up read said missing
     /// first, the user's "send now" sends it a second time.
     PendingInputMissing,
+    /// overlay-core (the exact scan, OV-06) with outbox-core and host-core (replace
+    /// latest, OB-11): the exact scan settles only the run's keys that history holds.
+    /// Rows of a run that no scan settled before they left history (a replace latest's
+    /// rollback sent on the stop's answer, before the host saw the run end and scanned;
+    /// a scan that failed and waits for the restart repair; a refused overlay write
+    /// written again after the scan; a thread gone before its run's rows settled) never
+    /// settle: the host's saved overlay keeps the replaced turn's rows for good, and
+    /// every client shows them as live rows, through reloads.
+    RolledBackRowsUnsettled,
+    /// host-core (replace latest, OB-11): nothing tells the clients that history lost
+    /// rows. A client that loaded its window before a rollback (or before the session
+    /// went on in a fresh thread) keeps the rows that left history until a settlement
+    /// epoch advances; when the rollback took but no turn started (its turn/start
+    /// refused, or its answer lost), no epoch advances and the client shows the
+    /// replaced turn as history for good (checked: it heals on reload).
+    RollbackUnannounced,
 }
 
 impl Known {
@@ -146,11 +173,18 @@ impl Known {
         match self {
             Known::RelayLossUnrepaired => "relay-loss-unrepaired",
             Known::PendingInputMissing => "pending-input-missing",
+            Known::RolledBackRowsUnsettled => "rolled-back-rows-unsettled",
+            Known::RollbackUnannounced => "rollback-unannounced",
         }
     }
 
     /// Every known issue.
-    pub const ALL: &'static [Known] = &[Known::RelayLossUnrepaired, Known::PendingInputMissing];
+    pub const ALL: &'static [Known] = &[
+        Known::RelayLossUnrepaired,
+        Known::PendingInputMissing,
+        Known::RolledBackRowsUnsettled,
+        Known::RollbackUnannounced,
+    ];
 }
 
 /// One broken invariant.
@@ -189,6 +223,97 @@ impl World {
         self.check_live_rows();
         self.check_echoes();
         self.check_timers();
+        self.check_replaced();
+    }
+
+    /// A message that left the agent's history (its turn rolled back by a replace
+    /// latest, or its thread gone) is not in that history again (a send of it again is
+    /// caught as the agent receives it).
+    fn check_replaced(&mut self) {
+        let mut back = Vec::new();
+        for s in self.agent.sessions() {
+            let left: BTreeMap<&OperationId, crate::agent::Left> = s.left_ops().collect();
+            if left.is_empty() {
+                continue;
+            }
+            for b in s.transcript.blocks() {
+                if let Some(why) = b.operation_id.as_ref().and_then(|o| left.get(o)) {
+                    back.push(format!(
+                        "{} is in the history of {} again after it left it ({why:?})",
+                        b.id, s.session
+                    ));
+                }
+            }
+        }
+        for b in back {
+            self.violate(Invariant::ReplacedReappears, b);
+        }
+    }
+
+    /// At quiescence no client shows a row that left the agent's history (a rolled-back
+    /// turn, a gone thread), and the host's overlay keeps none: the clients converged
+    /// to the history after the rollback. A client showing such a row from history has
+    /// not converged; one showing it as a live row the host's saved overlay still keeps
+    /// for its run is [`Known::RolledBackRowsUnsettled`].
+    fn check_gone_rows(&mut self) {
+        let mut found: Vec<(bool, String)> = Vec::new();
+        let mut kept: BTreeMap<SessionId, BTreeSet<BlockKey>> = BTreeMap::new();
+        let sessions: Vec<SessionId> = self.gone_rows.keys().cloned().collect();
+        for session in sessions {
+            let target = timeline_core::TargetId::main(&session);
+            let overlay = self
+                .stores
+                .with_overlays(|s| s.load(&session, &target))
+                .ok()
+                .flatten();
+            let Some(gone) = self.gone_rows.get(&session) else {
+                continue;
+            };
+            for b in overlay.into_iter().flat_map(|o| o.blocks) {
+                let key = b.block.key();
+                if !gone.contains(&key) {
+                    continue;
+                }
+                let unsettled = b.class == RowClass::Ordinary && b.run_id.is_some();
+                found.push((
+                    unsettled,
+                    format!(
+                        "the host's overlay of {session} keeps {} (run {:?}), a row that left the agent's history",
+                        b.block.id, b.run_id
+                    ),
+                ));
+                if unsettled {
+                    kept.entry(session.clone()).or_default().insert(key);
+                }
+            }
+        }
+        for (c, client) in self.clients.iter().enumerate() {
+            let Some(gone) = self.gone_rows.get(&client.session) else {
+                continue;
+            };
+            for (o, b) in self.visible(c) {
+                let key = b.key();
+                if o == Origin::Pending || !gone.contains(&key) {
+                    continue;
+                }
+                let from_overlay = o == Origin::Live
+                    && kept.get(&client.session).is_some_and(|k| k.contains(&key));
+                found.push((
+                    from_overlay,
+                    format!(
+                        "client {c} ({}) shows {} ({o:?}), a row that left the agent's history",
+                        client.session, b.id
+                    ),
+                ));
+            }
+        }
+        for (known, s) in found {
+            if known {
+                self.known_issue(Known::RolledBackRowsUnsettled, s);
+            } else {
+                self.violate(Invariant::ReplacedReappears, s);
+            }
+        }
     }
 
     /// Every client's live rows are the rows the host saved at the (epoch, revision) the
@@ -248,7 +373,8 @@ saved for {target}"
             if !m.acked || m.removed || m.replaced || saved.contains_key(op) {
                 continue;
             }
-            if self.agent.sessions().any(|s| s.holds(op)) {
+            // Held, or delivered and then rolled back or left in a thread that is gone.
+            if self.agent.sessions().any(|s| s.holds(op) || s.had(op)) {
                 continue;
             }
             lost.push(op.clone());
@@ -349,7 +475,9 @@ saved for {target}"
                 let Some(m) = self.messages.get(op) else {
                     continue;
                 };
-                if m.removed || m.replaced {
+                // A message that left the agent's history (a rollback, a gone thread)
+                // leaves the screen with it.
+                if m.removed || m.replaced || self.agent_left(op) {
                     continue;
                 }
                 let key = BlockKey::user_message(op);
@@ -545,6 +673,7 @@ saved for {target}"
         self.check_step();
         self.check_delivered();
         self.check_views();
+        self.check_gone_rows();
         self.check_cards();
     }
 
@@ -698,11 +827,21 @@ saved for {target}"
         None
     }
 
-    /// Why client `c` may be behind, when the cause is a known issue: its overlay is
-    /// older than the host's, and it is a phone the relay never brought the newest
-    /// version to (overlay-core).
+    /// Why client `c` may be behind, when the cause is a known issue: it shows rows
+    /// from history that left it (a rollback, a gone thread) and no one told it
+    /// (host-core); or its overlay is older than the host's, and it is a phone the relay
+    /// never brought the newest version to (overlay-core).
     fn known_cause(&mut self, c: usize) -> Option<Known> {
         let session = self.clients[c].session.clone();
+        if let Some(gone) = self.gone_rows.get(&session) {
+            let stale = self.clients[c]
+                .timeline
+                .rows()
+                .any(|r| r.origin == Origin::History && gone.contains(&r.block.key()));
+            if stale {
+                return Some(Known::RollbackUnannounced);
+            }
+        }
         let target = timeline_core::TargetId::main(&session);
         let host = self
             .stores

@@ -74,6 +74,9 @@ pub enum Defect {
     /// A client applies a live patch on whatever it holds of the same epoch, not only on
     /// the patch's base ([`Invariant::LiveRowsUnsaved`]); the next snapshot would heal it.
     PatchOnAnyBase,
+    /// The simulated Codex reports a replace latest's rollback but keeps the rolled-back
+    /// turn in its transcript ([`Invariant::ReplacedReappears`]).
+    KeepRolledBackTurn,
 }
 
 /// What one run did.
@@ -139,6 +142,9 @@ pub fn command(cfg: &Config) -> String {
     if !cfg.without.is_empty() {
         let names: Vec<&str> = cfg.without.iter().map(|k| k.name()).collect();
         s.push_str(&format!(" --without {}", names.join(",")));
+    }
+    if !cfg.replace_latest {
+        s.push_str(" --no-replace-latest");
     }
     if let Some(b) = cfg.backend {
         s.push_str(match b {

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! sim --seed N [--steps K] [--without kind,...] [--backend memory|sqlite] [--trace]
-//! sim --seeds A..B [--steps K] [--jobs J] [--shrink] [--keep-going]
+//!     [--no-replace-latest]
+//! sim --seeds A..B [--steps K] [--jobs J] [--shrink] [--keep-going] [--no-replace-latest]
 //! ```
 //!
 //! One seed prints its report (and with `--trace` every line of its trace). A range runs
@@ -28,10 +29,11 @@ struct Args {
     jobs: usize,
     shrink: bool,
     keep_going: bool,
+    replace_latest: bool,
 }
 
 const USAGE: &str = "usage: sim --seed N | --seeds A..B  [--steps K] [--without kind,...] \
-[--backend memory|sqlite] [--trace] [--jobs J] [--shrink] [--keep-going]";
+[--backend memory|sqlite] [--trace] [--jobs J] [--shrink] [--keep-going] [--no-replace-latest]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
@@ -44,6 +46,7 @@ fn parse() -> Result<Args, String> {
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         shrink: false,
         keep_going: false,
+        replace_latest: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -83,6 +86,7 @@ fn parse() -> Result<Args, String> {
             "--trace" => args.trace = true,
             "--shrink" => args.shrink = true,
             "--keep-going" => args.keep_going = true,
+            "--no-replace-latest" => args.replace_latest = false,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -98,6 +102,7 @@ fn config(args: &Args, seed: u64) -> Config {
     cfg.steps = args.steps;
     cfg.without = args.without.clone();
     cfg.backend = args.backend;
+    cfg.replace_latest = args.replace_latest;
     cfg
 }
 
@@ -246,6 +251,17 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
         stats.replays,
         stats.relay_events,
         stats.restarts
+    );
+    sim::say!(
+        "replace latest: {} sent ({} refused by Claude), {} rollback sends, {} turns rolled back, \
+{} rollbacks asked again, {} threads gone, {} fresh-thread sends",
+        stats.replace_latest,
+        stats.replace_refused,
+        stats.rollback_sends,
+        stats.rollbacks,
+        stats.rollbacks_again,
+        stats.threads_gone,
+        stats.fresh_sends
     );
     let known = known
         .lock()

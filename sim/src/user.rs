@@ -1,6 +1,10 @@
-//! What users do: send (automatic, steer, queue, interrupt), edit, remove, send now,
-//! stop, stop and send now, decide approvals, page older, jump to a row and back,
-//! reload, open another session.
+//! What users do: send (automatic, steer, queue, interrupt, replace latest), edit,
+//! remove, send now, stop, stop and send now, decide approvals, page older, jump to a
+//! row and back, reload, open another session.
+//!
+//! Replace latest (`replace-latest` + `interrupt-running`, with `rollbackBeforeSend`)
+//! is drawn from a stream of its own ([`REPLACE_LATEST`] of the actions), on Codex
+//! sessions, which take it, and on Claude sessions, which must refuse it.
 //!
 //! Session-to-session messages are not among them: the `Host` takes no input that
 //! creates one (custody's `send_session_message` is not reachable through the host's
@@ -14,9 +18,22 @@ use timeline_core::rows::Decision;
 use crate::client::Kind;
 use crate::world::{Asked, World};
 
+/// The share of user actions that are a replace latest.
+pub(crate) const REPLACE_LATEST: f64 = 0.03;
+
 impl World {
     /// One user action on a random client.
     pub(crate) fn user_action(&mut self) {
+        if self.actions.chance(REPLACE_LATEST) && self.cfg.replace_latest {
+            // Its own stream picks the client, so the world's stream draws only what the
+            // send itself draws.
+            let c = self.actions.index(self.clients.len());
+            let session = self.clients[c].session.clone();
+            let name = self.clients[c].name(c);
+            self.log(|| format!("{name} replaces the latest turn of {session}"));
+            self.send_message(c, Controls::replace_latest());
+            return;
+        }
         let c = self.rng.index(self.clients.len());
         let session = self.clients[c].session.clone();
         let action = self
@@ -160,6 +177,7 @@ impl World {
                 acked: false,
                 removed: false,
                 replaced: false,
+                refused: false,
                 ..m.clone()
             },
         );

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use host_core::ReplyTo;
 use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Notice, Reply};
 use outbox_core::adapter::{DetachResult, HistoryRead, SendResult, StopResult};
-use outbox_core::entry::{Controls, MessageRequest};
+use outbox_core::entry::{Controls, Intent, MessageRequest};
 use outbox_core::ids::QueueId;
 use outbox_core::{Capabilities, SessionInfo, SubmitRequest};
 use overlay_core::live::{Delivery, LiveProtocol, Payload};
@@ -34,7 +34,7 @@ use timeline_core::timeline::{Effect as Load, LoadFailure, LoadState, RequestTag
 use timeline_core::wire::{LiveOverlay, LivePatch};
 use timeline_core::{BlockKey, HostKey, Millis, OperationId, PendingSend, SessionId, TargetId};
 
-use crate::agent::{Agent, AgentViolation, Out, TranscriptHandle};
+use crate::agent::{Agent, AgentEvent, AgentViolation, Out, TranscriptHandle};
 use crate::check::{Invariant, Known, Violation};
 use crate::client::{Client, Echo, Kind, Mine};
 use crate::faults::{FaultCounts, FaultKind, Faults};
@@ -66,6 +66,10 @@ pub struct Config {
     /// Write the trace (off: faster, no digest and no report lines; a failing run is
     /// run again with it on to report).
     pub trace: bool,
+    /// Users also replace the latest turn (on by default). Its draws are a stream of
+    /// their own, so a run without it is the run the seed made before replace latest
+    /// was driven (`--no-replace-latest`).
+    pub replace_latest: bool,
 }
 
 impl Config {
@@ -79,6 +83,7 @@ impl Config {
             backend: None,
             echo: false,
             trace: true,
+            replace_latest: true,
         }
     }
 }
@@ -111,6 +116,21 @@ pub struct Stats {
     /// Decisions the agent got again from a host that restarted while the decision was
     /// on its way (allowed: one decision, delivered at least once).
     pub decisions_again: u64,
+    /// Replace-latest messages users sent (Codex and Claude sessions).
+    pub replace_latest: u64,
+    /// Replace-latest messages a Claude session refused with the typed error.
+    pub replace_refused: u64,
+    /// Sends with `rollback_before_send` the host made (replace-latest sends).
+    pub rollback_sends: u64,
+    /// Sends to a fresh thread the host made (after the agent said a thread is gone).
+    pub fresh_sends: u64,
+    /// Turns the agent rolled back.
+    pub rollbacks: u64,
+    /// Rollbacks asked again for an operation the agent had rolled back for, or whose
+    /// thread it had found gone (not done twice).
+    pub rollbacks_again: u64,
+    /// Times the agent answered that a thread is gone.
+    pub threads_gone: u64,
 }
 
 impl Stats {
@@ -126,6 +146,13 @@ impl Stats {
         self.relay_events += other.relay_events;
         self.restarts += other.restarts;
         self.decisions_again += other.decisions_again;
+        self.replace_latest += other.replace_latest;
+        self.replace_refused += other.replace_refused;
+        self.rollback_sends += other.rollback_sends;
+        self.fresh_sends += other.fresh_sends;
+        self.rollbacks += other.rollbacks;
+        self.rollbacks_again += other.rollbacks_again;
+        self.threads_gone += other.threads_gone;
     }
 }
 
@@ -180,12 +207,19 @@ pub(crate) struct Message {
     pub removed: bool,
     /// An edit replaced it with another operation (and the host said so).
     pub replaced: bool,
+    /// The host refused it as a control its agent does not support (replace latest on
+    /// Claude).
+    pub refused: bool,
 }
 
 /// The world of one run.
 pub struct World {
     pub(crate) cfg: Config,
     pub(crate) rng: Rng,
+    /// The draws that choose a replace latest among the user's actions: a stream of its
+    /// own, so a run that never draws one runs exactly as before replace latest was
+    /// driven (the seeds pinned in `tests/regressions.rs` build their situations still).
+    pub(crate) actions: Rng,
     pub(crate) faults: Faults,
     /// Faults injected so far.
     pub counts: FaultCounts,
@@ -256,6 +290,9 @@ pub struct World {
     /// Operations sent again on the user's word after an unreadable history: if the
     /// agent held them after all, the second copy is the user's choice, not the host's.
     pub(crate) user_resends: BTreeSet<OperationId>,
+    /// Rows that left the agent's history for good, per session: the rows of turns a
+    /// replace latest rolled back, and of threads that are gone.
+    pub(crate) gone_rows: BTreeMap<SessionId, BTreeSet<BlockKey>>,
 }
 
 /// The host's key: the same for every incarnation (cursors survive restarts).
@@ -273,6 +310,7 @@ impl World {
     /// The text of a failure to set up the stores or start the host.
     pub fn new(cfg: Config) -> Result<World, String> {
         let mut rng = Rng::new(cfg.seed);
+        let actions = Rng::new(cfg.seed ^ 0x7265_706c_6163_6521);
         let faults = Faults::draw(&mut rng, &cfg.without);
         let sqlite = rng.chance(1.0 / 16.0);
         let backend = cfg.backend.unwrap_or(if sqlite {
@@ -282,6 +320,7 @@ impl World {
         });
         let stores = Stores::new(backend)?;
         let mut agent = Agent::default();
+        agent.keep_rolled_back = cfg.defect == Some(Defect::KeepRolledBackTurn);
         let n_sessions = if rng.chance(0.5) { 2 } else { 1 };
         let mut sessions = Vec::new();
         for i in 0..n_sessions {
@@ -353,6 +392,7 @@ impl World {
         let mut world = World {
             cfg,
             rng,
+            actions,
             faults,
             counts: FaultCounts::default(),
             now: millis(10_000),
@@ -390,6 +430,7 @@ impl World {
             zombies: BTreeSet::new(),
             user_asked: BTreeSet::new(),
             user_resends: BTreeSet::new(),
+            gone_rows: BTreeMap::new(),
         };
         world.boot()?;
         for c in 0..world.clients.len() {
@@ -919,6 +960,8 @@ impl World {
         match call {
             AgentCall::Send(req) => {
                 let op = &req.operation_id;
+                self.stats.rollback_sends += u64::from(req.rollback_before_send);
+                self.stats.fresh_sends += u64::from(req.fresh_thread);
                 self.attempts.insert(req.attempt.0, op.clone());
                 self.user_asked.remove(op);
                 if self.sent.contains(op) && !self.resend_ok.remove(op) {
@@ -1021,6 +1064,54 @@ impl World {
         self.agent.sessions().any(|s| s.holds(op))
     }
 
+    /// Records what the agent did that the checks need: the rows that left its history
+    /// (a rollback, a thread that is gone), and the counts.
+    fn agent_events(&mut self) {
+        for e in std::mem::take(&mut self.agent.events) {
+            match e {
+                AgentEvent::RolledBack {
+                    session,
+                    op,
+                    ops,
+                    rows,
+                } => {
+                    self.stats.rollbacks += 1;
+                    self.log(|| {
+                        format!(
+                            "  the agent rolls back the latest turn of {session} for {op}: {} row(s), messages {ops:?}",
+                            rows.len()
+                        )
+                    });
+                    self.gone_rows.entry(session).or_default().extend(rows);
+                }
+                AgentEvent::RollbackAgain { session, op } => {
+                    self.stats.rollbacks_again += 1;
+                    self.log(|| {
+                        format!("  {op} asks {session} to roll back again: the rollback for it is done, not twice")
+                    });
+                }
+                AgentEvent::ThreadGone { session } => {
+                    self.stats.threads_gone += 1;
+                    self.log(|| format!("  the thread of {session} is gone"));
+                }
+                AgentEvent::FreshThread {
+                    session,
+                    thread,
+                    ops,
+                    rows,
+                } => {
+                    self.log(|| {
+                        format!(
+                            "  {session} goes on in a fresh thread {thread}: {} row(s) of the old one left, messages {ops:?}",
+                            rows.len()
+                        )
+                    });
+                    self.gone_rows.entry(session).or_default().extend(rows);
+                }
+            }
+        }
+    }
+
     /// Records what the checks need of a reply as the host sends it.
     fn note_reply(&mut self, to: ReplyTo, reply: &Reply) {
         let Some(req) = self.requests.get(&to.0) else {
@@ -1028,6 +1119,13 @@ impl World {
                 Invariant::ReplyTwice,
                 format!("a reply nobody asked for: #{}", to.0),
             );
+            return;
+        };
+        if let (Asked::Submit(op), Reply::Submitted(r)) = (&req.asked, reply) {
+            let op = op.clone();
+            self.check_control(&op, r);
+        }
+        let Some(req) = self.requests.get(&to.0) else {
             return;
         };
         match (&req.asked, reply) {
@@ -1078,6 +1176,63 @@ impl World {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The host's answer to a replace latest (OB-04): Codex takes it; Claude refuses it
+    /// with the typed error, and the message is not in its outbox (the user keeps it:
+    /// nothing was taken into custody).
+    fn check_control(
+        &mut self,
+        op: &OperationId,
+        r: &Result<outbox_core::Receipt, outbox_core::custody::SubmitError>,
+    ) {
+        use outbox_core::custody::{SubmitError, ValidationError};
+        let Some(m) = self.messages.get(op) else {
+            return;
+        };
+        if m.controls.intent != Intent::ReplaceLatest {
+            return;
+        }
+        let session = m.session.clone();
+        let codex = self.sessions.iter().any(|s| s.id == session && s.codex);
+        let refused = matches!(
+            r,
+            Err(SubmitError::Invalid(ValidationError::Unsupported(
+                "replace-latest"
+            )))
+        );
+        let wrong = match r {
+            // A store failure says nothing yet: the client sends it again.
+            Err(SubmitError::Store(_)) => None,
+            // Codex: taken; a conflict (an operation sent again after its removal) is
+            // about the operation, not the control.
+            Ok(_) | Err(SubmitError::Conflict(_)) if codex => None,
+            Ok(_) => Some(format!(
+                "{session} (Claude) admitted the replace latest {op}"
+            )),
+            Err(_) if refused && !codex => {
+                if let Some(m) = self.messages.get_mut(op) {
+                    self.stats.replace_refused += u64::from(!m.refused);
+                    m.refused = true;
+                }
+                let queued = self.stores.entries(&session).is_ok_and(|entries| {
+                    entries
+                        .iter()
+                        .filter_map(|e| e.entry())
+                        .any(|e| &e.operation_id == op)
+                });
+                queued.then(|| {
+                    format!("{session} refused the replace latest {op}, yet its outbox holds it")
+                })
+            }
+            Err(e) => Some(format!(
+                "{session} ({}) answered the replace latest {op} with {e:?}",
+                if codex { "Codex" } else { "Claude" }
+            )),
+        };
+        if let Some(w) = wrong {
+            self.violate(Invariant::UnsupportedControl, w);
         }
     }
 
@@ -1523,8 +1678,15 @@ impl World {
                         | AgentViolation::DecidedAgain(_, text) => {
                             self.violate(Invariant::ApprovalTwice, text)
                         }
+                        AgentViolation::Reappears(_, text) => {
+                            self.violate(Invariant::ReplacedReappears, text)
+                        }
+                        AgentViolation::Unsupported(_, text) => {
+                            self.violate(Invariant::UnsupportedControl, text)
+                        }
                     }
                 }
+                self.agent_events();
                 self.agent_out(out);
             }
             Event::FromAgent(input) => {
@@ -1826,7 +1988,8 @@ impl World {
                 let Some(m) = self.messages.get(&op) else {
                     continue;
                 };
-                let gone = m.removed || m.replaced;
+                // A message that left the agent's history leaves the screen with it.
+                let gone = m.removed || m.replaced || self.agent_left(&op);
                 let delivered = !queued.contains(&op) && self.agent_saved(&op);
                 let client = &mut self.clients[c];
                 if gone {
@@ -1844,8 +2007,15 @@ impl World {
         }
     }
 
+    /// True when the agent had `op` in its history: it is there, or a replace latest
+    /// rolled it back, or its thread is gone (delivered, either way).
     pub(crate) fn agent_saved(&self, op: &OperationId) -> bool {
-        self.agent.sessions().any(|s| s.saved(op))
+        self.agent.sessions().any(|s| s.had(op))
+    }
+
+    /// True when `op` left the agent's history (a rollback, a thread that is gone).
+    pub(crate) fn agent_left(&self, op: &OperationId) -> bool {
+        self.agent.sessions().any(|s| s.left(op).is_some())
     }
 
     /// A new message from client `c` with `controls`.
@@ -1864,8 +2034,11 @@ impl World {
             Kind::Desktop => "composer",
             Kind::Phone => "phone",
         };
-        let request = MessageRequest::text(text.clone(), source, self.now);
+        let mut request = MessageRequest::text(text.clone(), source, self.now);
+        // Replace latest goes with `rollbackBeforeSend` (OB-04).
+        request.rollback_before_send = controls.intent == Intent::ReplaceLatest;
         self.stats.messages += 1;
+        self.stats.replace_latest += u64::from(request.rollback_before_send);
         self.messages.insert(
             op.clone(),
             Message {
@@ -1876,6 +2049,7 @@ impl World {
                 acked: false,
                 removed: false,
                 replaced: false,
+                refused: false,
             },
         );
         self.queues.insert(queue.clone(), op.clone());

@@ -116,3 +116,13 @@ fn the_shrinker_finds_a_smaller_run_that_fails_the_same_way() {
 fn a_patch_applied_on_the_wrong_base_is_caught() {
     assert_eq!(caught(Defect::PatchOnAnyBase), Invariant::LiveRowsUnsaved);
 }
+
+// OB-04, OB-11: a replace latest whose rollback leaves the replaced turn in the agent's
+// history: the replaced message shows again.
+#[test]
+fn a_rolled_back_turn_kept_in_history_is_caught() {
+    assert_eq!(
+        caught(Defect::KeepRolledBackTurn),
+        Invariant::ReplacedReappears
+    );
+}

@@ -72,5 +72,19 @@ fn a_range_of_seeds_keeps_every_invariant() {
         assert!(stats.decided > 0, "no decision was taken");
         assert!(stats.replays > 0 && stats.relay_events > 0 && stats.loads > 0);
         assert!(stats.restarts > 0);
+        // Replace latest: rolled back on Codex, refused by Claude, and a thread gone
+        // now and then, sent again to a fresh one.
+        assert!(
+            stats.rollback_sends > 0 && stats.rollbacks > 0,
+            "no rollback"
+        );
+        assert!(
+            stats.replace_refused > 0,
+            "Claude never refused a replace latest"
+        );
+        assert!(
+            stats.threads_gone > 0 && stats.fresh_sends > 0,
+            "no thread was gone"
+        );
     }
 }
