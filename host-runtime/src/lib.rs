@@ -89,7 +89,8 @@ use crate::process::{InputCommand, IoEvent, ProcessHandle};
 /// The default bound on one line an agent prints: 16 MiB.
 pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
 
-/// Capacity of each channel between the threads.
+/// Capacity of each channel between the threads (in messages; outputs travel in batches,
+/// one per round of the host loop).
 const CHANNEL: usize = 1024;
 
 /// Why the runtime could not start or ended badly.
@@ -248,6 +249,7 @@ where
                     io: handle,
                     io_tx,
                     out: out_tx,
+                    pending: Vec::new(),
                     processes: BTreeMap::new(),
                     waiting: BTreeMap::new(),
                     next_reply: 1,
@@ -273,7 +275,10 @@ where
         }
         Ok(Runtime {
             commands,
-            outputs: Outputs { rx: Some(out_rx) },
+            outputs: Outputs {
+                rx: Some(out_rx),
+                batch: std::collections::VecDeque::new(),
+            },
             thread: Some(thread),
             io: Some(io),
         })
@@ -292,15 +297,19 @@ pub struct Runtime {
 /// The live deliveries and notices of a running host, in order.
 #[derive(Debug)]
 pub struct Outputs {
-    rx: Option<mpsc::Receiver<Output>>,
+    rx: Option<mpsc::Receiver<Vec<Output>>>,
+    /// The rest of the last batch.
+    batch: std::collections::VecDeque<Output>,
 }
 
 impl Outputs {
     /// The next output; `None` once the runtime stopped.
     pub async fn next(&mut self) -> Option<Output> {
-        match self.rx.as_mut() {
-            Some(rx) => rx.recv().await,
-            None => None,
+        loop {
+            if let Some(o) = self.batch.pop_front() {
+                return Some(o);
+            }
+            self.batch = self.rx.as_mut()?.recv().await?.into();
         }
     }
 }
@@ -373,6 +382,7 @@ impl Runtime {
     pub fn take_outputs(&mut self) -> Outputs {
         Outputs {
             rx: self.outputs.rx.take(),
+            batch: std::mem::take(&mut self.outputs.batch),
         }
     }
 
@@ -422,7 +432,9 @@ struct Loop<O, V> {
     clock: Clock,
     io: tokio::runtime::Handle,
     io_tx: mpsc::Sender<IoEvent>,
-    out: mpsc::Sender<Output>,
+    out: mpsc::Sender<Vec<Output>>,
+    /// Outputs of the current round, sent as one batch when the round is quiet.
+    pending: Vec<Output>,
     processes: BTreeMap<(usize, ProcessId), ProcessHandle>,
     waiting: BTreeMap<u64, oneshot::Sender<Reply>>,
     next_reply: u64,
@@ -570,6 +582,11 @@ where
                 }
             }
             if quiet {
+                if !self.pending.is_empty() {
+                    // One hand-off per round: the embedder wakes once, not per output.
+                    let batch = std::mem::take(&mut self.pending);
+                    let _ = self.out.send(batch).await;
+                }
                 return;
             }
         }
@@ -585,10 +602,10 @@ where
             }
             Effect::Agent(call) => self.agent_call(call),
             Effect::Deliver(delivery) => {
-                let _ = self.out.send(Output::Deliver(delivery)).await;
+                self.pending.push(Output::Deliver(delivery));
             }
             Effect::Notice(notice) => {
-                let _ = self.out.send(Output::Notice(notice)).await;
+                self.pending.push(Output::Notice(notice));
             }
             other => {
                 warn!(?other, "an effect this runtime does not know");

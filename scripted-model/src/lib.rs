@@ -24,6 +24,7 @@
 #![warn(unreachable_pub)]
 
 pub mod agents;
+pub mod drive;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -264,7 +265,13 @@ fn messages_turn(body: &Value) -> (Vec<String>, Option<String>) {
             texts.push(t);
         }
     }
-    let tool = messages.last().and_then(|m| {
+    // A tool's result after the model's last message: the turn goes on with text. (A
+    // message the user sent meanwhile may follow it, as a `system` message.)
+    let after = messages
+        .iter()
+        .rposition(|m| m["role"] == "assistant")
+        .map_or(0, |i| i + 1);
+    let tool = messages[after.min(messages.len())..].iter().find_map(|m| {
         m["content"].as_array()?.iter().rev().find_map(|p| {
             (p["type"] == "tool_result").then(|| match &p["content"] {
                 Value::String(s) => s.clone(),
