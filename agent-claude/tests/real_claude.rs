@@ -89,7 +89,7 @@ impl Rig {
             .iter()
             .find_map(|i| match i {
                 AgentInput::HistoryRead { attempt: a, read } if *a == AttemptId(attempt) => {
-                    Some(read.clone())
+                    Some(*read)
                 }
                 _ => None,
             })
