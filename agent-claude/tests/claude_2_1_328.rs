@@ -233,6 +233,7 @@ fn shown(rows: &BTreeMap<String, Block>) -> BTreeMap<String, (Option<String>, se
 // delivered, on every path that reads history.
 #[test]
 fn a_message_absorbed_mid_turn_is_found() {
+    // AG-01
     assert_eq!(read_everywhere(MIDTURN_TRANSCRIPT, A), HistoryRead::Found);
     assert_eq!(read_everywhere(MIDTURN_TRANSCRIPT, B), HistoryRead::Found);
     // Each of the two lines is a proof on its own.

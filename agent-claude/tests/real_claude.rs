@@ -109,6 +109,7 @@ fn run() -> RunId {
 
 #[test]
 fn a_message_real_claude_absorbs_mid_turn_is_found_in_its_history() {
+    // AG-01, AG-02
     // OB-08: a message sent while a permission prompt waits joins the running turn;
     // Claude 2.1.328 records it as a `queued_command` attachment, not a user entry.
     let mut r = Rig::new();
@@ -175,6 +176,7 @@ fn a_message_real_claude_absorbs_mid_turn_is_found_in_its_history() {
 
 #[test]
 fn real_claudes_interruption_marker_is_not_a_user_row() {
+    // AG-01, AG-02
     // TL-01: `[Request interrupted by user]` is the Interrupted row, not the user's.
     let mut r = Rig::new();
     r.send(

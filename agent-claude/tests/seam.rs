@@ -140,6 +140,7 @@ fn running() -> Rig {
 
 #[test]
 fn a_first_send_starts_claude_with_its_session_and_its_acceptance_names_that_session() {
+    // AG-01
     // OB-08: the Claude session is the thread from the first line on (not the message).
     let mut r = Rig::new(false);
     let s = r.session.clone();
@@ -192,6 +193,7 @@ fn a_session_that_exists_is_resumed() {
 
 #[test]
 fn a_stop_cancels_what_waits_and_names_only_what_claude_cancelled_as_untaken() {
+    // AG-01
     // OB-08, from the real 2.1.328 lines: B queued behind A; the interrupt with
     // `cancel_queued` cancels B (lifecycle `cancelled`, receipt `cancelled: [B]`).
     let mut r = running();
@@ -356,6 +358,7 @@ fn a_stop_claude_never_answers_kills_the_run_and_its_end_answers() {
 
 #[test]
 fn a_take_back_asks_claude_to_cancel_the_message_and_reports_what_it_did() {
+    // AG-01
     // OB-08: detached only when Claude cancelled it.
     for (cancelled, detached) in [(true, true), (false, false)] {
         let mut r = running();

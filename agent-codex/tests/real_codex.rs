@@ -215,6 +215,7 @@ fn has(inputs: &[AgentInput], f: impl Fn(&AgentInput) -> bool) -> bool {
 
 #[test]
 fn real_codex_reads_its_history_through_thread_items_list() {
+    // AG-01, AG-02
     // OB-08: the uncertain-delivery read is `thread/items/list`, newest first.
     let mut r = Real::new(|t| t);
     let s = r.session.clone();
@@ -257,6 +258,7 @@ fn real_codex_reads_its_history_through_thread_items_list() {
 
 #[test]
 fn a_stop_that_reaches_real_codex_after_its_turn_ended_is_stopped() {
+    // AG-01, AG-02
     // The real 0.169 answers `turn/interrupt` for a finished turn with -32600 "no active
     // turn to interrupt"; the stop is written before its `turn/completed` is read.
     let mut r = Real::new(|t| t);
@@ -301,6 +303,7 @@ fn a_stop_that_reaches_real_codex_after_its_turn_ended_is_stopped() {
 
 #[test]
 fn an_approval_real_codex_settled_after_an_interrupt_takes_no_answer() {
+    // AG-01, AG-02
     // RW-06: after an interrupt, Codex sends `serverRequest/resolved` for the pending
     // approval; a decision after it is refused and never written as taken.
     let mut r = Real::new(|t| t.approval_policy("untrusted"));

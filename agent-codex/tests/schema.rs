@@ -105,6 +105,7 @@ fn requests() -> Vec<ClientRequest> {
 
 #[test]
 fn every_request_the_codec_writes_validates_against_the_pinned_schema() {
+    // AG-02
     let mut codec = Codec::new();
     for request in requests() {
         let (_, line) = codec.request(&request);
@@ -137,7 +138,8 @@ fn every_approval_answer_the_codec_writes_validates_against_the_pinned_schema() 
             Decision::Cancel,
         ] {
             let mut codec = Codec::new();
-            let mut params = json!({"threadId": "t", "turnId": "u", "itemId": "i", "command": "touch x"});
+            let mut params =
+                json!({"threadId": "t", "turnId": "u", "itemId": "i", "command": "touch x"});
             if amendment {
                 params["proposedExecpolicyAmendment"] = json!(["touch", "x"]);
             }
@@ -145,7 +147,10 @@ fn every_approval_answer_the_codec_writes_validates_against_the_pinned_schema() 
             codec.handle_line(ask.to_string().as_bytes()).unwrap();
             let Ok(line) = codec.answer_approval(&RequestId::Number(0), decision) else {
                 // Not allowed for this request (acceptBroadly without an amendment).
-                assert!(!amendment && decision == Decision::AcceptBroadly, "{decision:?}");
+                assert!(
+                    !amendment && decision == Decision::AcceptBroadly,
+                    "{decision:?}"
+                );
                 continue;
             };
             let v: Value = serde_json::from_slice(&line).unwrap();
@@ -156,6 +161,7 @@ fn every_approval_answer_the_codec_writes_validates_against_the_pinned_schema() 
 
 #[test]
 fn the_pinned_codex_prints_the_schema_that_is_checked_in() {
+    // AG-02
     let bin = scripted_model::agents::codex_bin().unwrap_or_else(|e| panic!("{e}"));
     let out = std::env::temp_dir().join(format!("custody-codex-schema-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
@@ -167,7 +173,11 @@ fn the_pinned_codex_prints_the_schema_that_is_checked_in() {
         .env("CODEX_HOME", &home)
         .status()
         .unwrap();
-    assert!(status.success(), "{} generate-json-schema failed", bin.display());
+    assert!(
+        status.success(),
+        "{} generate-json-schema failed",
+        bin.display()
+    );
     for name in FILES {
         let printed: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join(name)).unwrap()).unwrap();

@@ -195,6 +195,7 @@ fn running() -> Rig {
 
 #[test]
 fn a_first_send_starts_codex_opens_the_thread_and_is_accepted_then_proven() {
+    // AG-01
     // OB-08, OB-09
     let mut r = Rig::new();
     let s = r.session.clone();
@@ -339,6 +340,7 @@ fn a_write_that_took_no_byte_is_proven_unadmitted_and_a_broken_one_uncertain() {
 
 #[test]
 fn a_stop_that_races_the_turns_end_is_stopped_not_failed() {
+    // AG-01
     // The real Codex 0.169 answers `turn/interrupt` for a turn that already ended with
     // -32600 "no active turn to interrupt".
     let mut r = running();
@@ -547,6 +549,7 @@ fn an_approval_is_answered_once_with_the_decision() {
 
 #[test]
 fn an_approval_codex_settled_takes_no_answer_and_shows_as_settled_elsewhere() {
+    // AG-01
     // RW-06: after an interrupt Codex sends `serverRequest/resolved`; a decision after
     // it must not be written and reported as taken.
     let mut r = running();
@@ -763,6 +766,7 @@ fn page(ops: &[&str], next: Option<&str>) -> Value {
 
 #[test]
 fn a_history_read_pages_newest_first_until_it_finds_the_message_or_the_last_page() {
+    // AG-01
     // OB-08: `thread/items/list` pages, newest first; found on a later page; missing
     // only when the last page was read.
     let mut r = running();

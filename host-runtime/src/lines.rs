@@ -96,6 +96,7 @@ mod tests {
 
     #[test]
     fn a_line_at_the_bound_passes_and_one_past_it_is_dropped_once() {
+        // RT-01
         assert_eq!(cut(4, &[b"abcd\n"]), vec![Piece::Line(b"abcd".to_vec())]);
         // One byte past the bound, arriving in pieces: dropped, told once, and the next
         // line is whole.

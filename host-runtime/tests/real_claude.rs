@@ -34,6 +34,7 @@ async fn active_run(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_message_to_real_claude_is_accepted_proven_answered_and_let_go() {
+    // AG-02, RT-01
     // OB-08, OB-09: saved, accepted (`command_lifecycle` queued), proven (started, the
     // echo), let go; the reply streams into the rows; the transcript holds the UUID.
     let rig = Rig::claude().await;
@@ -74,6 +75,7 @@ async fn a_message_to_real_claude_is_accepted_proven_answered_and_let_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_stop_of_real_claude_returns_the_queued_message_once_and_claude_never_runs_it() {
+    // AG-02, RT-01
     // OB-08: Claude 2.1.328 keeps a message queued behind a turn through a plain
     // interrupt and runs it next; the stop cancels it, so custody's put-back is the only
     // copy: the model never sees its words.

@@ -15,6 +15,7 @@ use host_core::{ClientRequest, Reply};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_message_to_real_codex_is_accepted_proven_answered_and_let_go() {
+    // AG-02, RT-01
     // OB-08, OB-09: saved, accepted by the turn, proven by the echo of its clientId,
     // then the outbox lets it go; the reply streams into the session's rows.
     let rig = Rig::codex().await;
@@ -218,6 +219,7 @@ async fn a_real_codex_approval_is_decided_on_one_device_and_refused_on_the_other
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn real_codex_killed_mid_turn_sends_nothing_twice_and_serves_the_next_message() {
+    // AG-02, RT-01
     // OB-08: the run ends with the process; what was delivered is not sent again; the
     // next message starts Codex again and resumes the thread.
     let rig = Rig::codex().await;

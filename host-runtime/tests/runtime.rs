@@ -204,6 +204,7 @@ async fn eventually<F: FnMut() -> bool>(what: &str, mut done: F) {
 
 #[tokio::test]
 async fn a_submit_is_answered_sent_proven_and_its_run_ended_by_the_agents_deadline() {
+    // RT-01
     let session = SessionId::new("s-1").unwrap();
     let (agent, seen) = Scripted::new(&session, None);
     let mut runtime = Runtime::builder(host(&session))
@@ -235,6 +236,7 @@ async fn a_submit_is_answered_sent_proven_and_its_run_ended_by_the_agents_deadli
 
 #[tokio::test]
 async fn a_call_no_agent_serves_is_answered_as_not_admitted() {
+    // RT-01
     let session = SessionId::new("s-1").unwrap();
     let runtime = Runtime::builder(host(&session)).start().unwrap();
     let client = runtime.client();
@@ -251,6 +253,7 @@ async fn a_call_no_agent_serves_is_answered_as_not_admitted() {
 
 #[tokio::test]
 async fn process_lines_are_bounded_and_a_longer_line_is_dropped_as_it_streams() {
+    // RT-01
     let session = SessionId::new("s-1").unwrap();
     // Reads one line, then prints a line at the bound, one past it, and a short one.
     let script = "read x; printf 'abcd\\nabcde\\nok\\n'; sleep 0.2";
@@ -280,6 +283,7 @@ async fn process_lines_are_bounded_and_a_longer_line_is_dropped_as_it_streams() 
 
 #[tokio::test]
 async fn a_program_that_cannot_start_ends_at_once_and_its_writes_fail_whole() {
+    // RT-01
     let session = SessionId::new("s-1").unwrap();
     let spec = ProcessSpec::new("/nonexistent/agent-binary");
     let (agent, seen) = Scripted::new(&session, Some(spec));
@@ -318,6 +322,7 @@ fn alive(pid: i32) -> bool {
 
 #[tokio::test]
 async fn shutdown_kills_the_agents_whole_process_group() {
+    // RT-01
     let session = SessionId::new("s-1").unwrap();
     let dir = std::env::temp_dir().join(format!("host-runtime-group-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -352,6 +357,7 @@ async fn shutdown_kills_the_agents_whole_process_group() {
 
 #[tokio::test]
 async fn outputs_wait_for_the_embedder_and_requests_still_answer_after_it_reads() {
+    // RT-01
     // Many outputs, none read for a while: the host waits (bounded), then catches up.
     let session = SessionId::new("s-1").unwrap();
     let (agent, _seen) = Scripted::new(&session, None);

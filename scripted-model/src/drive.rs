@@ -27,6 +27,9 @@ pub struct Blocking<A: Agent> {
     pub inputs: Vec<AgentInput>,
     /// Every line written, as JSON where it is JSON.
     pub written: Vec<serde_json::Value>,
+    /// Time spent inside the agent's methods (its share of the work, without the
+    /// process's), since the start.
+    pub agent_time: Duration,
     children: BTreeMap<ProcessId, (Child, Option<ChildStdin>)>,
     tx: Sender<Seen>,
     rx: Receiver<Seen>,
@@ -50,6 +53,7 @@ impl<A: Agent> Blocking<A> {
             agent,
             inputs: Vec::new(),
             written: Vec::new(),
+            agent_time: Duration::ZERO,
             children: BTreeMap::new(),
             tx,
             rx,
@@ -65,7 +69,9 @@ impl<A: Agent> Blocking<A> {
     /// Hands the agent a call and carries out what follows.
     pub fn call(&mut self, call: AgentCall) {
         let now = self.now();
+        let t = Instant::now();
         self.agent.handle_call(call, now);
+        self.agent_time += t.elapsed();
         self.effects();
     }
 
@@ -199,7 +205,11 @@ impl<A: Agent> Blocking<A> {
             let got = self.rx.recv_timeout(Duration::from_millis(20));
             let now = self.now();
             match got {
-                Ok(Seen::Line(p, line)) => self.agent.handle_line(p, &line, now),
+                Ok(Seen::Line(p, line)) => {
+                    let t = Instant::now();
+                    self.agent.handle_line(p, &line, now);
+                    self.agent_time += t.elapsed();
+                }
                 Ok(Seen::End(p)) => {
                     let status = self
                         .children
