@@ -3,10 +3,14 @@
 //!
 //! [`ClaudeAgent`] starts each run as `claude -p --input-format stream-json
 //! --output-format stream-json --verbose --replay-user-messages --permission-prompt-tool
-//! stdio`, with `--session-id <the session's Claude session>` the first time and
-//! `--resume <it>` after, so the Claude session (the acceptance's thread, the transcript's
-//! name) is known before Claude prints anything. Each line Claude prints goes through
+//! stdio`, with `--session-id <the session's Claude session>` while Claude has no
+//! transcript of it and `--resume <it>` once it has, so the Claude session (the
+//! acceptance's thread, the transcript's name) is known before Claude prints anything. Each line Claude prints goes through
 //! [`crate::run::ClaudeRun`]; what it proves and projects becomes [`AgentInput`]s.
+//! Which of the two flags a run gets is decided by looking for the session's transcript
+//! just before it starts ([`AgentEffect::ReadFile`] with a limit of 0): Claude 2.1.328
+//! writes it well after a message started, so a run killed early leaves none, and a
+//! `--resume` of it would fail at once.
 //!
 //! | host call | what Claude is sent | what the host gets |
 //! |---|---|---|
@@ -146,8 +150,13 @@ impl std::fmt::Debug for Live {
 #[derive(Debug)]
 struct ClaudeSession {
     claude_session: String,
-    /// True once a run started on it (the next one resumes it).
-    started: bool,
+    /// Whether Claude has a transcript of it, as the look before this start found.
+    /// Every start looks first: `--resume` of a session Claude never wrote fails at
+    /// once ("No conversation found"), and Claude 2.1.328 writes the transcript well
+    /// after a message started (a run killed half a second in leaves none).
+    started: Option<bool>,
+    /// What to assume when the look fails (the session existed when it was added).
+    resume: bool,
     live: Option<Live>,
 }
 
@@ -159,6 +168,8 @@ pub struct ClaudeAgent {
     /// What each write carries: its session, and the send it is, if one.
     writes: BTreeMap<WriteId, (SessionId, Option<String>)>,
     reads: BTreeMap<ReadId, (AttemptId, MessageUuid)>,
+    /// Starts waiting to learn whether their session's transcript exists.
+    probes: BTreeMap<ReadId, (SendRequest, Millis)>,
     next_id: u64,
     out: VecDeque<AgentEffect>,
 }
@@ -190,20 +201,23 @@ impl ClaudeAgent {
             sessions: BTreeMap::new(),
             writes: BTreeMap::new(),
             reads: BTreeMap::new(),
+            probes: BTreeMap::new(),
             next_id: 1,
             out: VecDeque::new(),
         }
     }
 
-    /// Serves `session` as the Claude session `claude_session` (a UUID). `resume` says
-    /// it exists already (its first run resumes it); otherwise its first run creates it
-    /// with that ID.
+    /// Serves `session` as the Claude session `claude_session` (a UUID). Before each run
+    /// the agent looks for the session's transcript: a run resumes it (`--resume`) when
+    /// it is there and creates it under that ID (`--session-id`) when it is not; `resume`
+    /// is what it assumes when the look fails.
     pub fn add_session(&mut self, session: &SessionId, claude_session: &str, resume: bool) {
         self.sessions.insert(
             session.clone(),
             ClaudeSession {
                 claude_session: claude_session.to_owned(),
-                started: resume,
+                started: None,
+                resume,
                 live: None,
             },
         );
@@ -255,6 +269,31 @@ impl ClaudeAgent {
     }
 
     fn send(&mut self, request: SendRequest, now: Millis) {
+        // A start whose session's transcript may or may not exist: look first.
+        if matches!(request.kind, SendKind::Start { .. }) {
+            let probe = self
+                .sessions
+                .get(&request.session)
+                .is_some_and(|s| s.started.is_none());
+            if probe {
+                let Some(path) = self.transcript_of(&request.session) else {
+                    return;
+                };
+                let read = ReadId(self.id());
+                self.probes.insert(read, (request, now));
+                // Limit 0: only whether the file is there.
+                self.out.push_back(AgentEffect::ReadFile {
+                    read,
+                    path,
+                    limit: 0,
+                });
+                return;
+            }
+        }
+        self.send_now(request, now);
+    }
+
+    fn send_now(&mut self, request: SendRequest, now: Millis) {
         let result = |r: SendResult| AgentInput::SendResult {
             attempt: request.attempt,
             result: r,
@@ -294,12 +333,13 @@ impl ClaudeAgent {
                         process: live.process,
                     });
                 }
-                let flag = if s.started {
+                let flag = if s.started == Some(true) {
                     "--resume"
                 } else {
                     "--session-id"
                 };
-                s.started = true;
+                // The next start looks again.
+                s.started = None;
                 let process = ProcessId(self.next_id);
                 self.next_id += 1;
                 let spec = self.config.spec.clone().args([
@@ -910,7 +950,23 @@ impl Agent for ClaudeAgent {
         }
     }
 
-    fn handle_file(&mut self, read: ReadId, result: Result<Vec<u8>, FileError>, _now: Millis) {
+    fn handle_file(&mut self, read: ReadId, result: Result<Vec<u8>, FileError>, now: Millis) {
+        if let Some((request, _)) = self.probes.remove(&read) {
+            // Not there: a new session; there (any size): resume it; unreadable: as the
+            // session was added.
+            let exists = match &result {
+                Ok(_) | Err(FileError::TooLarge { .. }) => true,
+                Err(FileError::NotFound(_)) => false,
+                Err(_) => self
+                    .sessions
+                    .get(&request.session)
+                    .is_some_and(|s| s.resume),
+            };
+            if let Some(s) = self.sessions.get_mut(&request.session) {
+                s.started = Some(exists);
+            }
+            return self.send_now(request, now);
+        }
         let Some((attempt, uuid)) = self.reads.remove(&read) else {
             return;
         };

@@ -28,6 +28,8 @@ struct Rig {
     closed: usize,
     killed: usize,
     reads: Vec<host_core::ReadId>,
+    /// Answers the look for the transcript before a start, when set.
+    transcript: Option<bool>,
 }
 
 impl Rig {
@@ -48,6 +50,7 @@ impl Rig {
             closed: 0,
             killed: 0,
             reads: Vec::new(),
+            transcript: Some(resume),
         }
     }
 
@@ -76,6 +79,14 @@ impl Rig {
                 }
                 AgentEffect::CloseInput { .. } => self.closed += 1,
                 AgentEffect::Kill { .. } => self.killed += 1,
+                AgentEffect::ReadFile { read, limit: 0, .. } if self.transcript.is_some() => {
+                    let r = if self.transcript == Some(true) {
+                        Ok(Vec::new())
+                    } else {
+                        Err(host_core::FileError::NotFound("t.jsonl".into()))
+                    };
+                    self.agent.handle_file(read, r, now);
+                }
                 AgentEffect::ReadFile { read, .. } => self.reads.push(read),
                 _ => {}
             }
@@ -473,20 +484,43 @@ fn claude_ending_mid_send_leaves_it_uncertain_and_ends_the_run() {
         )),
         "{inputs:?}"
     );
-    // The next start resumes the session in a new process.
-    r.call(
-        send(
-            &s,
-            B,
-            SendKind::Start {
-                run: RunId::new("run-2").unwrap(),
-            },
-            3,
-        ),
-        Millis(6),
-    );
-    assert_eq!(r.spawned.len(), 2);
-    assert!(r.spawned[1].1.contains(&"--resume".to_owned()));
+    // The next start looks for the transcript first. There: resumed; not there (Claude
+    // writes it well after a message started): created again under its ID.
+    for (found, flag) in [(true, "--resume"), (false, "--session-id")] {
+        let mut r2 = running();
+        r2.line(lifecycle(A, "started"), Millis(3));
+        let p = r2.spawned[0].0;
+        r2.agent
+            .handle_exit(p, "claude ended: signal 9".into(), Millis(5));
+        r2.drain(Millis(5));
+        r2.transcript = None;
+        r2.call(
+            send(
+                &s,
+                B,
+                SendKind::Start {
+                    run: RunId::new("run-2").unwrap(),
+                },
+                3,
+            ),
+            Millis(6),
+        );
+        assert_eq!(r2.spawned.len(), 1, "nothing starts before the look");
+        let read = *r2.reads.last().unwrap();
+        let answer = if found {
+            Ok(Vec::new())
+        } else {
+            Err(host_core::FileError::NotFound("t.jsonl".into()))
+        };
+        r2.agent.handle_file(read, answer, Millis(7));
+        r2.drain(Millis(7));
+        assert_eq!(r2.spawned.len(), 2);
+        assert!(
+            r2.spawned[1].1.contains(&flag.to_owned()),
+            "{:?}",
+            r2.spawned[1].1
+        );
+    }
 }
 
 #[test]

@@ -131,3 +131,142 @@ async fn a_stop_of_real_claude_returns_the_queued_message_once_and_claude_never_
     assert_eq!(held.len(), 1, "{held:?}");
     rig.stop().await;
 }
+
+/// The first pending approval card among the session's rows: its four IDs.
+async fn pending_card(
+    client: &host_runtime::Client,
+    session: &timeline_core::SessionId,
+) -> Option<[String; 4]> {
+    latest_rows(client, session).await.iter().find_map(|row| {
+        let v: serde_json::Value = serde_json::from_str(row).ok()?;
+        let a = &v["data"]["approval"];
+        (a["status"] == "pending").then(|| {
+            ["requestId", "threadId", "turnId", "itemId"].map(|k| match &a[k] {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_real_claude_permission_is_decided_on_one_device_and_refused_on_the_other() {
+    // RW-06, AG-02: the first decision goes to Claude, the second device is told it was
+    // already resolved, the turn finishes; the command ran only if accept won.
+    let rig = Rig::claude().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, OP_1, "Make the file [[tool]]"))
+        .await
+        .unwrap();
+    let [request_id, thread_id, turn_id, item_id] =
+        common::wait_for("the permission card", Duration::from_secs(60), || {
+            pending_card(&client, &rig.session)
+        })
+        .await;
+    let decide = |decision| ClientRequest::ResolveApproval {
+        request_id: request_id.clone(),
+        thread_id: thread_id.clone(),
+        turn_id: turn_id.clone(),
+        item_id: item_id.clone(),
+        decision,
+    };
+    let (a, b) = tokio::join!(
+        client.request(decide(timeline_core::rows::Decision::Accept)),
+        client.request(decide(timeline_core::rows::Decision::Decline)),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let taken = [&a, &b]
+        .iter()
+        .filter(|r| matches!(r, Reply::Approval(Ok(_))))
+        .count();
+    let refused = [&a, &b]
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved { .. }))
+            )
+        })
+        .count();
+    assert_eq!((taken, refused), (1, 1), "{a:?} / {b:?}");
+    let accepted = matches!(a, Reply::Approval(Ok(_)));
+    eventually_async("the turn to finish", Duration::from_secs(60), || async {
+        active_run(&client, &rig.session).await.is_none()
+    })
+    .await;
+    let ran = rig.home.join("project/scripted-model-ran.txt").exists();
+    assert_eq!(
+        ran, accepted,
+        "the file exists: {ran}, accepted: {accepted}"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn real_claude_killed_mid_turn_ends_the_run_and_the_next_message_resumes_the_session() {
+    // OB-08, AG-02: the run ends with the process; the delivered message is not sent
+    // again; the next message resumes the same Claude session.
+    let rig = Rig::claude().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, OP_1, "Count slowly [[slow]]"))
+        .await
+        .unwrap();
+    eventually_async(
+        "the slow turn to reach the model",
+        Duration::from_secs(60),
+        || async { !rig.model.turns().is_empty() },
+    )
+    .await;
+    let pid = client.processes().await.unwrap()[0].pid.unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    eventually_async("the run to end", Duration::from_secs(60), || async {
+        active_run(&client, &rig.session).await.is_none()
+    })
+    .await;
+    client
+        .request(submit(&rig.session, OP_2, "Are you back"))
+        .await
+        .unwrap();
+    eventually_async(
+        "the next message to reach the model",
+        Duration::from_secs(60),
+        || async {
+            rig.model
+                .turns()
+                .iter()
+                .any(|t| t.body.to_string().contains("Are you back"))
+        },
+    )
+    .await;
+    eventually_async("the outbox to empty", Duration::from_secs(60), || async {
+        outbox(&client, &rig.session).await.is_empty()
+    })
+    .await;
+    let first = rig
+        .model
+        .turns()
+        .iter()
+        .filter(|t| {
+            let last = t.body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user").cloned());
+            last.is_some_and(|l| l.to_string().contains("Count slowly"))
+        })
+        .count();
+    assert_eq!(
+        first, 1,
+        "the killed turn's message went to the model again"
+    );
+    // The session's transcript holds the next message. (Whether it holds the first is
+    // Claude's: 2.1.328 writes a message to its transcript well after it started, so a
+    // kill in the first half second leaves none, and the next run creates the session
+    // again under its ID rather than failing to resume it.)
+    let transcript = std::fs::read_to_string(rig.transcript()).unwrap();
+    assert!(transcript.contains(OP_2));
+    rig.stop().await;
+}

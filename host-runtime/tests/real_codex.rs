@@ -286,3 +286,85 @@ async fn real_codex_killed_mid_turn_sends_nothing_twice_and_serves_the_next_mess
     );
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_message_queued_behind_a_real_codex_run_goes_after_it_and_an_interrupt_replaces_the_turn()
+{
+    // OB-04, OB-10: `queue` waits for the run to end; `interrupt-running` stops the
+    // running turn and starts its own.
+    let rig = Rig::codex().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-run", "Count slowly [[slow]]"))
+        .await
+        .unwrap();
+    eventually_async("the slow turn", Duration::from_secs(60), || async {
+        active_run(&client, &rig.session).await.is_some() && !rig.model.turns().is_empty()
+    })
+    .await;
+    client
+        .request(submit(&rig.session, "op-queued", "After the run"))
+        .await
+        .unwrap();
+    let mut interrupt = submit(&rig.session, "op-interrupt", "Stop and do this");
+    if let ClientRequest::Submit(s) = &mut interrupt {
+        s.controls = outbox_core::Controls::interrupt();
+    }
+    client.request(interrupt).await.unwrap();
+    eventually_async(
+        "every message to be let go",
+        Duration::from_secs(90),
+        || async { outbox(&client, &rig.session).await.is_empty() },
+    )
+    .await;
+    eventually_async(
+        "both to reach the model",
+        Duration::from_secs(60),
+        || async {
+            let turns = rig.model.turns();
+            let has = |w: &str| turns.iter().any(|t| t.body.to_string().contains(w));
+            has("After the run") && has("Stop and do this")
+        },
+    )
+    .await;
+    for op in ["op-run", "op-queued", "op-interrupt"] {
+        assert!(
+            rig.rollouts()
+                .iter()
+                .any(|p| agent_codex::rollout_holds(p, op).unwrap_or(false)),
+            "{op} is not in the rollout"
+        );
+    }
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_real_codex_turn_whose_model_answers_500_first_is_retried_by_codex_and_sent_once() {
+    // OB-08: the model's failure is Codex's to retry; custody sends the message once.
+    let rig = Rig::codex().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-500", "Try again [[e500:1]]"))
+        .await
+        .unwrap();
+    eventually_async(
+        "the reply after the retry",
+        Duration::from_secs(60),
+        || async {
+            latest_rows(&client, &rig.session)
+                .await
+                .iter()
+                .any(|t| t.contains("Reply to: Try again"))
+        },
+    )
+    .await;
+    let turns = rig.model.turns();
+    assert!(turns.len() >= 2, "the 500 was not retried: {}", turns.len());
+    let holders = rig
+        .rollouts()
+        .iter()
+        .filter(|p| agent_codex::rollout_holds(p, "op-500").unwrap_or(false))
+        .count();
+    assert_eq!(holders, 1);
+    rig.stop().await;
+}
