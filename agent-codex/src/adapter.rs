@@ -67,7 +67,6 @@ use crate::driver::{Driver, DriverConfig, ReadLine, SpawnError, WriteError};
 use crate::proof::{DeliveryWatch, Verdict};
 use crate::protocol::{
     ApprovalAsk, ClientRequest, Notification, RequestId, ServerNotification, ServerRequest, Thread,
-    UserInput,
 };
 use crate::send::{self, SendFailure, SendMethod};
 
@@ -487,24 +486,6 @@ impl CodexAdapter {
             Answer::Exited(reason) => Err(AdapterError::Exited(reason)),
         }
     }
-
-    fn inputs(request: &SendRequest) -> Vec<UserInput> {
-        let text = request
-            .request
-            .prompt_text
-            .clone()
-            .unwrap_or_else(|| request.request.user_text.clone());
-        let mut inputs = vec![UserInput::Text(text)];
-        inputs.extend(
-            request
-                .request
-                .attachments
-                .iter()
-                .filter(|a| a.kind == "image")
-                .map(|a| UserInput::LocalImage(a.path.clone())),
-        );
-        inputs
-    }
 }
 
 impl AgentAdapter for CodexAdapter {
@@ -561,7 +542,7 @@ impl AgentAdapter for CodexAdapter {
                 ClientRequest::TurnStart {
                     thread_id: thread_id.clone(),
                     client_user_message_id: op.clone(),
-                    input: Self::inputs(request),
+                    input: crate::seam::inputs(request),
                 },
             ),
             SendKind::Steer { run } => {
@@ -579,7 +560,7 @@ impl AgentAdapter for CodexAdapter {
                         thread_id: thread_id.clone(),
                         expected_turn_id: turn,
                         client_user_message_id: op.clone(),
-                        input: Self::inputs(request),
+                        input: crate::seam::inputs(request),
                     },
                 )
             }

@@ -245,7 +245,9 @@ impl ThreadConfig {
     }
 }
 
-fn inputs(request: &SendRequest) -> Vec<UserInput> {
+/// The inputs of a message: its text (the prompt text when it has one) and its image
+/// attachments.
+pub(crate) fn inputs(request: &SendRequest) -> Vec<UserInput> {
     let text = request
         .request
         .prompt_text

@@ -1,35 +1,31 @@
 //! `CodexAgent` against the real `codex app-server` of the pinned `@openai/codex`,
-//! offline against the scripted model on loopback, driven by a small blocking loop in
-//! the test (the runtime's tests drive it through `host-runtime`). Needs the binary:
+//! offline against the scripted model on loopback, driven by
+//! `scripted_model::drive::Blocking` (the runtime's tests drive it through
+//! `host-runtime`). Needs the binary:
 //! `.ci/run` installs it; without it these tests fail saying what to install.
 
 #![allow(clippy::unwrap_used)] // a test: a failed step is a failed test
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // the driver loop reads the clock
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_codex::{CodexAgent, ThreadConfig};
-use host_core::{Agent, AgentCall, AgentEffect, AgentInput, ProcessId, ProcessSpec};
+use host_core::{AgentCall, AgentInput, ProcessSpec};
 use outbox_core::adapter::{
     AttemptId, HistoryRead, ProofKind, SendKind, SendRequest, SendResult, StopResult,
 };
 use outbox_core::{MessageRequest, OperationId};
+use scripted_model::drive::Blocking;
 use scripted_model::ModelServer;
 use timeline_core::key::{RunId, SessionId};
 use timeline_core::rows::{ApprovalResult, Decision};
 use timeline_core::time::Millis;
 
+const MINUTE: Duration = Duration::from_secs(60);
+
 struct Real {
-    agent: CodexAgent,
+    d: Blocking<CodexAgent>,
     session: SessionId,
-    child: Option<(ProcessId, Child, ChildStdin)>,
-    lines: Option<Receiver<Vec<u8>>>,
-    began: Instant,
-    inputs: Vec<AgentInput>,
-    written: Vec<serde_json::Value>,
     _model: ModelServer,
     home: std::path::PathBuf,
 }
@@ -59,122 +55,20 @@ impl Real {
             thread(ThreadConfig::new(work).sandbox("danger-full-access")),
         );
         Real {
-            agent,
+            d: Blocking::new(agent),
             session,
-            child: None,
-            lines: None,
-            began: Instant::now(),
-            inputs: Vec::new(),
-            written: Vec::new(),
             _model: model,
             home,
         }
     }
 
-    fn now(&self) -> Millis {
-        Millis(u64::try_from(self.began.elapsed().as_millis()).unwrap())
-    }
-
-    fn effects(&mut self) {
-        while let Some(e) = self.agent.poll_effect() {
-            let now = self.now();
-            match e {
-                AgentEffect::Input(i) => self.inputs.push(i),
-                AgentEffect::Spawn { process, spec } => {
-                    let mut cmd = Command::new(&spec.program);
-                    cmd.args(&spec.args)
-                        .stdin(Stdio::piped())
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::null());
-                    for (k, v) in &spec.env {
-                        match v {
-                            Some(v) => cmd.env(k, v),
-                            None => cmd.env_remove(k),
-                        };
-                    }
-                    if let Some(d) = &spec.cwd {
-                        cmd.current_dir(d);
-                    }
-                    let mut child = cmd.spawn().unwrap();
-                    let stdin = child.stdin.take().unwrap();
-                    let stdout = child.stdout.take().unwrap();
-                    let (tx, rx) = std::sync::mpsc::channel();
-                    std::thread::spawn(move || {
-                        for line in BufReader::new(stdout).split(b'\n') {
-                            let Ok(line) = line else { break };
-                            if tx.send(line).is_err() {
-                                break;
-                            }
-                        }
-                    });
-                    self.child = Some((process, child, stdin));
-                    self.lines = Some(rx);
-                }
-                AgentEffect::Write {
-                    process,
-                    write,
-                    line,
-                } => {
-                    self.written.push(serde_json::from_slice(&line).unwrap());
-                    let (_, _, stdin) = self.child.as_mut().unwrap();
-                    let mut bytes = line;
-                    bytes.push(b'\n');
-                    let r = stdin
-                        .write_all(&bytes)
-                        .and_then(|()| stdin.flush())
-                        .map_err(|e| host_core::WriteFailure::Broken(e.to_string()));
-                    self.agent.handle_written(process, write, r, now);
-                }
-                AgentEffect::Kill { .. } => {
-                    if let Some((_, c, _)) = self.child.as_mut() {
-                        let _ = c.kill();
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
     fn call(&mut self, call: AgentCall) {
-        let now = self.now();
-        self.agent.handle_call(call, now);
-        self.effects();
+        self.d.call(call);
     }
 
-    /// Runs until `done` holds for what came, at most 60 s.
-    fn until(&mut self, what: &str, mut done: impl FnMut(&[AgentInput]) -> bool) {
-        let limit = Instant::now() + Duration::from_secs(60);
-        loop {
-            self.effects();
-            if done(&self.inputs) {
-                return;
-            }
-            assert!(
-                Instant::now() < limit,
-                "{what} did not come: {:#?}",
-                self.inputs
-            );
-            let got = self
-                .lines
-                .as_ref()
-                .map(|rx| rx.recv_timeout(Duration::from_millis(50)));
-            let now = self.now();
-            match got {
-                Some(Ok(line)) => {
-                    let p = self.child.as_ref().unwrap().0;
-                    self.agent.handle_line(p, &line, now);
-                }
-                Some(Err(RecvTimeoutError::Disconnected)) => {
-                    let p = self.child.as_ref().unwrap().0;
-                    self.lines = None;
-                    self.agent.handle_exit(p, "codex ended".into(), now);
-                }
-                _ => std::thread::sleep(Duration::from_millis(10)),
-            }
-            if self.agent.poll_timeout().is_some_and(|d| d <= now) {
-                self.agent.handle_timeout(now);
-            }
-        }
+    /// Runs until `done` holds for what came, at most a minute.
+    fn until(&mut self, what: &str, done: impl FnMut(&[AgentInput]) -> bool) {
+        self.d.until(what, MINUTE, done);
     }
 
     /// Lets `d` pass without reading what Codex prints.
@@ -185,10 +79,6 @@ impl Real {
 
 impl Drop for Real {
     fn drop(&mut self) {
-        if let Some((_, mut c, _)) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
         let _ = std::fs::remove_dir_all(&self.home);
     }
 }
@@ -236,7 +126,7 @@ fn real_codex_reads_its_history_through_thread_items_list() {
         (2, "op-real-1", HistoryRead::Found),
         (3, "op-never-sent", HistoryRead::Missing),
     ] {
-        r.inputs.clear();
+        r.d.inputs.clear();
         r.call(AgentCall::ReadHistory {
             attempt: AttemptId(attempt),
             session: s.clone(),
@@ -247,12 +137,12 @@ fn real_codex_reads_its_history_through_thread_items_list() {
             has(i, |i| matches!(i, AgentInput::HistoryRead { .. }))
         });
         assert!(
-            has(&r.inputs, |i| matches!(i,
+            has(&r.d.inputs, |i| matches!(i,
                 AgentInput::HistoryRead { attempt: a, read } if *a == AttemptId(attempt) && *read == want)),
             "{op}: {:?}",
-            r.inputs
+            r.d.inputs
         );
-        assert_eq!(r.written.last().unwrap()["method"], "thread/items/list");
+        assert_eq!(r.d.written.last().unwrap()["method"], "thread/items/list");
     }
 }
 
@@ -286,7 +176,7 @@ fn a_stop_that_reaches_real_codex_after_its_turn_ended_is_stopped() {
         has(i, |i| matches!(i, AgentInput::StopResult { .. }))
     });
     assert!(
-        has(&r.inputs, |i| matches!(
+        has(&r.d.inputs, |i| matches!(
             i,
             AgentInput::StopResult {
                 result: StopResult::Stopped { .. },
@@ -294,7 +184,7 @@ fn a_stop_that_reaches_real_codex_after_its_turn_ended_is_stopped() {
             }
         )),
         "{:?}",
-        r.inputs
+        r.d.inputs
     );
     r.until("the run's end", |i| {
         has(i, |i| matches!(i, AgentInput::RunEnded { .. }))
@@ -312,14 +202,14 @@ fn an_approval_real_codex_settled_after_an_interrupt_takes_no_answer() {
     r.until("the approval", |i| {
         has(i, |i| matches!(i, AgentInput::ApprovalAsked { .. }))
     });
-    let request = r
-        .inputs
-        .iter()
-        .find_map(|i| match i {
-            AgentInput::ApprovalAsked { request, .. } => Some(request.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let request =
+        r.d.inputs
+            .iter()
+            .find_map(|i| match i {
+                AgentInput::ApprovalAsked { request, .. } => Some(request.clone()),
+                _ => None,
+            })
+            .unwrap();
     r.call(AgentCall::Stop {
         attempt: AttemptId(9),
         session: s.clone(),
@@ -336,21 +226,21 @@ fn an_approval_real_codex_settled_after_an_interrupt_takes_no_answer() {
             )
         })
     });
-    let writes = r.written.len();
-    r.inputs.clear();
+    let writes = r.d.written.len();
+    r.d.inputs.clear();
     r.call(AgentCall::ResolveApproval {
         session: s,
         request,
         decision: Decision::Accept,
     });
-    assert_eq!(r.written.len(), writes, "no answer was written");
+    assert_eq!(r.d.written.len(), writes, "no answer was written");
     assert!(
-        has(&r.inputs, |i| matches!(
+        has(&r.d.inputs, |i| matches!(
             i,
             AgentInput::ApprovalResolved { result: Err(_), .. }
         )),
         "{:?}",
-        r.inputs
+        r.d.inputs
     );
     assert!(!r.home.join("work/scripted-model-ran.txt").exists());
 }

@@ -9,80 +9,18 @@
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use host_core::{
-    Agent, AgentCall, AgentEffect, AgentInput, ClientRequest, Effect, FileError, Host, HostConfig,
-    ProcessId, ReadId, ReplyTo, WriteFailure, WriteId,
-};
+use host_core::{Agent, AgentEffect, ClientRequest, Effect, Host, HostConfig, ReplyTo};
 use host_runtime::Runtime;
-use outbox_core::adapter::{Capabilities, SendKind, SendResult};
-use outbox_core::entry::Acceptance;
-use outbox_core::ids::{ThreadId, TurnId};
+use outbox_core::adapter::Capabilities;
 use outbox_core::{
     Controls, MemoryOutboxStore, MessageRequest, OperationId, QueueId, SessionInfo, SubmitRequest,
 };
-use overlay_core::live::RunEventKind;
 use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};
+use scripted_model::instant::InstantAgent;
 use timeline_core::{BoundaryToken, HostKey, Millis, SessionId};
-
-/// Accepts, proves and ends every run at once.
-struct Instant_ {
-    session: SessionId,
-    out: VecDeque<AgentEffect>,
-}
-
-impl Agent for Instant_ {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::codex()
-    }
-    fn serves(&self, s: &SessionId) -> bool {
-        *s == self.session
-    }
-    fn handle_call(&mut self, call: AgentCall, now: Millis) {
-        let AgentCall::Send(r) = call else { return };
-        let SendKind::Start { run } = r.kind.clone() else {
-            return;
-        };
-        let acceptance = Acceptance {
-            run_id: run.clone(),
-            thread_id: ThreadId::new("thread-1").unwrap(),
-            turn_id: TurnId::new("turn-1").unwrap(),
-            accepted_at: now,
-        };
-        self.out.extend([
-            AgentEffect::Input(AgentInput::SendResult {
-                attempt: r.attempt,
-                result: SendResult::Accepted(acceptance),
-            }),
-            AgentEffect::Input(AgentInput::DeliveryProof {
-                session: r.session.clone(),
-                operation_id: r.operation_id.clone(),
-            }),
-            AgentEffect::Input(AgentInput::RunEnded {
-                session: r.session,
-                run,
-                outcome: RunEventKind::Completed,
-                untaken: Vec::new(),
-            }),
-        ]);
-    }
-    fn handle_line(&mut self, _: ProcessId, _: &[u8], _: Millis) {}
-    fn handle_line_too_long(&mut self, _: ProcessId, _: Millis) {}
-    fn handle_exit(&mut self, _: ProcessId, _: String, _: Millis) {}
-    fn handle_written(&mut self, _: ProcessId, _: WriteId, _: Result<(), WriteFailure>, _: Millis) {
-    }
-    fn handle_file(&mut self, _: ReadId, _: Result<Vec<u8>, FileError>, _: Millis) {}
-    fn poll_effect(&mut self) -> Option<AgentEffect> {
-        self.out.pop_front()
-    }
-    fn poll_timeout(&self) -> Option<Millis> {
-        None
-    }
-    fn handle_timeout(&mut self, _: Millis) {}
-}
 
 fn host(session: &SessionId) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
     let mut n = 0u64;
@@ -125,10 +63,7 @@ fn submit(session: &SessionId, i: u64) -> ClientRequest {
 fn pure(n: u64) -> Duration {
     let session = SessionId::new("s-1").unwrap();
     let mut host = host(&session);
-    let mut agent = Instant_ {
-        session: session.clone(),
-        out: VecDeque::new(),
-    };
+    let mut agent = InstantAgent::new();
     host.start(Millis(1)).unwrap();
     let began = Instant::now();
     for i in 0..n {
@@ -160,10 +95,7 @@ fn pure(n: u64) -> Duration {
 /// its answer comes back before the next is asked.
 fn through_runtime(rt: &tokio::runtime::Runtime, n: u64) -> Duration {
     let session = SessionId::new("s-1").unwrap();
-    let agent = Instant_ {
-        session: session.clone(),
-        out: VecDeque::new(),
-    };
+    let agent = InstantAgent::new();
     let mut runtime = Runtime::builder(host(&session))
         .agent(agent)
         .start()
@@ -187,10 +119,7 @@ fn through_runtime(rt: &tokio::runtime::Runtime, n: u64) -> Duration {
 /// for one answer before they ask again): the threads' hand-offs overlap.
 fn pipelined(rt: &tokio::runtime::Runtime, n: u64) -> Duration {
     let session = SessionId::new("s-1").unwrap();
-    let agent = Instant_ {
-        session: session.clone(),
-        out: VecDeque::new(),
-    };
+    let agent = InstantAgent::new();
     let mut runtime = Runtime::builder(host(&session))
         .agent(agent)
         .start()

@@ -10,27 +10,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually_async, latest_rows, outbox, submit, Rig};
+use common::{active_run, eventually_async, latest_rows, outbox, pending_card, submit, Rig};
 use host_core::{ClientRequest, Reply};
 
 const OP_1: &str = "11111111-2222-4333-8444-555555555555";
 const OP_2: &str = "22222222-3333-4444-8555-666666666666";
-
-async fn active_run(
-    client: &host_runtime::Client,
-    session: &timeline_core::SessionId,
-) -> Option<outbox_core::ids::RunId> {
-    let reply = client
-        .request(ClientRequest::ReconcileSessions {
-            sessions: vec![session.clone()],
-        })
-        .await
-        .unwrap();
-    let Reply::Reconciled(Ok(mut s)) = reply else {
-        panic!("{reply:?}");
-    };
-    s.remove(0).active_run
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_message_to_real_claude_is_accepted_proven_answered_and_let_go() {
@@ -130,23 +114,6 @@ async fn a_stop_of_real_claude_returns_the_queued_message_once_and_claude_never_
     assert!(!ran, "Claude ran the queued message after the stop");
     assert_eq!(held.len(), 1, "{held:?}");
     rig.stop().await;
-}
-
-/// The first pending approval card among the session's rows: its four IDs.
-async fn pending_card(
-    client: &host_runtime::Client,
-    session: &timeline_core::SessionId,
-) -> Option<[String; 4]> {
-    latest_rows(client, session).await.iter().find_map(|row| {
-        let v: serde_json::Value = serde_json::from_str(row).ok()?;
-        let a = &v["data"]["approval"];
-        (a["status"] == "pending").then(|| {
-            ["requestId", "threadId", "turnId", "itemId"].map(|k| match &a[k] {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-        })
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]

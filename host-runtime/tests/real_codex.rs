@@ -10,7 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually_async, latest_rows, outbox, submit, wait_for, Rig};
+use common::{
+    active_run, eventually_async, latest_rows, outbox, pending_card, submit, wait_for, Rig,
+};
 use host_core::{ClientRequest, Reply};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -89,22 +91,6 @@ async fn a_stop_of_a_slow_real_codex_turn_is_stopped_and_the_run_ends() {
     rig.stop().await;
 }
 
-async fn active_run(
-    client: &host_runtime::Client,
-    session: &timeline_core::SessionId,
-) -> Option<outbox_core::ids::RunId> {
-    let reply = client
-        .request(ClientRequest::ReconcileSessions {
-            sessions: vec![session.clone()],
-        })
-        .await
-        .unwrap();
-    let Reply::Reconciled(Ok(mut s)) = reply else {
-        panic!("{reply:?}");
-    };
-    s.remove(0).active_run
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_steer_into_a_slow_real_codex_turn_is_accepted_and_proven_in_that_turn() {
     // OB-08, OB-09: `turn/steer` with the run's turn as `expectedTurnId`.
@@ -142,23 +128,6 @@ async fn a_steer_into_a_slow_real_codex_turn_is_accepted_and_proven_in_that_turn
         );
     }
     rig.stop().await;
-}
-
-/// The first pending approval card among the session's rows: its four IDs.
-async fn pending_card(
-    client: &host_runtime::Client,
-    session: &timeline_core::SessionId,
-) -> Option<[String; 4]> {
-    latest_rows(client, session).await.iter().find_map(|row| {
-        let v: serde_json::Value = serde_json::from_str(row).ok()?;
-        let a = &v["data"]["approval"];
-        (a["status"] == "pending").then(|| {
-            ["requestId", "threadId", "turnId", "itemId"].map(|k| match &a[k] {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-        })
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]

@@ -25,6 +25,7 @@
 
 pub mod agents;
 pub mod drive;
+pub mod instant;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

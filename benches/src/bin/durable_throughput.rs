@@ -6,80 +6,19 @@
 
 #![allow(clippy::unwrap_used)] // a measurement: a failed step is a failed run
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use host_core::{
-    Agent, AgentCall, AgentEffect, AgentInput, ClientRequest, FileError, Host, HostConfig,
-    ProcessId, ReadId, Reply, WriteFailure, WriteId,
-};
+use host_core::{ClientRequest, Host, HostConfig, Reply};
 use host_runtime::Runtime;
-use outbox_core::adapter::{Capabilities, SendKind, SendResult};
-use outbox_core::entry::Acceptance;
-use outbox_core::ids::{ThreadId, TurnId};
+use outbox_core::adapter::Capabilities;
 use outbox_core::{Controls, MessageRequest, OperationId, QueueId, SessionInfo, SubmitRequest};
-use overlay_core::live::RunEventKind;
 use overlay_core::{MemorySource, SourceKind};
+use scripted_model::instant::InstantAgent;
 use storage_sqlite::{Settings, SqliteStore};
 use timeline_core::{BoundaryToken, HostKey, Millis, SessionId};
 
 const SESSIONS: usize = 100;
 const PER_SESSION: usize = 10;
-
-/// Accepts, proves and ends every run at once, for every session.
-struct Instant_ {
-    out: VecDeque<AgentEffect>,
-}
-
-impl Agent for Instant_ {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::codex()
-    }
-    fn serves(&self, _: &SessionId) -> bool {
-        true
-    }
-    fn handle_call(&mut self, call: AgentCall, now: Millis) {
-        let AgentCall::Send(r) = call else { return };
-        let SendKind::Start { run } = r.kind.clone() else {
-            return;
-        };
-        let acceptance = Acceptance {
-            run_id: run.clone(),
-            thread_id: ThreadId::new("thread-1").unwrap(),
-            turn_id: TurnId::new("turn-1").unwrap(),
-            accepted_at: now,
-        };
-        self.out.extend([
-            AgentEffect::Input(AgentInput::SendResult {
-                attempt: r.attempt,
-                result: SendResult::Accepted(acceptance),
-            }),
-            AgentEffect::Input(AgentInput::DeliveryProof {
-                session: r.session.clone(),
-                operation_id: r.operation_id.clone(),
-            }),
-            AgentEffect::Input(AgentInput::RunEnded {
-                session: r.session,
-                run,
-                outcome: RunEventKind::Completed,
-                untaken: Vec::new(),
-            }),
-        ]);
-    }
-    fn handle_line(&mut self, _: ProcessId, _: &[u8], _: Millis) {}
-    fn handle_line_too_long(&mut self, _: ProcessId, _: Millis) {}
-    fn handle_exit(&mut self, _: ProcessId, _: String, _: Millis) {}
-    fn handle_written(&mut self, _: ProcessId, _: WriteId, _: Result<(), WriteFailure>, _: Millis) {
-    }
-    fn handle_file(&mut self, _: ReadId, _: Result<Vec<u8>, FileError>, _: Millis) {}
-    fn poll_effect(&mut self) -> Option<AgentEffect> {
-        self.out.pop_front()
-    }
-    fn poll_timeout(&self) -> Option<Millis> {
-        None
-    }
-    fn handle_timeout(&mut self, _: Millis) {}
-}
 
 fn through_runtime(dir: &std::path::Path) -> (f64, u64) {
     let path = dir.join("custody.sqlite");
@@ -107,9 +46,7 @@ fn through_runtime(dir: &std::path::Path) -> (f64, u64) {
         host.add_session(s, SessionInfo::new(Capabilities::codex()), Box::new(source));
     }
     let mut runtime = Runtime::builder(host)
-        .agent(Instant_ {
-            out: VecDeque::new(),
-        })
+        .agent(InstantAgent::new())
         .start()
         .unwrap();
     let mut outputs = runtime.take_outputs();

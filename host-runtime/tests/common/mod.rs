@@ -84,6 +84,19 @@ pub fn host(
     host
 }
 
+/// Reads the runtime's outputs on a task of their own, keeping each as debug text.
+fn keep_outputs(runtime: &mut Runtime) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let outputs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut stream = runtime.take_outputs();
+    let kept = std::sync::Arc::clone(&outputs);
+    tokio::spawn(async move {
+        while let Some(o) = stream.next().await {
+            kept.lock().unwrap().push(format!("{o:?}"));
+        }
+    });
+    outputs
+}
+
 /// A runtime with one session served by a real agent, and the model it talks to.
 pub struct Rig {
     /// Every output of the host, as debug text, in order.
@@ -148,14 +161,7 @@ impl Rig {
             .agent(agent)
             .start()
             .unwrap();
-        let outputs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut stream = runtime.take_outputs();
-        let kept = std::sync::Arc::clone(&outputs);
-        tokio::spawn(async move {
-            while let Some(o) = stream.next().await {
-                kept.lock().unwrap().push(format!("{o:?}"));
-            }
-        });
+        let outputs = keep_outputs(&mut runtime);
         Rig {
             outputs,
             model,
@@ -191,14 +197,7 @@ impl Rig {
             .agent(agent)
             .start()
             .unwrap();
-        let outputs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut stream = runtime.take_outputs();
-        let kept = std::sync::Arc::clone(&outputs);
-        tokio::spawn(async move {
-            while let Some(o) = stream.next().await {
-                kept.lock().unwrap().push(format!("{o:?}"));
-            }
-        });
+        let outputs = keep_outputs(&mut runtime);
         Rig {
             outputs,
             model,
@@ -335,4 +334,38 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("{what} did not happen within {limit:?}");
+}
+
+/// The session's active run, as the reconcile answers it.
+pub async fn active_run(
+    client: &host_runtime::Client,
+    session: &timeline_core::SessionId,
+) -> Option<outbox_core::ids::RunId> {
+    let reply = client
+        .request(ClientRequest::ReconcileSessions {
+            sessions: vec![session.clone()],
+        })
+        .await
+        .unwrap();
+    let Reply::Reconciled(Ok(mut s)) = reply else {
+        panic!("{reply:?}");
+    };
+    s.remove(0).active_run
+}
+
+/// The first pending approval card among the session's rows: its four IDs.
+pub async fn pending_card(
+    client: &host_runtime::Client,
+    session: &timeline_core::SessionId,
+) -> Option<[String; 4]> {
+    latest_rows(client, session).await.iter().find_map(|row| {
+        let v: serde_json::Value = serde_json::from_str(row).ok()?;
+        let a = &v["data"]["approval"];
+        (a["status"] == "pending").then(|| {
+            ["requestId", "threadId", "turnId", "itemId"].map(|k| match &a[k] {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        })
+    })
 }
