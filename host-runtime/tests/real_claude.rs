@@ -233,7 +233,11 @@ async fn real_claude_killed_mid_turn_ends_the_run_and_the_next_message_resumes_t
     // Claude's: 2.1.328 writes a message to its transcript well after it started, so a
     // kill in the first half second leaves none, and the next run creates the session
     // again under its ID rather than failing to resume it.)
-    let transcript = std::fs::read_to_string(rig.transcript()).unwrap();
-    assert!(transcript.contains(OP_2));
+    eventually_async(
+        "the transcript to hold the next message",
+        Duration::from_secs(60),
+        || async { std::fs::read_to_string(rig.transcript()).is_ok_and(|t| t.contains(OP_2)) },
+    )
+    .await;
     rig.stop().await;
 }
