@@ -14,6 +14,8 @@
 //!     cwd: Some("/work".into()),
 //!     approval_policy: Some("on-request".into()),
 //!     sandbox: Some("workspace-write".into()),
+//!     model: None,
+//!     model_provider: None,
 //! })?;
 //! // Then: `send`, `pump` for notifications, approvals and proofs, `stop`.
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -804,6 +804,10 @@ pub enum ClientRequest {
         approval_policy: Option<String>,
         /// `read-only`, `workspace-write`, `danger-full-access`.
         sandbox: Option<String>,
+        /// The model (Codex's `config.toml` default when `None`).
+        model: Option<String>,
+        /// The model provider, by its `config.toml` name (the default when `None`).
+        model_provider: Option<String>,
     },
     /// `thread/resume`: loads a thread (its history comes back in the answer).
     ThreadResume {
@@ -921,12 +925,16 @@ impl ClientRequest {
                 cwd,
                 approval_policy,
                 sandbox,
+                model,
+                model_provider,
             } => {
                 let mut m = Map::new();
                 for (k, v) in [
                     ("cwd", cwd),
                     ("approvalPolicy", approval_policy),
                     ("sandbox", sandbox),
+                    ("model", model),
+                    ("modelProvider", model_provider),
                 ] {
                     if let Some(v) = v {
                         m.insert(k.to_owned(), json!(v));

@@ -210,6 +210,10 @@ pub struct ThreadConfig {
     pub sandbox: Option<String>,
     /// The thread to resume instead of starting one (a session that has one).
     pub resume: Option<String>,
+    /// The model (Codex's `config.toml` default when `None`).
+    pub model: Option<String>,
+    /// The model provider, by its `config.toml` name (the default when `None`).
+    pub model_provider: Option<String>,
 }
 
 impl ThreadConfig {
@@ -220,6 +224,8 @@ impl ThreadConfig {
             approval_policy: None,
             sandbox: None,
             resume: None,
+            model: None,
+            model_provider: None,
         }
     }
 
@@ -234,6 +240,14 @@ impl ThreadConfig {
     #[must_use]
     pub fn sandbox(mut self, sandbox: impl Into<String>) -> ThreadConfig {
         self.sandbox = Some(sandbox.into());
+        self
+    }
+
+    /// Sets the model and, when `Some`, its provider (by its `config.toml` name).
+    #[must_use]
+    pub fn model(mut self, model: impl Into<String>, provider: Option<&str>) -> ThreadConfig {
+        self.model = Some(model.into());
+        self.model_provider = provider.map(str::to_owned);
         self
     }
 
@@ -317,6 +331,8 @@ impl CodexAgent {
             cwd: thread.cwd,
             approval_policy: thread.approval_policy,
             sandbox: thread.sandbox,
+            model: thread.model,
+            model_provider: thread.model_provider,
         };
         self.sessions.insert(
             session.clone(),

@@ -79,6 +79,8 @@ fn open(
                 cwd: Some("/tmp/probe/cwd".into()),
                 approval_policy: Some(approval.into()),
                 sandbox: Some(sandbox.into()),
+                model: None,
+                model_provider: None,
             },
         )
         .expect("thread/start is answered");

@@ -168,6 +168,8 @@ fn typed_request(method: &str, p: &Value) -> ClientRequest {
             cwd: p["cwd"].as_str().map(str::to_owned),
             approval_policy: p["approvalPolicy"].as_str().map(str::to_owned),
             sandbox: p["sandbox"].as_str().map(str::to_owned),
+            model: p["model"].as_str().map(str::to_owned),
+            model_provider: p["modelProvider"].as_str().map(str::to_owned),
         },
         "turn/start" => ClientRequest::TurnStart {
             thread_id: s("threadId"),

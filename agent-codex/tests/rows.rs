@@ -158,6 +158,8 @@ fn register(codec: &mut Codec, method: &str, id: u64) {
             cwd: None,
             approval_policy: None,
             sandbox: None,
+            model: None,
+            model_provider: None,
         },
         "turn/start" => ClientRequest::TurnStart {
             thread_id: "t".into(),

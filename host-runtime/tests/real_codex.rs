@@ -337,3 +337,20 @@ async fn a_real_codex_turn_whose_model_answers_500_first_is_retried_by_codex_and
     assert_eq!(holders, 1);
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_thread_started_with_its_own_model_and_provider_asks_that_model() {
+    // AG-01: the model and the provider go in `thread/start`, not only `config.toml`.
+    let rig = Rig::codex_with(|t| t.model("gpt-custom-test", Some("scripted"))).await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-model", "Which model"))
+        .await
+        .unwrap();
+    eventually_async("the turn to reach the model", Duration::from_secs(60), || async {
+        !rig.model.turns().is_empty()
+    })
+    .await;
+    assert_eq!(rig.model.turns()[0].body["model"], "gpt-custom-test");
+    rig.stop().await;
+}
