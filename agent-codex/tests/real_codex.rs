@@ -244,3 +244,58 @@ fn an_approval_real_codex_settled_after_an_interrupt_takes_no_answer() {
     );
     assert!(!r.home.join("work/scripted-model-ran.txt").exists());
 }
+
+#[test]
+fn a_steer_real_codex_gets_after_its_turn_ended_is_proven_unadmitted() {
+    // OB-09, AG-02: the steer is written while the turn's end is still unread; Codex
+    // 0.169 answers -32600 "no active turn to steer", which the send table proves
+    // unadmitted (nothing of it entered a turn).
+    let mut r = Real::new(|t| t);
+    let s = r.session.clone();
+    r.call(start(&s, "op-first", "Quick one"));
+    r.until("the acceptance", |i| {
+        has(i, |i| {
+            matches!(
+                i,
+                AgentInput::SendResult {
+                    result: SendResult::Accepted(_),
+                    ..
+                }
+            )
+        })
+    });
+    r.pause(Duration::from_secs(2));
+    r.d.inputs.clear();
+    r.call(AgentCall::Send(SendRequest {
+        attempt: AttemptId(2),
+        session: s,
+        operation_id: OperationId::new("op-late-steer").unwrap(),
+        request: MessageRequest::text("Too late", "phone", Millis(0)),
+        kind: SendKind::Steer { run: run() },
+        rollback_before_send: false,
+        fresh_thread: false,
+    }));
+    assert_eq!(r.d.written.last().unwrap()["method"], "turn/steer");
+    r.until("the steer's answer", |i| {
+        has(i, |i| {
+            matches!(
+                i,
+                AgentInput::SendResult {
+                    attempt: AttemptId(2),
+                    ..
+                }
+            )
+        })
+    });
+    assert!(
+        has(&r.d.inputs, |i| matches!(
+            i,
+            AgentInput::SendResult {
+                attempt: AttemptId(2),
+                result: SendResult::ProvenUnadmitted { .. }
+            }
+        )),
+        "{:?}",
+        r.d.inputs
+    );
+}
