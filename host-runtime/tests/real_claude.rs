@@ -241,3 +241,69 @@ async fn real_claude_killed_mid_turn_ends_the_run_and_the_next_message_resumes_t
     .await;
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_history_real_claude_wrote_gives_the_rows_the_clients_were_shown() {
+    // TL-01, AG-02: the rows the live path showed (user message, reply) come back from
+    // Claude's transcript with the same keys and words.
+    let rig = Rig::claude().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, OP_1, "Say hello"))
+        .await
+        .unwrap();
+    eventually_async("the reply live", Duration::from_secs(60), || async {
+        latest_rows(&client, &rig.session)
+            .await
+            .iter()
+            .any(|t| t.contains("Reply to: Say hello"))
+    })
+    .await;
+    let live: Vec<serde_json::Value> = latest_rows(&client, &rig.session)
+        .await
+        .iter()
+        .map(|r| serde_json::from_str(r).unwrap())
+        .filter(|r: &serde_json::Value| r["data"]["text"].is_string())
+        .collect();
+    assert!(live.len() >= 2, "the message and its reply: {live:?}");
+    eventually_async(
+        "the run to end and the transcript to hold it",
+        Duration::from_secs(60),
+        || async {
+            active_run(&client, &rig.session).await.is_none()
+                && std::fs::read_to_string(rig.transcript())
+                    .is_ok_and(|t| t.contains("Reply to: Say hello"))
+        },
+    )
+    .await;
+    let reply = client
+        .request(ClientRequest::LatestWindow {
+            session: rig.session.clone(),
+            target: timeline_core::TargetId::main(&rig.session),
+            page_size: 100,
+        })
+        .await
+        .unwrap();
+    let Reply::LatestWindow(Ok(window)) = reply else {
+        panic!("{reply:?}");
+    };
+    let saved: Vec<(String, String)> = window
+        .blocks
+        .iter()
+        .filter_map(|b| {
+            Some((
+                b.id.as_str().to_owned(),
+                b.data["text"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    for row in &live {
+        let id = row["id"].as_str().unwrap().to_owned();
+        let text = row["data"]["text"].as_str().unwrap().to_owned();
+        assert!(
+            saved.contains(&(id.clone(), text.clone())),
+            "the live row {id} ({text:?}) is not in the history read back: {saved:?}"
+        );
+    }
+    rig.stop().await;
+}

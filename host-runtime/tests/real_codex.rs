@@ -347,9 +347,11 @@ async fn a_thread_started_with_its_own_model_and_provider_asks_that_model() {
         .request(submit(&rig.session, "op-model", "Which model"))
         .await
         .unwrap();
-    eventually_async("the turn to reach the model", Duration::from_secs(60), || async {
-        !rig.model.turns().is_empty()
-    })
+    eventually_async(
+        "the turn to reach the model",
+        Duration::from_secs(60),
+        || async { !rig.model.turns().is_empty() },
+    )
     .await;
     assert_eq!(rig.model.turns()[0].body["model"], "gpt-custom-test");
     rig.stop().await;

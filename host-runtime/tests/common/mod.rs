@@ -63,6 +63,22 @@ pub fn host(
     session: &SessionId,
     caps: Capabilities,
 ) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
+    let source = MemorySource::new(
+        SourceKind::Codex {
+            thread_id: "thread-1".into(),
+            generation: 1,
+        },
+        BoundaryToken::codex_rollout("/sessions/rollout-1.jsonl"),
+    );
+    host_with(session, caps, Box::new(source))
+}
+
+/// A host with memory stores whose session reads its history from `source`.
+pub fn host_with(
+    session: &SessionId,
+    caps: Capabilities,
+    source: Box<dyn overlay_core::HistorySource + Send>,
+) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
     let mut n = 0u64;
     let uuids = Box::new(move || {
         n += 1;
@@ -73,14 +89,7 @@ pub fn host(
         MemoryOverlayStore::new(),
         HostConfig::new(HostKey::from_bytes([7; 32]), uuids),
     );
-    let source = MemorySource::new(
-        SourceKind::Codex {
-            thread_id: "thread-1".into(),
-            generation: 1,
-        },
-        BoundaryToken::codex_rollout("/sessions/rollout-1.jsonl"),
-    );
-    host.add_session(session, SessionInfo::new(caps), Box::new(source));
+    host.add_session(session, SessionInfo::new(caps), source);
     host
 }
 
@@ -193,10 +202,17 @@ impl Rig {
             cwd,
         ));
         agent.add_session(&session, CLAUDE_SESSION, false);
-        let mut runtime = Runtime::builder(host(&session, Capabilities::claude()))
-            .agent(agent)
-            .start()
-            .unwrap();
+        // The history is the Claude session's own transcript, as Claude writes it.
+        let transcript = agent_claude::file::TranscriptFile::new(
+            agent_claude::file::transcript_path(
+                &home.join(".claude/projects"),
+                &work.display().to_string(),
+                CLAUDE_SESSION,
+            ),
+            CLAUDE_SESSION,
+        );
+        let host = host_with(&session, Capabilities::claude(), Box::new(transcript));
+        let mut runtime = Runtime::builder(host).agent(agent).start().unwrap();
         let outputs = keep_outputs(&mut runtime);
         Rig {
             outputs,
