@@ -89,6 +89,10 @@ use crate::process::{InputCommand, IoEvent, ProcessHandle};
 /// The default bound on one line an agent prints: 16 MiB.
 pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
 
+/// Inputs taken in one round of the host loop at most, before its effects are carried
+/// out.
+const BURST: usize = 64;
+
 /// Capacity of each channel between the threads (in messages; outputs travel in batches,
 /// one per round of the host loop).
 const CHANNEL: usize = 1024;
@@ -458,32 +462,65 @@ where
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
+            let go_on = tokio::select! {
                 biased;
-                command = commands.recv() => match command {
-                    Some(Command::Request(request, reply)) => self.request(*request, reply),
-                    Some(Command::Processes(reply)) => {
-                        let list = self
-                            .processes
-                            .iter()
-                            .map(|((agent, process), h)| AgentProcess {
-                                agent: *agent,
-                                process: *process,
-                                pid: h.group,
-                            })
-                            .collect();
-                        let _ = reply.send(list);
+                command = commands.recv() => self.command(command),
+                Some(event) = io.recv() => {
+                    self.io_event(event);
+                    true
+                }
+                () = sleep => {
+                    self.timeout();
+                    true
+                }
+            };
+            if !go_on {
+                break;
+            }
+            // Take what else is already waiting before carrying out the effects: one
+            // round (one output batch, one wake of the embedder) for a burst of inputs.
+            let mut stop = false;
+            for _ in 0..BURST {
+                if let Ok(event) = io.try_recv() {
+                    self.io_event(event);
+                } else if let Ok(command) = commands.try_recv() {
+                    if !self.command(Some(command)) {
+                        stop = true;
+                        break;
                     }
-                    Some(Command::Shutdown) | None => break,
-                },
-                Some(event) = io.recv() => self.io_event(event),
-                () = sleep => self.timeout(),
+                } else {
+                    break;
+                }
             }
             self.settle().await;
+            if stop {
+                break;
+            }
         }
         for (_, p) in std::mem::take(&mut self.processes) {
             p.kill();
         }
+    }
+
+    /// Carries out one command; false when the loop must stop.
+    fn command(&mut self, command: Option<Command>) -> bool {
+        match command {
+            Some(Command::Request(request, reply)) => self.request(*request, reply),
+            Some(Command::Processes(reply)) => {
+                let list = self
+                    .processes
+                    .iter()
+                    .map(|((agent, process), h)| AgentProcess {
+                        agent: *agent,
+                        process: *process,
+                        pid: h.group,
+                    })
+                    .collect();
+                let _ = reply.send(list);
+            }
+            Some(Command::Shutdown) | None => return false,
+        }
+        true
     }
 
     fn deadline(&self) -> Option<Millis> {
