@@ -170,6 +170,9 @@ pub struct ClaudeAgent {
     reads: BTreeMap<ReadId, (AttemptId, MessageUuid)>,
     /// Starts waiting to learn whether their session's transcript exists.
     probes: BTreeMap<ReadId, (SendRequest, Millis)>,
+    /// Sends of a run whose process ended before their write was reported, by that
+    /// write.
+    orphans: BTreeMap<WriteId, AttemptId>,
     next_id: u64,
     out: VecDeque<AgentEffect>,
 }
@@ -202,6 +205,7 @@ impl ClaudeAgent {
             writes: BTreeMap::new(),
             reads: BTreeMap::new(),
             probes: BTreeMap::new(),
+            orphans: BTreeMap::new(),
             next_id: 1,
             out: VecDeque::new(),
         }
@@ -417,6 +421,23 @@ impl ClaudeAgent {
     }
 
     fn stop(&mut self, attempt: AttemptId, session: &SessionId, run: &RunId, now: Millis) {
+        // A start still looking for its transcript: it never starts.
+        let probing: Vec<ReadId> = self
+            .probes
+            .iter()
+            .filter(|(_, (r, _))| {
+                &r.session == session && matches!(&r.kind, SendKind::Start { run: x } if x == run)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in probing {
+            if let Some((request, _)) = self.probes.remove(&id) {
+                self.input(AgentInput::SendResult {
+                    attempt: request.attempt,
+                    result: unadmitted("The run was stopped before Claude started"),
+                });
+            }
+        }
         let id = self.id();
         let Some(live) = self
             .sessions
@@ -768,7 +789,17 @@ impl ClaudeAgent {
                     stderr: reason.to_owned(),
                 }
             } else {
-                // Never written whole: the write's own failure answers it.
+                // Its write is not reported yet: the report answers it (never written:
+                // proven unadmitted; else uncertain).
+                let write = self
+                    .writes
+                    .iter()
+                    .find(|(_, (s, u))| s == session && u.as_deref() == Some(send.uuid.as_str()))
+                    .map(|(w, _)| *w);
+                if let Some(write) = write {
+                    self.writes.remove(&write);
+                    self.orphans.insert(write, send.attempt);
+                }
                 continue;
             };
             let result = send_result(live.run.state_of(&send.uuid), &end, acceptance.clone());
@@ -908,6 +939,24 @@ impl Agent for ClaudeAgent {
         result: Result<(), WriteFailure>,
         now: Millis,
     ) {
+        if let Some(attempt) = self.orphans.remove(&write) {
+            // A send whose run's process ended before its write was reported.
+            let result = match result {
+                Err(WriteFailure::NotWritten(reason)) => unadmitted(format!(
+                    "The message could not be written to Claude: {reason}"
+                )),
+                _ => send_result(
+                    Some(SendState::Written),
+                    &WaitEnd::Exited {
+                        code: None,
+                        stderr: String::new(),
+                    },
+                    None,
+                ),
+            };
+            self.input(AgentInput::SendResult { attempt, result });
+            return;
+        }
         let Some((session, send)) = self.writes.remove(&write) else {
             return;
         };
@@ -1020,9 +1069,11 @@ impl Agent for ClaudeAgent {
                 .partition(|s| s.deadline.is_some_and(|d| d <= now));
             live.sends = still;
             for send in due {
-                let waited = send
-                    .deadline
-                    .map_or(0, |d| now.as_u64() + REPLY_DEADLINE.as_u64() - d.as_u64());
+                let waited = send.deadline.map_or(0, |d| {
+                    now.as_u64()
+                        .saturating_sub(d.as_u64())
+                        .saturating_add(REPLY_DEADLINE.as_u64())
+                });
                 let result = send_result(
                     live.run.state_of(&send.uuid),
                     &WaitEnd::TimedOut { waited_ms: waited },

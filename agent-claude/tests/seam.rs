@@ -579,3 +579,93 @@ fn a_message_id_that_is_not_a_uuid_or_a_rollback_is_refused_before_anything_star
         }
     )));
 }
+
+#[test]
+fn a_send_whose_run_ends_before_its_write_is_reported_is_answered_by_the_report() {
+    // OB-08, AG-01
+    for (report, proven) in [
+        (Err(WriteFailure::NotWritten("gone".into())), true),
+        (Ok(()), false),
+    ] {
+        let mut r = running();
+        let s = r.session.clone();
+        r.agent
+            .handle_call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(4));
+        let mut write = None;
+        while let Some(e) = r.agent.poll_effect() {
+            if let AgentEffect::Write {
+                process, write: w, ..
+            } = e
+            {
+                write = Some((process, w));
+            }
+        }
+        let (p, w) = write.unwrap();
+        r.agent.handle_exit(p, "claude ended".into(), Millis(5));
+        r.drain(Millis(5));
+        assert!(!r.take().iter().any(|i| matches!(
+            i,
+            AgentInput::SendResult {
+                attempt: AttemptId(2),
+                ..
+            }
+        )));
+        r.agent.handle_written(p, w, report.clone(), Millis(6));
+        r.drain(Millis(6));
+        let inputs = r.take();
+        let [AgentInput::SendResult { result, .. }] = inputs.as_slice() else {
+            panic!("{inputs:?}");
+        };
+        assert_eq!(
+            matches!(result, SendResult::ProvenUnadmitted { .. }),
+            proven,
+            "{result:?}"
+        );
+    }
+}
+
+#[test]
+fn a_stop_while_the_start_looks_for_its_transcript_means_it_never_starts() {
+    // OB-08: the stop's answer is true: nothing was started, the send is not admitted.
+    let mut r = Rig::new(false);
+    r.transcript = None;
+    let s = r.session.clone();
+    r.call(send(&s, A, SendKind::Start { run: run() }, 1), Millis(1));
+    let read = *r.reads.last().unwrap();
+    r.call(
+        AgentCall::Stop {
+            attempt: AttemptId(9),
+            session: s,
+            run: run(),
+        },
+        Millis(2),
+    );
+    r.agent.handle_file(
+        read,
+        Err(host_core::FileError::NotFound("t".into())),
+        Millis(3),
+    );
+    r.drain(Millis(3));
+    assert!(r.spawned.is_empty(), "it started after the stop");
+    let inputs = r.take();
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::SendResult {
+                attempt: AttemptId(1),
+                result: SendResult::ProvenUnadmitted { .. }
+            }
+        )),
+        "{inputs:?}"
+    );
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::StopResult {
+                attempt: AttemptId(9),
+                result: StopResult::Stopped { .. }
+            }
+        )),
+        "{inputs:?}"
+    );
+}

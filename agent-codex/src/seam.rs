@@ -194,6 +194,8 @@ pub struct CodexAgent {
     watches: Vec<(OperationId, SessionId, DeliveryWatch)>,
     settled: BTreeMap<OperationId, Verdict>,
     approvals: BTreeMap<String, OpenApproval>,
+    /// Sends of a process that ended before their write was reported, by that write.
+    orphans: BTreeMap<(ProcessId, WriteId), (Box<SendRequest>, SendMethod)>,
     out: VecDeque<AgentEffect>,
     exits: u64,
 }
@@ -320,6 +322,7 @@ impl CodexAgent {
             watches: Vec::new(),
             settled: BTreeMap::new(),
             approvals: BTreeMap::new(),
+            orphans: BTreeMap::new(),
             out: VecDeque::new(),
             exits: 0,
         }
@@ -452,18 +455,25 @@ impl CodexAgent {
             AgentCall::ResolveApproval {
                 request, decision, ..
             } => {
-                let answered = self
-                    .approvals
-                    .remove(&request.request_id)
-                    .ok_or_else(|| "Codex no longer waits for this decision.".to_owned())
-                    .and_then(|open| {
-                        let line = self
-                            .codec
-                            .answer_approval(&open.id, decision)
-                            .map_err(|e| e.to_string())?;
-                        let result = open.request.decide(decision).map_err(|e| e.to_string())?;
-                        Ok((line, result))
-                    });
+                // The request stays open until an allowed decision is written: a refused
+                // one may be followed by another.
+                let answered = match self.approvals.get(&request.request_id) {
+                    None => Err("Codex no longer waits for this decision.".to_owned()),
+                    Some(open) => open
+                        .request
+                        .decide(decision)
+                        .map_err(|e| e.to_string())
+                        .and_then(|result| {
+                            let line = self
+                                .codec
+                                .answer_approval(&open.id, decision)
+                                .map_err(|e| e.to_string())?;
+                            Ok((line, result))
+                        }),
+                };
+                if answered.is_ok() {
+                    self.approvals.remove(&request.request_id);
+                }
                 let result = match answered {
                     Ok((line, result)) => {
                         self.write(line);
@@ -1111,17 +1121,26 @@ impl CodexAgent {
         self.exits += 1;
         self.codec.abandon();
         self.approvals.clear();
-        self.writes.clear();
+        let writes = std::mem::take(&mut self.writes);
+        let write_of: BTreeMap<u64, WriteId> = writes.into_iter().map(|(w, id)| (id, w)).collect();
         for s in self.sessions.values_mut() {
             s.loaded = false;
             s.opening = None;
         }
         let waiting = std::mem::take(&mut self.waiting);
-        for (_, w) in waiting {
+        for (id, w) in waiting {
             match w.what {
                 Pending::Send {
                     request, method, ..
                 } => {
+                    // A write whose outcome is not reported yet may have reached Codex:
+                    // its report decides (never written: proven unadmitted; else
+                    // uncertain).
+                    if let (None, Some(write)) = (w.deadline, write_of.get(&id)) {
+                        self.orphans
+                            .insert((self.process, *write), (request, method));
+                        continue;
+                    }
                     let failure = if w.deadline.is_some() {
                         SendFailure::ProcessExited
                     } else {
@@ -1208,6 +1227,21 @@ impl CodexAgent {
                     reason: "Codex ended.".to_owned(),
                 },
             }),
+            AgentCall::ResolveApproval { request, .. } => {
+                self.input(AgentInput::ApprovalResolved {
+                    request_id: request.request_id,
+                    thread_id: request.thread_id,
+                    turn_id: request.turn_id,
+                    item_id: request.item_id,
+                    result: Err("Codex ended before the decision reached it.".to_owned()),
+                })
+            }
+            AgentCall::ClearThreadLink { session } => {
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.thread_id = None;
+                    s.loaded = false;
+                }
+            }
             _ => {}
         }
     }
@@ -1263,6 +1297,18 @@ impl Agent for CodexAgent {
         result: Result<(), WriteFailure>,
         now: Millis,
     ) {
+        if let Some((request, method)) = self.orphans.remove(&(process, write)) {
+            // A send whose process ended before its write was reported.
+            let failure = match result {
+                Err(WriteFailure::NotWritten(reason)) => SendFailure::NotWritten { reason },
+                _ => SendFailure::ProcessExited,
+            };
+            self.input(AgentInput::SendResult {
+                attempt: request.attempt,
+                result: send::failed(method, &failure),
+            });
+            return;
+        }
         if process != self.process {
             return;
         }

@@ -855,3 +855,82 @@ fn a_malformed_page_or_a_refused_read_is_unreadable_and_an_old_codex_is_read_who
         }]
     ));
 }
+
+#[test]
+fn a_send_whose_process_ends_before_its_write_is_reported_is_answered_by_the_report() {
+    // OB-08, AG-01: the end and the write's report come from two tasks; the send is
+    // answered once, by what the report says.
+    for (report, proven) in [
+        (Err(WriteFailure::NotWritten("gone".into())), true),
+        (Ok(()), false),
+    ] {
+        let mut r = running();
+        let s = r.session.clone();
+        r.agent.handle_call(
+            send(&s, "op-2", SendKind::Steer { run: run() }, 2),
+            Millis(10),
+        );
+        // Take the write without reporting it.
+        let mut write = None;
+        while let Some(e) = r.agent.poll_effect() {
+            if let AgentEffect::Write {
+                process, write: w, ..
+            } = e
+            {
+                write = Some((process, w));
+            }
+        }
+        let (p, w) = write.unwrap();
+        r.agent.handle_exit(p, "codex ended".into(), Millis(11));
+        r.drain(Millis(11));
+        assert!(
+            !r.take_inputs().iter().any(|i| matches!(
+                i,
+                AgentInput::SendResult {
+                    attempt: AttemptId(2),
+                    ..
+                }
+            )),
+            "answered before its write's outcome is known"
+        );
+        r.agent.handle_written(p, w, report.clone(), Millis(12));
+        r.drain(Millis(12));
+        let inputs = r.take_inputs();
+        let [AgentInput::SendResult { result, .. }] = inputs.as_slice() else {
+            panic!("{inputs:?}");
+        };
+        assert_eq!(
+            matches!(result, SendResult::ProvenUnadmitted { .. }),
+            proven,
+            "{report:?}: {result:?}"
+        );
+    }
+}
+
+#[test]
+fn a_decision_the_request_does_not_allow_leaves_it_open_for_an_allowed_one() {
+    // RW-06
+    let mut r = running();
+    let s = r.session.clone();
+    let request = approval_asked(&mut r);
+    let decide = |d| AgentCall::ResolveApproval {
+        session: s.clone(),
+        request: request.clone(),
+        decision: d,
+    };
+    // No execpolicy amendment was proposed: accept-broadly is not allowed.
+    r.call(decide(Decision::AcceptBroadly), Millis(21));
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::ApprovalResolved { result: Err(_), .. }]
+    ));
+    r.call(decide(Decision::Decline), Millis(22));
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::ApprovalResolved {
+            result: Ok(ApprovalResult::Declined),
+            ..
+        }]
+    ));
+    assert_eq!(r.writes.last().unwrap().1["result"]["decision"], "decline");
+}

@@ -492,6 +492,10 @@ where
                     break;
                 }
             }
+            // A deadline that came while inputs kept arriving is not put off by them.
+            if self.deadline().is_some_and(|d| d <= self.clock.now()) {
+                self.timeout();
+            }
             self.settle().await;
             if stop {
                 break;
