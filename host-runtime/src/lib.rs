@@ -55,9 +55,11 @@
 //!   agent is told); its error output is read and dropped; its group is killed when the
 //!   agent asks, when the runtime shuts down and when the runtime is dropped.
 //! - **Bounded channels everywhere.** Process output waits when the host thread is
-//!   behind (the agent then blocks on its pipe); live output waits for the embedder to
-//!   take it with [`Runtime::next_output`]: an embedder that stops reading stops the
-//!   host, it never grows a buffer.
+//!   behind (the agent then blocks on its pipe); a write to an agent whose input queue
+//!   (256 lines) is full is not made and is reported so (the host never waits on an
+//!   agent); live output waits for the embedder to take it with
+//!   [`Runtime::next_output`]: an embedder that stops reading stops the host, it never
+//!   grows a buffer.
 //! - **Time.** The clock is monotonic: the wall time read once at start, plus the time
 //!   elapsed since by [`std::time::Instant`].
 //! - **A call no agent serves** is answered at once by [`host_core::unserved`].
@@ -690,17 +692,20 @@ where
                 line,
             } => match self.processes.get(&(agent, process)) {
                 Some(p) => {
-                    if p.input
-                        .send(InputCommand::Write(write, line))
-                        .await
-                        .is_err()
-                    {
+                    // Never wait on an agent that stopped reading: a full input queue
+                    // is a write that did not happen, and the host goes on.
+                    let refused = match p.input.try_send(InputCommand::Write(write, line)) {
+                        Ok(()) => None,
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            Some("the agent stopped reading its input")
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => Some("the process is gone"),
+                    };
+                    if let Some(why) = refused {
                         self.agents[agent].handle_written(
                             process,
                             write,
-                            Err(host_core::WriteFailure::NotWritten(
-                                "the process is gone".to_owned(),
-                            )),
+                            Err(host_core::WriteFailure::NotWritten(why.to_owned())),
                             now,
                         );
                     }
@@ -716,7 +721,9 @@ where
             },
             AgentEffect::CloseInput { process } => {
                 if let Some(p) = self.processes.get(&(agent, process)) {
-                    let _ = p.input.send(InputCommand::Close).await;
+                    // A full queue: the agent is not reading anyway; its end comes by
+                    // the kill or by itself.
+                    let _ = p.input.try_send(InputCommand::Close);
                 }
             }
             AgentEffect::Kill { process } => {
