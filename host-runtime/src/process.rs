@@ -3,12 +3,19 @@
 //! reported, the group killed on `kill`, on drop and at shutdown.
 
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use host_core::{FileError, ProcessId, ProcessSpec, ReadId, WriteFailure, WriteId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::lines::{LineSplitter, Piece};
+
+/// How long output is still read after the agent's leader exited, before its group is
+/// killed and the end reported.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 /// What the IO side tells the host thread.
 #[derive(Debug)]
@@ -53,11 +60,16 @@ pub(crate) struct ProcessHandle {
     pub(crate) input: mpsc::Sender<InputCommand>,
     /// The process group (the child's pid), when it started.
     pub(crate) group: Option<u32>,
+    /// Set once the leader was reaped and its group killed: no signal after that.
+    gone: Arc<AtomicBool>,
 }
 
 impl ProcessHandle {
     /// Kills the process's group (the agent and everything it started).
     pub(crate) fn kill(&self) {
+        if self.gone.load(Ordering::SeqCst) {
+            return;
+        }
         if let Some(pid) = self.group.and_then(|p| i32::try_from(p).ok()) {
             // ESRCH: already gone; nothing else can fail for a group we started.
             let _ = nix::sys::signal::killpg(
@@ -131,7 +143,11 @@ pub(crate) fn spawn(
                     }
                 }
             });
-            return ProcessHandle { input, group: None };
+            return ProcessHandle {
+                input,
+                group: None,
+                gone: Arc::new(AtomicBool::new(true)),
+            };
         }
     };
     let group = child.id();
@@ -182,43 +198,82 @@ pub(crate) fn spawn(
         });
     }
 
-    // Output, then the end.
+    // Output, then the end. The end is the leader's exit: output still coming is read
+    // for a short grace, then the group is killed (a grandchild holding the pipe open
+    // does not hide the end), and only then is the end reported.
+    let gone = Arc::new(AtomicBool::new(false));
+    let reaped = Arc::clone(&gone);
     io.spawn(async move {
         let mut splitter = LineSplitter::new(max_line);
         let mut pieces = Vec::new();
-        if let Some(mut stdout) = stdout {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match stdout.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                splitter.push(&buf[..n], &mut pieces);
-                for piece in pieces.drain(..) {
-                    if send_piece(&events, agent, process, piece).await.is_err() {
-                        return;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut stdout = stdout;
+        let mut reason: Option<String> = None;
+        let mut grace = None;
+        loop {
+            let reading = stdout.is_some();
+            let read = async {
+                match stdout.as_mut() {
+                    Some(out) => out.read(&mut buf).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let until = async {
+                match grace {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = read => match r {
+                    Ok(n) if n > 0 => {
+                        splitter.push(&buf[..n], &mut pieces);
+                        for piece in pieces.drain(..) {
+                            if send_piece(&events, agent, process, piece).await.is_err() {
+                                return;
+                            }
+                        }
                     }
+                    _ => {
+                        stdout = None;
+                        if let Some(piece) = splitter.finish() {
+                            if send_piece(&events, agent, process, piece).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                },
+                status = child.wait(), if reason.is_none() => {
+                    reason = Some(match status {
+                        Ok(status) => format!("{program} ended: {status}"),
+                        Err(e) => format!("{program} ended; its status could not be read: {e}"),
+                    });
+                    grace = Some(tokio::time::Instant::now() + EXIT_GRACE);
                 }
+                () = until => break,
             }
-            if let Some(piece) = splitter.finish() {
-                if send_piece(&events, agent, process, piece).await.is_err() {
-                    return;
-                }
+            if reason.is_some() && !reading {
+                break;
             }
         }
-        let reason = match child.wait().await {
-            Ok(status) => format!("{program} ended: {status}"),
-            Err(e) => format!("{program} ended; its status could not be read: {e}"),
-        };
+        // What the group left behind goes with it, while the group's ID is still its
+        // own; after this the handle sends no signal (the ID may be reused).
+        if let Some(pid) = group.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        reaped.store(true, Ordering::SeqCst);
         let _ = events
             .send(IoEvent::Exit {
                 agent,
                 process,
-                reason,
+                reason: reason.unwrap_or_else(|| format!("{program} ended")),
             })
             .await;
     });
-    ProcessHandle { input, group }
+    ProcessHandle { input, group, gone }
 }
 
 async fn send_piece(

@@ -383,3 +383,40 @@ async fn outputs_wait_for_the_embedder_and_requests_still_answer_after_it_reads(
     assert!(n > 0);
     runtime.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_agent_that_exits_while_its_child_holds_the_pipe_is_seen_ending_and_the_child_dies() {
+    // RT-01: the end is the leader's exit, not the pipe's close.
+    let session = SessionId::new("s-1").unwrap();
+    let dir = std::env::temp_dir().join(format!("host-runtime-pipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pidfile = dir.join("child.pid");
+    let script = format!(
+        "read x; sleep 300 & echo $! > {}; echo started; exit 0",
+        pidfile.display()
+    );
+    let spec = ProcessSpec::new("sh").args(["-c", &script]);
+    let (agent, seen) = Scripted::new(&session, Some(spec));
+    let runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .start()
+        .unwrap();
+    let client = runtime.client();
+    client
+        .request(submit(&session, "op-1", "go"))
+        .await
+        .unwrap();
+    eventually("the end, though the pipe stays open", || {
+        !seen.lock().unwrap().exits.is_empty()
+    })
+    .await;
+    assert_eq!(seen.lock().unwrap().lines, vec![b"started".to_vec()]);
+    let child: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually("the child's death", || !alive(child)).await;
+    runtime.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
