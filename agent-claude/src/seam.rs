@@ -332,10 +332,30 @@ impl ClaudeAgent {
                             "A Claude run is still active in this session",
                         )));
                     }
-                    // A finished run whose process lingers: end it first.
-                    self.out.push_back(AgentEffect::Kill {
-                        process: live.process,
-                    });
+                    // A finished run whose process lingers: end it first, answering what
+                    // still waited on it.
+                    let process = live.process;
+                    let waiting: Vec<AgentInput> = live
+                        .take_backs
+                        .values()
+                        .map(|t| AgentInput::TakeBack {
+                            attempt: t.attempt,
+                            result: DetachResult::NotDetached {
+                                reason: "The Claude run ended before it answered.".to_owned(),
+                            },
+                        })
+                        .chain(live.asked.values().map(|r| AgentInput::ApprovalResolved {
+                            request_id: r.request_id.clone(),
+                            thread_id: r.thread_id.clone(),
+                            turn_id: r.turn_id.clone(),
+                            item_id: r.item_id.clone(),
+                            result: Ok(ApprovalResult::ResolvedExternally),
+                        }))
+                        .collect();
+                    for i in waiting {
+                        self.out.push_back(AgentEffect::Input(i));
+                    }
+                    self.out.push_back(AgentEffect::Kill { process });
                 }
                 let flag = if s.started == Some(true) {
                     "--resume"

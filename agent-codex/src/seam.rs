@@ -1208,6 +1208,32 @@ impl CodexAgent {
         }
     }
 
+    /// A request other than a send whose line could not be written.
+    fn unwritten(&mut self, what: Pending, why: &str, now: Millis) {
+        match what {
+            Pending::Read { attempt, .. } => self.input(AgentInput::HistoryRead {
+                attempt,
+                read: HistoryRead::Unreadable,
+            }),
+            Pending::Interrupt { attempt, .. } => self.input(AgentInput::StopResult {
+                attempt,
+                result: StopResult::Failed {
+                    error: format!("The interrupt could not be written to Codex: {why}"),
+                },
+            }),
+            // Without the connection or the thread nothing else can go: take Codex
+            // down, so what waits is answered as at its end, and the next call starts
+            // it again.
+            Pending::Initialize | Pending::OpenThread { .. } => {
+                self.out.push_back(AgentEffect::Kill {
+                    process: self.process,
+                });
+                self.gone(format!("a line could not be written to Codex: {why}"), now);
+            }
+            Pending::Send { .. } => {}
+        }
+    }
+
     /// A call other than a send that waited when the process ended.
     fn call_while_down(&mut self, call: AgentCall, _at: Millis) {
         match call {
@@ -1344,8 +1370,8 @@ impl Agent for CodexAgent {
                         result: send::failed(method, &f),
                     });
                 } else {
-                    // Put it back so the process's end answers it.
-                    self.waiting.insert(id, w);
+                    // Answered now: a request that never reached Codex waits for nothing.
+                    self.unwritten(w.what, &failure.to_string(), now);
                 }
             }
         }

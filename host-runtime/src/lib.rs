@@ -74,6 +74,7 @@ mod lines;
 mod process;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use host_core::{
@@ -163,7 +164,6 @@ impl Clock {
 enum Command {
     Request(Box<ClientRequest>, oneshot::Sender<Reply>),
     Processes(oneshot::Sender<Vec<AgentProcess>>),
-    Shutdown,
 }
 
 /// One agent process the runtime runs.
@@ -228,6 +228,8 @@ where
         let (io_tx, io_rx) = mpsc::channel(CHANNEL);
         let (out_tx, out_rx) = mpsc::channel(CHANNEL);
         let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let stop_loop = Arc::clone(&stop);
         let handle = io.handle().clone();
         let RuntimeBuilder {
             host,
@@ -266,7 +268,7 @@ where
                     return;
                 }
                 let _ = started_tx.send(Ok(()));
-                local.block_on(l.run(command_rx, io_rx));
+                local.block_on(l.run(command_rx, io_rx, stop_loop));
             })?;
         match started_rx.recv() {
             Ok(Ok(())) => {}
@@ -281,6 +283,7 @@ where
         }
         Ok(Runtime {
             commands,
+            stop,
             outputs: Outputs {
                 rx: Some(out_rx),
                 batch: std::collections::VecDeque::new(),
@@ -295,6 +298,9 @@ where
 #[derive(Debug)]
 pub struct Runtime {
     commands: mpsc::Sender<Command>,
+    /// Tells the host loop to stop (a permit kept until it looks, so a full command
+    /// channel cannot lose it).
+    stop: Arc<tokio::sync::Notify>,
     outputs: Outputs,
     thread: Option<std::thread::JoinHandle<()>>,
     io: Option<tokio::runtime::Runtime>,
@@ -398,7 +404,7 @@ impl Runtime {
     ///
     /// [`RuntimeError::Panicked`] when the host thread panicked.
     pub async fn shutdown(mut self) -> Result<(), RuntimeError> {
-        let _ = self.commands.send(Command::Shutdown).await;
+        self.stop.notify_one();
         // Outputs still queued would hold the host thread up: let them go.
         if let Some(rx) = self.outputs.rx.as_mut() {
             rx.close();
@@ -422,7 +428,7 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         if self.thread.is_some() {
-            let _ = self.commands.try_send(Command::Shutdown);
+            self.stop.notify_one();
             if let Some(rx) = self.outputs.rx.as_mut() {
                 rx.close();
             }
@@ -452,7 +458,12 @@ where
     O: OutboxStore,
     V: OverlayStore + CleanupJournal,
 {
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut io: mpsc::Receiver<IoEvent>) {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut io: mpsc::Receiver<IoEvent>,
+        stop: Arc<tokio::sync::Notify>,
+    ) {
         self.settle().await;
         loop {
             let wake = self
@@ -466,6 +477,7 @@ where
             };
             let go_on = tokio::select! {
                 biased;
+                () = stop.notified() => false,
                 command = commands.recv() => self.command(command),
                 Some(event) = io.recv() => {
                     self.io_event(event);
@@ -524,7 +536,8 @@ where
                     .collect();
                 let _ = reply.send(list);
             }
-            Some(Command::Shutdown) | None => return false,
+            // Every client and the runtime are gone.
+            None => return false,
         }
         true
     }

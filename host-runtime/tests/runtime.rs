@@ -420,3 +420,24 @@ async fn an_agent_that_exits_while_its_child_holds_the_pipe_is_seen_ending_and_t
     runtime.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_runtime_dropped_while_nobody_reads_its_outputs_stops_at_once() {
+    // RT-01: dropping the runtime never hangs, whatever waits in its channels.
+    let session = SessionId::new("s-1").unwrap();
+    let (agent, _seen) = Scripted::new(&session, None);
+    let runtime = Runtime::builder(host(&session)).agent(agent).start().unwrap();
+    let client = runtime.client();
+    for i in 0..50 {
+        client
+            .request(submit(&session, &format!("op-{i}"), "hi"))
+            .await
+            .unwrap();
+    }
+    let dropped = tokio::task::spawn_blocking(move || drop(runtime));
+    tokio::time::timeout(Duration::from_secs(10), dropped)
+        .await
+        .expect("the drop returned")
+        .unwrap();
+    assert!(client.request(submit(&session, "op-late", "hi")).await.is_err());
+}
