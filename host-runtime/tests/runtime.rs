@@ -426,7 +426,10 @@ async fn a_runtime_dropped_while_nobody_reads_its_outputs_stops_at_once() {
     // RT-01: dropping the runtime never hangs, whatever waits in its channels.
     let session = SessionId::new("s-1").unwrap();
     let (agent, _seen) = Scripted::new(&session, None);
-    let runtime = Runtime::builder(host(&session)).agent(agent).start().unwrap();
+    let runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .start()
+        .unwrap();
     let client = runtime.client();
     for i in 0..50 {
         client
@@ -439,5 +442,8 @@ async fn a_runtime_dropped_while_nobody_reads_its_outputs_stops_at_once() {
         .await
         .expect("the drop returned")
         .unwrap();
-    assert!(client.request(submit(&session, "op-late", "hi")).await.is_err());
+    assert!(client
+        .request(submit(&session, "op-late", "hi"))
+        .await
+        .is_err());
 }
