@@ -56,6 +56,10 @@ pub const REPLY_DEADLINE: Millis = Millis(30_000);
 /// The JSON-RPC error code Codex answers `turn/interrupt` with when no turn runs.
 const INVALID_REQUEST: i64 = -32600;
 
+/// Ended runs kept (with what their messages proved) for a late stop; older ones are
+/// forgotten, so the agent's memory follows the runs in flight, not the history.
+pub const ENDED_KEPT: usize = 64;
+
 /// Items per `thread/items/list` page of a history read (Codex's most).
 pub const HISTORY_PAGE: u32 = 100;
 
@@ -191,6 +195,8 @@ pub struct CodexAgent {
     /// Calls that wait for the connection.
     parked: Vec<(AgentCall, Millis)>,
     runs: BTreeMap<RunId, RunState>,
+    /// Runs that ended, oldest first (at most [`ENDED_KEPT`]).
+    ended: VecDeque<RunId>,
     watches: Vec<(OperationId, SessionId, DeliveryWatch)>,
     settled: BTreeMap<OperationId, Verdict>,
     approvals: BTreeMap<String, OpenApproval>,
@@ -319,6 +325,7 @@ impl CodexAgent {
             next_write: 1,
             parked: Vec::new(),
             runs: BTreeMap::new(),
+            ended: VecDeque::new(),
             watches: Vec::new(),
             settled: BTreeMap::new(),
             approvals: BTreeMap::new(),
@@ -919,6 +926,19 @@ impl CodexAgent {
             outcome: kind,
             untaken,
         });
+        // Keep the last runs that ended (a late stop of one is answered from them);
+        // older ones go, with what their messages proved.
+        self.ended.push_back(run.clone());
+        while self.ended.len() > ENDED_KEPT {
+            let Some(old) = self.ended.pop_front() else {
+                break;
+            };
+            if let Some(r) = self.runs.remove(&old) {
+                for op in &r.accepted {
+                    self.settled.remove(op);
+                }
+            }
+        }
     }
 
     fn line(&mut self, line: &[u8], now: Millis) {

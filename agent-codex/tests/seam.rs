@@ -934,3 +934,63 @@ fn a_decision_the_request_does_not_allow_leaves_it_open_for_an_allowed_one() {
     ));
     assert_eq!(r.writes.last().unwrap().1["result"]["decision"], "decline");
 }
+
+#[test]
+fn a_long_session_keeps_only_the_last_ended_runs() {
+    // AG-01: memory follows the runs in flight, not the session's history.
+    use agent_codex::seam::ENDED_KEPT;
+    let mut r = Rig::new();
+    let s = r.session.clone();
+    let n = ENDED_KEPT + 10;
+    for i in 0..n {
+        let run = RunId::new(format!("run-{i}")).unwrap();
+        let op = format!("op-{i}");
+        let turn = format!("turn-{i}");
+        r.call(
+            send(&s, &op, SendKind::Start { run: run.clone() }, i as u64 + 1),
+            Millis(1),
+        );
+        if i == 0 {
+            r.ready(Millis(2));
+        }
+        r.answer(
+            "turn/start",
+            json!({"turn": {"id": turn, "items": [], "status": "inProgress"}}),
+            Millis(3),
+        );
+        r.line(
+            json!({"method": "turn/completed", "params": {"threadId": THREAD,
+                "turn": {"id": turn, "items": [], "status": "completed", "error": null}}}),
+            Millis(4),
+        );
+    }
+    let ended = r
+        .take_inputs()
+        .iter()
+        .filter(|i| matches!(i, AgentInput::RunEnded { .. }))
+        .count();
+    assert_eq!(ended, n);
+    // A late stop of a recent run is answered stopped; one long gone is not this
+    // agent's any more.
+    let stop = |run: &str| AgentCall::Stop {
+        attempt: AttemptId(999),
+        session: s.clone(),
+        run: RunId::new(run).unwrap(),
+    };
+    r.call(stop(&format!("run-{}", n - 1)), Millis(5));
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::StopResult {
+            result: StopResult::Stopped { .. },
+            ..
+        }]
+    ));
+    r.call(stop("run-0"), Millis(6));
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::StopResult {
+            result: StopResult::Failed { .. },
+            ..
+        }]
+    ));
+}
