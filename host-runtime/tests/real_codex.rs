@@ -356,3 +356,60 @@ async fn a_thread_started_with_its_own_model_and_provider_asks_that_model() {
     assert_eq!(rig.model.turns()[0].body["model"], "gpt-custom-test");
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_real_codex_stream_cut_halfway_ends_the_turn_without_sending_the_message_again() {
+    // OB-08, AG-02: the model's stream breaks every time; Codex retries it and gives
+    // the turn up; the message was delivered once and is not sent again.
+    let rig = Rig::codex().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-cut", "Broken stream [[cut]]"))
+        .await
+        .unwrap();
+    eventually_async("the run to end", Duration::from_secs(90), || async {
+        !rig.model.turns().is_empty()
+            && active_run(&client, &rig.session).await.is_none()
+            && outbox(&client, &rig.session).await.is_empty()
+    })
+    .await;
+    let holders: Vec<_> = rig
+        .rollouts()
+        .into_iter()
+        .filter(|p| agent_codex::rollout_holds(p, "op-cut").unwrap_or(false))
+        .collect();
+    assert_eq!(holders.len(), 1, "the message is in one rollout");
+    let echoes = std::fs::read_to_string(&holders[0])
+        .unwrap()
+        .matches("\"op-cut\"")
+        .count();
+    assert!(echoes >= 1);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_stop_ends_a_real_codex_turn_whose_model_hangs() {
+    // OB-08, AG-02: a model that never answers does not hold the run: the stop ends it.
+    let rig = Rig::codex().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, "op-hang", "Wait forever [[hang]]"))
+        .await
+        .unwrap();
+    eventually_async("the hung turn", Duration::from_secs(60), || async {
+        active_run(&client, &rig.session).await.is_some() && !rig.model.turns().is_empty()
+    })
+    .await;
+    let stop = client
+        .request(ClientRequest::Stop {
+            session: rig.session.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(stop, Reply::Stop(_)), "{stop:?}");
+    eventually_async("the run to end", Duration::from_secs(30), || async {
+        active_run(&client, &rig.session).await.is_none()
+    })
+    .await;
+    rig.stop().await;
+}
