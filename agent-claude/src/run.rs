@@ -114,7 +114,10 @@ pub fn send_result(
         (Some(SendState::Written) | None, _) => SendResult::AdmissionUncertain {
             error: match end {
                 WaitEnd::Exited { code, stderr } => {
-                    let code = code.map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"));
+                    let code = code.map_or_else(
+                        || "without an exit code".to_owned(),
+                        |c| format!("code {c}"),
+                    );
                     let tail = stderr.trim();
                     if tail.is_empty() {
                         format!("Claude exited ({code}) before confirming the message")

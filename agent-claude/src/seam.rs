@@ -805,7 +805,7 @@ impl ClaudeAgent {
         for send in std::mem::take(&mut live.sends) {
             let end = if send.deadline.is_some() {
                 WaitEnd::Exited {
-                    code: None,
+                    code: exit_code(reason),
                     stderr: reason.to_owned(),
                 }
             } else {
@@ -869,6 +869,19 @@ impl ClaudeAgent {
             .find(|(_, s)| s.live.as_ref().is_some_and(|l| l.process == process))
             .map(|(id, _)| id.clone())
     }
+}
+
+/// The exit code a runtime's words for a process's end name (`... exit status: 1`,
+/// `... exit code: 1`), if they name one; a signal or other words name none.
+fn exit_code(reason: &str) -> Option<i32> {
+    ["exit status: ", "exit code: "].iter().find_map(|k| {
+        let at = reason.find(k)? + k.len();
+        let digits: String = reason[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '-')
+            .collect();
+        digits.parse().ok()
+    })
 }
 
 /// The operations of `cancelled` UUIDs (from a stop's receipt) and of the run's messages
@@ -1140,5 +1153,18 @@ impl Agent for ClaudeAgent {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code;
+
+    #[test]
+    fn an_exit_code_is_read_from_the_words_only_when_they_name_one() {
+        assert_eq!(exit_code("claude ended: exit status: 1"), Some(1));
+        assert_eq!(exit_code("claude ended: exit code: 137"), Some(137));
+        assert_eq!(exit_code("claude ended: signal: 9 (SIGKILL)"), None);
+        assert_eq!(exit_code("ended"), None);
     }
 }
