@@ -169,7 +169,7 @@ pub struct ClaudeAgent {
     writes: BTreeMap<WriteId, (SessionId, Option<String>)>,
     reads: BTreeMap<ReadId, (AttemptId, MessageUuid)>,
     /// Starts waiting to learn whether their session's transcript exists.
-    probes: BTreeMap<ReadId, (SendRequest, Millis)>,
+    probes: BTreeMap<ReadId, SendRequest>,
     /// Sends of a run whose process ended before their write was reported, by that
     /// write.
     orphans: BTreeMap<WriteId, AttemptId>,
@@ -272,7 +272,7 @@ impl ClaudeAgent {
         });
     }
 
-    fn send(&mut self, request: SendRequest, now: Millis) {
+    fn send(&mut self, request: SendRequest) {
         // A start whose session's transcript may or may not exist: look first.
         if matches!(request.kind, SendKind::Start { .. }) {
             let probe = self
@@ -284,7 +284,7 @@ impl ClaudeAgent {
                     return;
                 };
                 let read = ReadId(self.id());
-                self.probes.insert(read, (request, now));
+                self.probes.insert(read, request);
                 // Limit 0: only whether the file is there.
                 self.out.push_back(AgentEffect::ReadFile {
                     read,
@@ -294,10 +294,10 @@ impl ClaudeAgent {
                 return;
             }
         }
-        self.send_now(request, now);
+        self.send_now(request);
     }
 
-    fn send_now(&mut self, request: SendRequest, now: Millis) {
+    fn send_now(&mut self, request: SendRequest) {
         let result = |r: SendResult| AgentInput::SendResult {
             attempt: request.attempt,
             result: r,
@@ -431,7 +431,6 @@ impl ClaudeAgent {
             deadline: None,
             results_at_write: live.results,
         });
-        let _ = now;
         self.write(
             &request.session,
             process,
@@ -445,13 +444,13 @@ impl ClaudeAgent {
         let probing: Vec<ReadId> = self
             .probes
             .iter()
-            .filter(|(_, (r, _))| {
+            .filter(|(_, r)| {
                 &r.session == session && matches!(&r.kind, SendKind::Start { run: x } if x == run)
             })
             .map(|(id, _)| *id)
             .collect();
         for id in probing {
-            if let Some((request, _)) = self.probes.remove(&id) {
+            if let Some(request) = self.probes.remove(&id) {
                 self.input(AgentInput::SendResult {
                     attempt: request.attempt,
                     result: unadmitted("The run was stopped before Claude started"),
@@ -906,7 +905,7 @@ impl Agent for ClaudeAgent {
 
     fn handle_call(&mut self, call: AgentCall, now: Millis) {
         match call {
-            AgentCall::Send(request) => self.send(request, now),
+            AgentCall::Send(request) => self.send(request),
             AgentCall::ReadHistory {
                 attempt,
                 session,
@@ -1032,8 +1031,8 @@ impl Agent for ClaudeAgent {
         }
     }
 
-    fn handle_file(&mut self, read: ReadId, result: Result<Vec<u8>, FileError>, now: Millis) {
-        if let Some((request, _)) = self.probes.remove(&read) {
+    fn handle_file(&mut self, read: ReadId, result: Result<Vec<u8>, FileError>, _now: Millis) {
+        if let Some(request) = self.probes.remove(&read) {
             // Not there: a new session; there (any size): resume it; unreadable: as the
             // session was added.
             let exists = match &result {
@@ -1047,7 +1046,7 @@ impl Agent for ClaudeAgent {
             if let Some(s) = self.sessions.get_mut(&request.session) {
                 s.started = Some(exists);
             }
-            return self.send_now(request, now);
+            return self.send_now(request);
         }
         let Some((attempt, uuid)) = self.reads.remove(&read) else {
             return;

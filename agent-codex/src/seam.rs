@@ -174,7 +174,6 @@ struct RunState {
 /// An approval Codex asked, until it is answered or settled.
 #[derive(Debug)]
 struct OpenApproval {
-    session: SessionId,
     id: RequestId,
     request: ApprovalRequest,
 }
@@ -451,7 +450,7 @@ impl CodexAgent {
                 attempt,
                 session,
                 run,
-            } => self.stop(attempt, &session, run, now),
+            } => self.stop(attempt, &session, run),
             AgentCall::TakeBack { attempt, .. } => self.input(AgentInput::TakeBack {
                 attempt,
                 result: DetachResult::NotDetached {
@@ -621,13 +620,7 @@ impl CodexAgent {
         );
     }
 
-    fn stop(
-        &mut self,
-        attempt: outbox_core::AttemptId,
-        session: &SessionId,
-        run: RunId,
-        now: Millis,
-    ) {
+    fn stop(&mut self, attempt: outbox_core::AttemptId, session: &SessionId, run: RunId) {
         let Some(r) = self.runs.get(&run).filter(|r| &r.session == session) else {
             self.input(AgentInput::StopResult {
                 attempt,
@@ -649,7 +642,6 @@ impl CodexAgent {
             thread_id: r.thread_id.clone(),
             turn_id: r.turn_id.clone(),
         };
-        let _ = now;
         self.request(&interrupt, Pending::Interrupt { attempt, run });
     }
 
@@ -1018,7 +1010,6 @@ impl CodexAgent {
         self.approvals.insert(
             request.request_id.clone(),
             OpenApproval {
-                session: session.clone(),
                 id: ask.request_id.clone(),
                 request: request.clone(),
             },
@@ -1066,7 +1057,6 @@ impl CodexAgent {
                     item_id: r.item_id,
                     result: Ok(ApprovalResult::ResolvedExternally),
                 });
-                let _ = open.session;
             }
         }
         let session = match &n.body {

@@ -245,6 +245,8 @@ where
                 {
                     Ok(rt) => rt,
                     Err(e) => {
+                        // `start` waits on the other end until this answer comes, so
+                        // the send cannot fail.
                         let _ = started_tx.send(Err(RuntimeError::Start(e)));
                         return;
                     }
@@ -264,19 +266,23 @@ where
                     max_line,
                 };
                 if let Err(e) = l.host.start(clock.now()) {
+                    // As above: `start` is waiting for this answer.
                     let _ = started_tx.send(Err(RuntimeError::Host(e)));
                     return;
                 }
+                // As above: `start` is waiting for this answer.
                 let _ = started_tx.send(Ok(()));
                 local.block_on(l.run(command_rx, io_rx, stop_loop));
             })?;
         match started_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
+                // The thread has returned after its answer; `e` says why.
                 let _ = thread.join();
                 return Err(e);
             }
             Err(_) => {
+                // The thread died before answering: that is the error returned.
                 let _ = thread.join();
                 return Err(RuntimeError::Panicked);
             }
@@ -432,6 +438,7 @@ impl Drop for Runtime {
             if let Some(rx) = self.outputs.rx.as_mut() {
                 rx.close();
             }
+            // Drop cannot return it; `shutdown` is the way to see a panicked host.
             let _ = self.join();
         }
     }
@@ -534,6 +541,7 @@ where
                         pid: h.group,
                     })
                     .collect();
+                // A caller that stopped waiting has nothing to be told.
                 let _ = reply.send(list);
             }
             // Every client and the runtime are gone.
@@ -641,6 +649,8 @@ where
                 if !self.pending.is_empty() {
                     // One hand-off per round: the embedder wakes once, not per output.
                     let batch = std::mem::take(&mut self.pending);
+                    // Fails only when the embedder dropped its outputs, or at shutdown:
+                    // nobody is left to read them.
                     let _ = self.out.send(batch).await;
                 }
                 return;

@@ -1,6 +1,9 @@
 //! Agent processes: started in a process group of their own, their output cut into
 //! bounded lines, their input written line by line with the outcome of each write
 //! reported, the group killed on `kill`, on drop and at shutdown.
+//!
+//! Every `let _ = events.send(..)` here can fail only when the host loop has stopped
+//! (its receiver is gone): nobody is left to tell, and the task ends.
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -259,6 +262,7 @@ pub(crate) fn spawn(
         // What the group left behind goes with it, while the group's ID is still its
         // own; after this the handle sends no signal (the ID may be reused).
         if let Some(pid) = group.and_then(|p| i32::try_from(p).ok()) {
+            // ESRCH: the group left nothing behind.
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
