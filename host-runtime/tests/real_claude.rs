@@ -126,38 +126,11 @@ async fn a_real_claude_permission_is_decided_on_one_device_and_refused_on_the_ot
         .request(submit(&rig.session, OP_1, "Make the file [[tool]]"))
         .await
         .unwrap();
-    let [request_id, thread_id, turn_id, item_id] =
-        common::wait_for("the permission card", Duration::from_secs(60), || {
-            pending_card(&client, &rig.session)
-        })
-        .await;
-    let decide = |decision| ClientRequest::ResolveApproval {
-        request_id: request_id.clone(),
-        thread_id: thread_id.clone(),
-        turn_id: turn_id.clone(),
-        item_id: item_id.clone(),
-        decision,
-    };
-    let (a, b) = tokio::join!(
-        client.request(decide(timeline_core::rows::Decision::Accept)),
-        client.request(decide(timeline_core::rows::Decision::Decline)),
-    );
-    let (a, b) = (a.unwrap(), b.unwrap());
-    let taken = [&a, &b]
-        .iter()
-        .filter(|r| matches!(r, Reply::Approval(Ok(_))))
-        .count();
-    let refused = [&a, &b]
-        .iter()
-        .filter(|r| {
-            matches!(
-                r,
-                Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved { .. }))
-            )
-        })
-        .count();
-    assert_eq!((taken, refused), (1, 1), "{a:?} / {b:?}");
-    let accepted = matches!(a, Reply::Approval(Ok(_)));
+    let card = common::wait_for("the permission card", Duration::from_secs(60), || {
+        pending_card(&client, &rig.session)
+    })
+    .await;
+    let accepted = common::decide_on_two_devices(&client, card).await;
     eventually_async("the turn to finish", Duration::from_secs(60), || async {
         active_run(&client, &rig.session).await.is_none()
     })

@@ -385,3 +385,37 @@ pub async fn pending_card(
         })
     })
 }
+
+/// Two devices decide the card `[request, thread, turn, item]` at once, one accepting,
+/// one declining: exactly one is taken and the other is told it was already resolved
+/// (RW-06). True when the accept was the one taken.
+pub async fn decide_on_two_devices(client: &host_runtime::Client, card: [String; 4]) -> bool {
+    let [request_id, thread_id, turn_id, item_id] = card;
+    let decide = |decision| ClientRequest::ResolveApproval {
+        request_id: request_id.clone(),
+        thread_id: thread_id.clone(),
+        turn_id: turn_id.clone(),
+        item_id: item_id.clone(),
+        decision,
+    };
+    let (a, b) = tokio::join!(
+        client.request(decide(timeline_core::rows::Decision::Accept)),
+        client.request(decide(timeline_core::rows::Decision::Decline)),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let taken = [&a, &b]
+        .iter()
+        .filter(|r| matches!(r, Reply::Approval(Ok(_))))
+        .count();
+    let refused = [&a, &b]
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved { .. }))
+            )
+        })
+        .count();
+    assert_eq!((taken, refused), (1, 1), "{a:?} / {b:?}");
+    matches!(a, Reply::Approval(Ok(_)))
+}
