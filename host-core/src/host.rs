@@ -34,6 +34,9 @@ pub const EXACT_SCAN_PAGE: usize = 100;
 /// after (and a target whose cards could not be read at start is read again).
 const WRITE_RETRY: Millis = Millis(1_000);
 
+/// How many runs whose rows left history each session remembers (OV-10).
+const LEFT_RUNS_KEPT: usize = 16;
+
 /// How a host is set up: [`HostConfig::new`], then change what differs.
 #[non_exhaustive]
 pub struct HostConfig {
@@ -113,6 +116,12 @@ pub struct Host<O, V> {
     /// back from history at all.
     unsaved: BTreeMap<(SessionId, TargetId, BlockKey), Unsaved>,
     retry_at: Option<Millis>,
+    /// Sessions whose history lost rows (OV-10) and whose announcing write the overlay
+    /// store refused: written again at `retry_at`.
+    rewrites: BTreeSet<SessionId>,
+    /// Runs whose rows left the agent's history (a rolled-back turn, a gone thread), the
+    /// last [`LEFT_RUNS_KEPT`] per session: a late row of theirs is not published.
+    left_runs: BTreeMap<SessionId, VecDeque<RunId>>,
     /// Targets whose approval cards kept from before a restart are not known yet (the
     /// store could not be read), and resolutions that wait for them.
     unread_cards: BTreeSet<(SessionId, TargetId)>,
@@ -217,6 +226,8 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             stopping: BTreeMap::new(),
             unsaved: BTreeMap::new(),
             retry_at: None,
+            rewrites: BTreeSet::new(),
+            left_runs: BTreeMap::new(),
             unread_cards: BTreeSet::new(),
             late_resolutions: VecDeque::new(),
             effects: VecDeque::new(),
@@ -702,12 +713,26 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             } => self
                 .custody
                 .handle_delivery_proof(&session, &operation_id, now),
+            AgentInput::RolledBack {
+                session,
+                operation_id,
+            } => {
+                self.custody
+                    .handle_rolled_back(&session, &operation_id, now);
+                self.history_rewritten(&session, now);
+            }
             AgentInput::Rows {
                 session,
                 target,
-                rows,
+                mut rows,
             } => {
-                self.publish_rows(&session, &target, rows, now);
+                // A late row of a turn that left history would never settle (OV-10).
+                if let Some(left) = self.left_runs.get(&session) {
+                    rows.retain(|r| r.run_id.as_ref().is_none_or(|run| !left.contains(run)));
+                }
+                if !rows.is_empty() {
+                    self.publish_rows(&session, &target, rows, now);
+                }
             }
             AgentInput::RunActive { session, run } => self.custody.touch_run(&session, &run, now),
             AgentInput::RunEnded {
@@ -1004,6 +1029,93 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         for ((session, target), rows) in rows {
             self.publish_rows(&session, &target, rows, now);
         }
+        for session in std::mem::take(&mut self.rewrites) {
+            self.history_rewritten(&session, now);
+        }
+    }
+
+    /// The agent's history lost rows (OV-10: a replace latest rolled back the latest
+    /// turn, or the session went on in a fresh thread). In every target of the session
+    /// the ordinary rows of runs other than the current one leave (no history row would
+    /// ever settle a row of a turn that is gone) and the settlement epoch rises, so a
+    /// client holding a window from before loads the latest one again; what was saved
+    /// is sent. Those runs' rows waiting for a retry are dropped, and a late row of
+    /// theirs is not published. A refused write is said and tried again.
+    fn history_rewritten(&mut self, session: &SessionId, now: Millis) {
+        let current = self.runs.get(session).cloned();
+        let main = TargetId::main(session);
+        let mut targets = match self.overlays.targets(session) {
+            Ok(targets) => targets,
+            Err(error) => {
+                self.rewrite_failed(session, main, error, now);
+                return;
+            }
+        };
+        if !targets.contains(&main) {
+            targets.push(main);
+        }
+        let mut left: BTreeSet<RunId> = [self.gone.get(session), self.stopping.get(session)]
+            .into_iter()
+            .flatten()
+            .filter(|r| Some(*r) != current.as_ref())
+            .cloned()
+            .collect();
+        let change = Change::HistoryRewritten {
+            current_run: current.clone(),
+        };
+        for target in targets {
+            if let Ok(Some(o)) = self.overlays.load(session, &target) {
+                let runs = o.blocks.iter().filter(|b| b.class == RowClass::Ordinary);
+                left.extend(
+                    runs.filter_map(|b| b.run_id.clone())
+                        .filter(|r| Some(r) != current.as_ref()),
+                );
+            }
+            match overlay::write(&mut self.overlays, session, &target, &change) {
+                Ok(WriteResult::Written { stored, .. }) => {
+                    let stored = stored.stored().clone();
+                    self.emit_blocks(session, &target, &stored, now);
+                }
+                Ok(WriteResult::Unchanged(_)) => {}
+                Err(error) => self.rewrite_failed(session, target, error, now),
+            }
+        }
+        // Rows waiting for a retry go by the same rule as the stored ones.
+        self.unsaved.retain(|(s, _, _), write| match write {
+            Unsaved::Row(r) if s == session => match &r.run_id {
+                Some(run) if Some(run) != current.as_ref() => {
+                    left.insert(run.clone());
+                    false
+                }
+                _ => true,
+            },
+            _ => true,
+        });
+        let kept = self.left_runs.entry(session.clone()).or_default();
+        for run in left {
+            if !kept.contains(&run) {
+                kept.push_back(run);
+            }
+        }
+        while kept.len() > LEFT_RUNS_KEPT {
+            kept.pop_front();
+        }
+    }
+
+    fn rewrite_failed(
+        &mut self,
+        session: &SessionId,
+        target: TargetId,
+        error: OverlayError,
+        now: Millis,
+    ) {
+        self.notice(Notice::HistoryRewriteFailed {
+            session: session.clone(),
+            target,
+            error,
+        });
+        self.rewrites.insert(session.clone());
+        self.retry_at.get_or_insert(now.saturating_add(WRITE_RETRY));
     }
 
     /// Saves the rows, then sends the saved snapshot. False when the store refused the
@@ -1037,12 +1149,11 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             }
             Ok(WriteResult::Unchanged(_)) => true,
             Err(error) => {
-                self.effects
-                    .push_back(Effect::Notice(Notice::OverlayWriteFailed {
-                        session: session.clone(),
-                        target: target.clone(),
-                        error,
-                    }));
+                self.notice(Notice::OverlayWriteFailed {
+                    session: session.clone(),
+                    target: target.clone(),
+                    error,
+                });
                 false
             }
         };
@@ -1274,7 +1385,11 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 to: ReplyTo(caller),
                 reply: Reply::Stop(answer),
             },
-            C::ClearThreadLink { session } => Effect::Agent(AgentCall::ClearThreadLink { session }),
+            C::ClearThreadLink { session } => {
+                // The session goes on in a fresh thread: the old thread's rows left.
+                self.history_rewritten(&session, now);
+                Effect::Agent(AgentCall::ClearThreadLink { session })
+            }
             C::RouteDeliveryChanged {
                 operation_id,
                 sender_session,

@@ -192,6 +192,16 @@ pub enum AgentInput {
         /// The operation.
         operation_id: OperationId,
     },
+    /// The agent rolled back its latest turn for a replace latest (OB-11, OV-10), or
+    /// asked to and may have: said when the rollback is written, before the send's
+    /// result. Custody sends the message without a rollback from then on, and the host
+    /// tells every client that history lost rows.
+    RolledBack {
+        /// The app session it concerns.
+        session: SessionId,
+        /// The operation of the replace latest.
+        operation_id: OperationId,
+    },
     /// The agent published live rows of a target (new or updated; same key replaces).
     Rows {
         /// The app session it concerns.
@@ -369,6 +379,22 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// What a client's timeline is told ([`timeline_core::timeline::LoadFailure`]): too
+    /// large, a refused cursor or anchor, or unavailable.
+    pub fn load_failure(&self) -> timeline_core::timeline::LoadFailure {
+        use timeline_core::timeline::LoadFailure;
+        match self {
+            LoadError::Window(e) => match e.error_code() {
+                timeline_core::policy::SNAPSHOT_TOO_LARGE_CODE => LoadFailure::SnapshotTooLarge,
+                "INVALID_CURSOR" => LoadFailure::Invalid,
+                _ => LoadFailure::Unavailable,
+            },
+            _ => LoadFailure::Unavailable,
+        }
+    }
+}
+
 /// Why an approval decision was not taken.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -408,6 +434,17 @@ pub enum Notice {
     /// sent either ("the producer saves first and sends the saved snapshot"). They reach
     /// clients from history once the agent saves them.
     OverlayWriteFailed {
+        /// The app session it concerns.
+        session: SessionId,
+        /// The timeline target: the session's main conversation or a child thread.
+        target: TargetId,
+        /// What the store said.
+        error: OverlayError,
+    },
+    /// The write that tells a session's clients its history lost rows (OV-10) was
+    /// refused: the rows of the turn that left stay until it is tried again after a
+    /// second (a restart meanwhile forgets it; the rows then stay in the overlay).
+    HistoryRewriteFailed {
         /// The app session it concerns.
         session: SessionId,
         /// The timeline target: the session's main conversation or a child thread.

@@ -879,3 +879,164 @@ fn a_relay_speaks_patches_only_when_every_phone_does() {
         "a phone that knows only snapshots never gets a patch: {mixed:?}"
     );
 }
+
+fn reply_row(key: &str, run: &RunId) -> StoredBlock {
+    StoredBlock {
+        block: timeline_core::Block::new(
+            BlockKey::parse(BlockType::AgentReply, key).unwrap(),
+            Millis(100),
+        )
+        .with_data(serde_json::json!({ "text": key })),
+        class: overlay_core::RowClass::Ordinary,
+        run_id: Some(run.clone()),
+    }
+}
+
+fn main_overlay(host: &mut Host<MemoryOutboxStore, Flaky>) -> (u64, Vec<String>) {
+    let s = session();
+    let o = host.overlays().inner.load(&s, &TargetId::main(&s)).unwrap();
+    o.map_or((0, Vec::new()), |o| {
+        let ids = o.blocks.iter().map(|b| b.block.id.to_string()).collect();
+        (o.settlement_epoch, ids)
+    })
+}
+
+/// The run custody starts for the next send, after submitting `op-n`.
+fn submit_sent(
+    host: &mut Host<MemoryOutboxStore, Flaky>,
+    n: u32,
+    controls: Controls,
+    now: Millis,
+) -> (RunId, outbox_core::adapter::AttemptId) {
+    let mut request = MessageRequest::text(format!("message {n}"), "phone", now);
+    request.rollback_before_send = controls == Controls::replace_latest();
+    host.handle_client(
+        ReplyTo(u64::from(n)),
+        ClientRequest::Submit(SubmitRequest {
+            session: session(),
+            queue_id: QueueId::new(format!("q-{n}")).unwrap(),
+            operation_id: OperationId::new(format!("op-{n}")).unwrap(),
+            request,
+            controls,
+        }),
+        now,
+    );
+    drain(host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Agent(AgentCall::Send(req)) => match req.kind {
+                outbox_core::adapter::SendKind::Start { run } => Some((run, req.attempt)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("sent")
+}
+
+// OV-10, OB-11, sim seeds 19 (rolled-back-rows-unsettled) and 1960
+// (rollback-unannounced): a replace latest rolled back the turn of run 1, whose rows no
+// scan had settled. They stayed in the saved overlay for good, and clients holding a
+// window from before kept showing the replaced turn, since no epoch rose. The agent's
+// report of the rollback now takes every ordinary row of the other runs out and raises
+// the epoch; a late row of the replaced run is not published; a refused write is said
+// and written again.
+#[test]
+fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::codex(),
+    );
+    host.start(Millis(0)).unwrap();
+    host.handle_client(
+        ReplyTo(100),
+        ClientRequest::Join {
+            session: session(),
+            protocol: overlay_core::LiveProtocol::Snapshots,
+        },
+        Millis(5),
+    );
+    let (first, attempt) = submit_sent(&mut host, 1, Controls::automatic(), Millis(10));
+    host.handle_agent(
+        AgentInput::SendResult {
+            attempt,
+            result: SendResult::Delivered,
+        },
+        Millis(11),
+    );
+    let s = session();
+    host.handle_agent(
+        AgentInput::Rows {
+            session: s.clone(),
+            target: TargetId::main(&s),
+            rows: vec![reply_row("r1", &first)],
+        },
+        Millis(12),
+    );
+    host.handle_agent(
+        AgentInput::RunEnded {
+            session: s.clone(),
+            run: first.clone(),
+            outcome: overlay_core::RunEventKind::Completed,
+            untaken: Vec::new(),
+        },
+        Millis(13),
+    );
+    drain(&mut host);
+    let (epoch, ids) = main_overlay(&mut host);
+    assert_eq!(ids, vec!["r1".to_owned()], "no scan found r1 yet");
+
+    let (second, _) = submit_sent(&mut host, 2, Controls::replace_latest(), Millis(20));
+    assert_ne!(second, first);
+    host.overlays().writes_off = true;
+    let op2 = OperationId::new("op-2").unwrap();
+    host.handle_agent(
+        AgentInput::RolledBack {
+            session: s.clone(),
+            operation_id: op2.clone(),
+        },
+        Millis(21),
+    );
+    let effects = drain(&mut host);
+    assert!(effects
+        .iter()
+        .any(|e| matches!(e, Effect::Notice(Notice::HistoryRewriteFailed { .. }))));
+    assert_eq!(
+        main_overlay(&mut host).1,
+        vec!["r1".to_owned()],
+        "not saved yet"
+    );
+    host.overlays().writes_off = false;
+    // Tried again a second later.
+    let retry = Millis(1_021);
+    assert!(host.poll_timeout().is_some_and(|t| t <= retry));
+    host.handle_timeout(retry);
+    let effects = drain(&mut host);
+    let (after, ids) = main_overlay(&mut host);
+    assert!(ids.is_empty(), "{ids:?}");
+    assert!(after > epoch, "the epoch rose");
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_)))),
+        "the saved overlay is sent"
+    );
+    // A late row of the replaced run is not published; the new run's rows are.
+    host.handle_agent(
+        AgentInput::Rows {
+            session: s.clone(),
+            target: TargetId::main(&s),
+            rows: vec![reply_row("late", &first), reply_row("r2", &second)],
+        },
+        retry.saturating_add(Millis(1)),
+    );
+    assert_eq!(main_overlay(&mut host).1, vec!["r2".to_owned()]);
+    // And custody sends the message without the rollback from now on.
+    let stored = host.entries(&s).unwrap();
+    let entry = stored
+        .iter()
+        .filter_map(|e| e.entry())
+        .find(|e| e.operation_id == op2)
+        .expect("still waiting for its answer");
+    assert!(!entry.request.rollback_before_send);
+}

@@ -232,6 +232,33 @@ impl MessageRequest {
     pub fn agent_text(&self) -> &str {
         self.prompt_text.as_deref().unwrap_or(&self.user_text)
     }
+
+    /// True when the two are the same message but for `rollback_before_send`.
+    pub(crate) fn same_but_rollback(&self, other: &MessageRequest) -> bool {
+        let MessageRequest {
+            user_text,
+            prompt_text,
+            attachments,
+            thread_id,
+            speed_mode,
+            access_mode,
+            expected_model,
+            expected_effort,
+            rollback_before_send: _,
+            source,
+            created_at,
+        } = self;
+        *user_text == other.user_text
+            && *prompt_text == other.prompt_text
+            && *attachments == other.attachments
+            && *thread_id == other.thread_id
+            && *speed_mode == other.speed_mode
+            && *access_mode == other.access_mode
+            && *expected_model == other.expected_model
+            && *expected_effort == other.expected_effort
+            && *source == other.source
+            && *created_at == other.created_at
+    }
 }
 
 /// The submission controls (OB-04).
@@ -967,13 +994,24 @@ impl OutboxEntry {
     /// True when this entry equals `snapshot` in everything but its place: a
     /// renumbering of the queue moves an entry without changing its custody, so an
     /// answer for the attempt `snapshot` was taken for still applies to it (OB-09).
+    ///
+    /// A replace latest whose rollback the agent did (OB-11) clears the entry's
+    /// `rollback_before_send` without changing its custody either, so the flag is not
+    /// compared.
     pub(crate) fn same_but_position(&self, snapshot: &OutboxEntry) -> bool {
         self.queue_id == snapshot.queue_id
             && self.operation_id == snapshot.operation_id
             && self.state == snapshot.state
-            && self.request == snapshot.request
+            && self.request.same_but_rollback(&snapshot.request)
             && self.controls == snapshot.controls
             && self.session_message == snapshot.session_message
+    }
+
+    /// This entry once its rollback is done: the message is sent again without one.
+    pub(crate) fn rolled_back(&self) -> OutboxEntry {
+        let mut e = self.clone();
+        e.request.rollback_before_send = false;
+        e
     }
 }
 

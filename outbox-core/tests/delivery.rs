@@ -10,7 +10,9 @@ use outbox_core::adapter::{HistoryRead, SendResult};
 use outbox_core::custody::{Custody, Effect, SENDING_WRITE_FAILED_TEXT};
 use outbox_core::entry::{Controls, EntryStatus, HandoffPhase, UNCONFIRMED_TEXT};
 
+use outbox_core::adapter::Capabilities;
 use outbox_core::ledger::LedgerStatus;
+use outbox_core::store::memory::MemoryOutboxStore;
 use outbox_core::store::OutboxStore;
 use timeline_core::time::Millis;
 
@@ -581,4 +583,129 @@ fn canceled_accepted_steer() -> Bench {
     b.c.stop(&s("s1"), &run, Some(7), b.now);
     b.drive();
     b
+}
+
+/// The replace latest `op-1` submitted in `s1`, and its first send (with the rollback).
+fn replace_latest_sent(b: &mut Bench) -> outbox_core::adapter::SendRequest {
+    let mut req = submit_req("s1", "1", Controls::replace_latest());
+    req.request.rollback_before_send = true;
+    b.c.submit(req, b.now).unwrap();
+    let sends: Vec<_> = b
+        .effects()
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Send(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sends.len(), 1);
+    assert!(sends[0].rollback_before_send);
+    sends[0].clone()
+}
+
+fn next_send(b: &mut Bench) -> Option<outbox_core::adapter::SendRequest> {
+    b.effects().into_iter().find_map(|e| match e {
+        Effect::Send(r) => Some(r),
+        _ => None,
+    })
+}
+
+// OB-11: a message rolls back at most once. The agent said it rolled back (or asked
+// to), then held the start back: the next attempt, and a custody started again over
+// the same store, send it without a rollback, so no second turn is lost. The seed's
+// refusals after the rollback took (a deferral, a refusal, a lost answer) are what
+// made custody ask again on every attempt.
+#[test]
+fn a_replace_latest_rolls_back_once_whatever_follows() {
+    for result in [
+        SendResult::Deferred {
+            reason: "busy".into(),
+        },
+        SendResult::ProvenUnadmitted {
+            error: "refused".into(),
+        },
+    ] {
+        let mut b = Bench::codex(&["s1"]);
+        let first = replace_latest_sent(&mut b);
+        b.c.handle_rolled_back(&s("s1"), &op("op-1"), b.now);
+        let stored = b.entry("s1", "1").unwrap();
+        assert!(
+            !stored.request.rollback_before_send,
+            "the store holds the entry without its rollback"
+        );
+        b.c.handle_send_result(first.attempt, result.clone(), b.now);
+        if matches!(result, SendResult::ProvenUnadmitted { .. }) {
+            // Held for the user; their send goes without a rollback too.
+            assert_eq!(
+                b.entry("s1", "1").unwrap().state.status(),
+                EntryStatus::Queued
+            );
+            b.c.send_now(&s("s1"), &q("q-1"), b.now).unwrap();
+        }
+        let again = next_send(&mut b).expect("sent again");
+        assert_eq!(again.operation_id, op("op-1"));
+        assert!(
+            !again.rollback_before_send,
+            "{result:?}: no second rollback"
+        );
+        // A restart reads the entry without its rollback.
+        let store = std::mem::replace(
+            &mut b.c,
+            custody(MemoryOutboxStore::new(), Capabilities::codex(), &[]),
+        )
+        .into_store();
+        let mut c = custody(store, Capabilities::codex(), &["s1"]);
+        let stored = c.entries(&s("s1")).unwrap();
+        let entry = stored
+            .iter()
+            .filter_map(|e| e.entry())
+            .find(|e| e.operation_id == op("op-1"))
+            .unwrap();
+        assert!(!entry.request.rollback_before_send);
+    }
+}
+
+// OB-11: the rollback is remembered while the store refuses to take it, so an attempt
+// made meanwhile does not roll back again.
+#[test]
+fn a_rollback_the_store_refused_to_record_is_not_asked_again() {
+    let mut b = Bench::codex(&["s1"]);
+    let first = replace_latest_sent(&mut b);
+    b.c.store().fail_writes = true;
+    b.c.handle_rolled_back(&s("s1"), &op("op-1"), b.now);
+    assert!(b.c.store_failure(&s("s1")).is_some(), "the failure is said");
+    b.c.store().fail_writes = false;
+    // The deferral is written before the rollback's retry is due: the entry goes back
+    // to the queue still saying rollback, and is sent again at once.
+    b.c.handle_send_result(
+        first.attempt,
+        SendResult::Deferred {
+            reason: "busy".into(),
+        },
+        b.now,
+    );
+    let again = next_send(&mut b).expect("sent again");
+    assert_eq!(again.operation_id, op("op-1"));
+    assert!(!again.rollback_before_send);
+}
+
+// OB-11: when the thread is gone, every waiting replace latest of the session lost the
+// turn it meant to roll back (the fresh thread has none): none of them rolls back later.
+#[test]
+fn a_gone_thread_makes_every_waiting_rollback_moot() {
+    let mut b = Bench::codex(&["s1"]);
+    let first = replace_latest_sent(&mut b);
+    let mut second = submit_req("s1", "2", Controls::replace_latest());
+    second.request.rollback_before_send = true;
+    b.c.submit(second, b.now).unwrap();
+    b.c.handle_send_result(first.attempt, SendResult::ThreadGone, b.now);
+    let fresh = next_send(&mut b).expect("sent to a fresh thread");
+    assert!(fresh.fresh_thread && !fresh.rollback_before_send);
+    let waiting = b.entry("s1", "2").unwrap();
+    assert!(!waiting.request.rollback_before_send);
+    assert_eq!(
+        waiting.controls,
+        Controls::replace_latest(),
+        "still an interrupt"
+    );
 }

@@ -7,8 +7,9 @@
 //! never overwrites, and the rules below hold whatever the interleaving:
 //!
 //! - the settlement epoch rises only in a write that removes at least one ordinary row
-//!   because history now holds its key (OV-04); ephemeral removals and retractions never
-//!   raise it;
+//!   because history now holds its key (OV-04), or in the write that tells every
+//!   client history lost rows (OV-10); ephemeral removals and retractions never raise
+//!   it;
 //! - a newer status row replaces the target's other status rows; a progress mirror from
 //!   one run replaces mirrors from other runs; a latest window drops status rows,
 //!   compacting markers and mirrors of runs that are not the current run; the Codex
@@ -61,6 +62,17 @@ pub enum Change {
     Settle(HashSet<BlockKey>),
     /// The Codex post-run cleanup: every ephemeral row of the run leaves.
     RunCleanup(RunId),
+    /// The agent's history lost rows (OV-10): a replace latest rolled back the latest
+    /// turn, or the session went on in a fresh thread. Every ordinary row of a run other
+    /// than `current_run` leaves (no history row will ever settle a row of a turn that
+    /// is gone, and the rows of older turns are history's), and the settlement epoch
+    /// rises, also when no row left: a client holding a window from before the change
+    /// loads the latest window again instead of showing what history no longer holds.
+    /// Rows without a run and ephemeral rows stay. O(n) in the overlay's rows.
+    HistoryRewritten {
+        /// The run the message after the rollback starts, whose rows stay.
+        current_run: Option<RunId>,
+    },
 }
 
 /// The next version of an overlay's rows and what changed.
@@ -162,6 +174,22 @@ pub fn apply(current: &OverlayRows, change: &Change) -> Option<Next> {
                 }
             }
         }
+        Change::HistoryRewritten { current_run } => {
+            raises_epoch = true;
+            let gone: Vec<BlockKey> = rows
+                .iter()
+                .filter(|b| {
+                    b.class == RowClass::Ordinary
+                        && b.run_id.is_some()
+                        && b.run_id.as_ref() != current_run.as_ref()
+                })
+                .map(|b| b.block.key())
+                .collect();
+            for key in gone {
+                rows.remove(&key);
+                touched.insert(key);
+            }
+        }
     }
     let mut changes = Changes {
         raises_epoch,
@@ -174,7 +202,7 @@ pub fn apply(current: &OverlayRows, change: &Change) -> Option<Next> {
             (_, None) => changes.removals.push(key),
         }
     }
-    if changes.is_empty() {
+    if changes.is_empty() && !changes.raises_epoch {
         return None;
     }
     changes.upserts.sort_by_cached_key(|b| b.block.order_key());

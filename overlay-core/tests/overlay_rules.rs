@@ -565,3 +565,54 @@ fn a_target_written_again_after_a_delete_starts_one_epoch_higher() {
     .unwrap();
     assert_eq!(fresh.stored().unwrap().settlement_epoch, 0);
 }
+
+// OV-10: history lost rows (a replace latest rolled back the latest turn, or a fresh
+// thread): the ordinary rows of every run but the current one leave, rows without a
+// run and ephemeral rows stay, and the epoch rises in that write, also when no row
+// left and on a target that had no overlay, so every client holding an older window
+// reloads.
+#[test]
+fn a_history_rewrite_takes_out_other_runs_rows_and_raises_the_epoch() {
+    let mut store = MemoryOverlayStore::new();
+    let mut without_run = live("free", 1, "run-1");
+    without_run.run_id = None;
+    publish(
+        &mut store,
+        vec![
+            live("old", 1, "run-1"),
+            live("new", 2, "run-2"),
+            without_run,
+            ephemeral("status", RowClass::Status, "run-1"),
+        ],
+    );
+    let before = store.load(&session(), &main_target()).unwrap().unwrap();
+    let change = Change::HistoryRewritten {
+        current_run: Some(run("run-2")),
+    };
+    let WriteResult::Written {
+        stored,
+        epoch_raised,
+        changes,
+        ..
+    } = write(&mut store, &session(), &main_target(), &change).unwrap()
+    else {
+        panic!("written")
+    };
+    assert!(epoch_raised);
+    assert_eq!(changes.removals, vec![reply("old")]);
+    let after = stored.stored();
+    assert_eq!(after.settlement_epoch, before.settlement_epoch + 1);
+    let ids: Vec<&str> = after.blocks.iter().map(|b| b.block.id.as_str()).collect();
+    assert!(!ids.contains(&"old") && ids.contains(&"new") && ids.contains(&"free"));
+    assert_eq!(after.blocks.len(), 3, "the status row stays: {ids:?}");
+    // Nothing left to take out: the epoch rises all the same.
+    let again = write(&mut store, &session(), &main_target(), &change).unwrap();
+    let again = again.stored().unwrap();
+    assert_eq!(again.settlement_epoch, before.settlement_epoch + 2);
+    assert_eq!(again.blocks.len(), 3);
+    // A target with no overlay gets one, one epoch up, so its clients hear of it.
+    let child = TargetId::new("child-thread").unwrap();
+    let first = write(&mut store, &session(), &child, &change).unwrap();
+    assert_eq!(first.stored().unwrap().settlement_epoch, 1);
+    assert!(first.stored().unwrap().blocks.is_empty());
+}

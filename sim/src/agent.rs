@@ -140,6 +140,9 @@ pub enum Out {
     /// The agent's stream (rows, run ends, approval requests and their resolution
     /// (`serverRequest/resolved`)): in order.
     Stream(AgentInput),
+    /// What the adapter in the host's process says itself, before the answer it comes
+    /// with (a rollback written): at once, never lost.
+    Report(AgentInput),
 }
 
 /// A row the agent streams and has not saved yet.
@@ -322,7 +325,17 @@ impl AgentSession {
     /// Rolls back the latest turn that saved anything, for `op` (`thread/rollback`):
     /// its rows leave the transcript (unless `keep`, the defect), its user rows'
     /// operations leave the history. Once per operation.
-    fn roll_back(&mut self, op: &OperationId, keep: bool, events: &mut Vec<AgentEvent>) {
+    fn roll_back(
+        &mut self,
+        op: &OperationId,
+        keep: bool,
+        events: &mut Vec<AgentEvent>,
+        out: &mut Vec<Out>,
+    ) {
+        out.push(Out::Report(AgentInput::RolledBack {
+            session: self.session.clone(),
+            operation_id: op.clone(),
+        }));
         if !self.rolled_for.insert(op.clone()) {
             events.push(AgentEvent::RollbackAgain {
                 session: self.session.clone(),
@@ -772,7 +785,7 @@ impl Agent {
                         } else if refuse {
                             // The rollback may have taken before the turn could not start.
                             if rollback && rng.chance(0.5) {
-                                s.roll_back(&op, keep, &mut self.events);
+                                s.roll_back(&op, keep, &mut self.events, &mut out);
                             }
                             if rng.chance(0.5) {
                                 SendResult::ProvenUnadmitted {
@@ -785,14 +798,14 @@ impl Agent {
                             }
                         } else if uncertain && !took_anyway {
                             if rollback && rng.chance(0.5) {
-                                s.roll_back(&op, keep, &mut self.events);
+                                s.roll_back(&op, keep, &mut self.events, &mut out);
                             }
                             SendResult::AdmissionUncertain {
                                 error: "the reply was lost".into(),
                             }
                         } else {
                             if rollback {
-                                s.roll_back(&op, keep, &mut self.events);
+                                s.roll_back(&op, keep, &mut self.events, &mut out);
                             }
                             let turn_id = s.start_turn(run, now);
                             s.take(&op, &text, now, &mut out);

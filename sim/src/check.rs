@@ -104,6 +104,9 @@ pub enum Invariant {
     /// admitted, refused without its typed error, or reached the agent; or a supported
     /// one was refused (OB-04).
     UnsupportedControl,
+    /// A replace latest asked the agent to roll back again after its rollback was done
+    /// (OB-11): a second turn would be lost.
+    RolledBackTwice,
 }
 
 impl Invariant {
@@ -127,6 +130,7 @@ impl Invariant {
             Invariant::NoQuiescence => "no-quiescence",
             Invariant::ReplacedReappears => "replaced-reappears",
             Invariant::UnsupportedControl => "unsupported-control",
+            Invariant::RolledBackTwice => "rolled-back-twice",
         }
     }
 }
@@ -149,21 +153,17 @@ pub enum Known {
     /// after the host that sent it died, and the new host's start-up read said missing
     /// first, the user's "send now" sends it a second time.
     PendingInputMissing,
-    /// overlay-core (the exact scan, OV-06) with outbox-core and host-core (replace
-    /// latest, OB-11): the exact scan settles only the run's keys that history holds.
-    /// Rows of a run that no scan settled before they left history (a replace latest's
-    /// rollback sent on the stop's answer, before the host saw the run end and scanned;
-    /// a scan that failed and waits for the restart repair; a refused overlay write
-    /// written again after the scan; a thread gone before its run's rows settled) never
-    /// settle: the host's saved overlay keeps the replaced turn's rows for good, and
-    /// every client shows them as live rows, through reloads.
+    /// host-core (OV-10): the write that takes a rolled-back turn's rows out of the
+    /// overlay (or a gone thread's) was refused and the host died before its retry, so
+    /// nothing does it again: the saved overlay keeps those rows for good and every
+    /// client shows them as live rows, through reloads. Met only in a session where the
+    /// simulator saw [`host_core::Notice::HistoryRewriteFailed`] and then a restart;
+    /// anywhere else it is [`Invariant::ReplacedReappears`].
     RolledBackRowsUnsettled,
-    /// host-core (replace latest, OB-11): nothing tells the clients that history lost
-    /// rows. A client that loaded its window before a rollback (or before the session
-    /// went on in a fresh thread) keeps the rows that left history until a settlement
-    /// epoch advances; when the rollback took but no turn started (its turn/start
-    /// refused, or its answer lost), no epoch advances and the client shows the
-    /// replaced turn as history for good (checked: it heals on reload).
+    /// host-core (OV-10), the same lost retry: no epoch rose, so a client that loaded
+    /// its window before the rollback keeps the rows that left history until it reloads
+    /// (checked: it heals on reload). Met only where the simulator saw the refused
+    /// write and then a restart.
     RollbackUnannounced,
 }
 
@@ -274,7 +274,9 @@ impl World {
                 if !gone.contains(&key) {
                     continue;
                 }
-                let unsettled = b.class == RowClass::Ordinary && b.run_id.is_some();
+                let unsettled = b.class == RowClass::Ordinary
+                    && b.run_id.is_some()
+                    && self.rewrites_lost.contains(&session);
                 found.push((
                     unsettled,
                     format!(
@@ -670,11 +672,28 @@ saved for {target}"
 
     /// The invariants at quiescence.
     pub(crate) fn check_final(&mut self) {
+        self.forget_rows_back();
         self.check_step();
         self.check_delivered();
         self.check_views();
         self.check_gone_rows();
         self.check_cards();
+    }
+
+    /// A row that left the agent's history and came back (the user sent its message
+    /// again) is history's again.
+    fn forget_rows_back(&mut self) {
+        let sessions: Vec<SessionId> = self.gone_rows.keys().cloned().collect();
+        for session in &sessions {
+            let Some(agent) = self.agent.session(session) else {
+                continue;
+            };
+            let back: BTreeSet<BlockKey> =
+                agent.transcript.blocks().iter().map(|b| b.key()).collect();
+            if let Some(gone) = self.gone_rows.get_mut(session) {
+                gone.retain(|k| !back.contains(k));
+            }
+        }
     }
 
     /// Every acknowledged message delivered or held with a reason.
@@ -833,7 +852,11 @@ saved for {target}"
     /// never brought the newest version to (overlay-core).
     fn known_cause(&mut self, c: usize) -> Option<Known> {
         let session = self.clients[c].session.clone();
-        if let Some(gone) = self.gone_rows.get(&session) {
+        if let Some(gone) = self
+            .gone_rows
+            .get(&session)
+            .filter(|_| self.rewrites_lost.contains(&session))
+        {
             let stale = self.clients[c]
                 .timeline
                 .rows()

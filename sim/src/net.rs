@@ -83,12 +83,13 @@ impl Net {
     }
 
     /// Sends `event` on ordered channel `channel`, to arrive at `at` or right after the
-    /// last message of the channel, whichever is later.
-    pub fn send_ordered(&mut self, channel: u64, at: Millis, event: Event) {
+    /// last message of the channel, whichever is later; returns when.
+    pub fn send_ordered(&mut self, channel: u64, at: Millis, event: Event) -> Millis {
         let last = self.channels.get(&channel).copied().unwrap_or(Millis(0));
         let at = at.max(last);
         self.channels.insert(channel, at);
         self.send(at, event);
+        at
     }
 
     /// When the next message arrives.

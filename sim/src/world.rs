@@ -30,7 +30,7 @@ use outbox_core::ids::QueueId;
 use outbox_core::{Capabilities, SessionInfo, SubmitRequest};
 use overlay_core::live::{Delivery, LiveProtocol, Payload};
 use timeline_core::anchor::Anchor;
-use timeline_core::timeline::{Effect as Load, LoadFailure, LoadState, RequestTag};
+use timeline_core::timeline::{Effect as Load, LoadState, RequestTag};
 use timeline_core::wire::{LiveOverlay, LivePatch};
 use timeline_core::{BlockKey, HostKey, Millis, OperationId, PendingSend, SessionId, TargetId};
 
@@ -293,6 +293,10 @@ pub struct World {
     /// Rows that left the agent's history for good, per session: the rows of turns a
     /// replace latest rolled back, and of threads that are gone.
     pub(crate) gone_rows: BTreeMap<SessionId, BTreeSet<BlockKey>>,
+    /// Sessions whose announcement of lost history the overlay store refused (a retry
+    /// waits), and those where a host died with such a retry.
+    pub(crate) rewrites_failed: BTreeSet<SessionId>,
+    pub(crate) rewrites_lost: BTreeSet<SessionId>,
 }
 
 /// The host's key: the same for every incarnation (cursors survive restarts).
@@ -431,6 +435,8 @@ impl World {
             user_asked: BTreeSet::new(),
             user_resends: BTreeSet::new(),
             gone_rows: BTreeMap::new(),
+            rewrites_failed: BTreeSet::new(),
+            rewrites_lost: BTreeSet::new(),
         };
         world.boot()?;
         for c in 0..world.clients.len() {
@@ -550,6 +556,10 @@ impl World {
         // connections to it.
         self.host = None;
         self.relay_joins.clear();
+        // A refused announcement of lost history waiting for its retry dies with the
+        // host (see `Known::RolledBackRowsUnsettled`).
+        let lost = std::mem::take(&mut self.rewrites_failed);
+        self.rewrites_lost.extend(lost);
         if let Err(e) = self.boot() {
             self.violate(Invariant::HostDefect, format!("restart failed: {e}"));
             return;
@@ -677,7 +687,7 @@ impl World {
                 self.stats.loads += 1;
                 let o = client.timeline.handle_latest_window(
                     &tag,
-                    w.map_err(|_| LoadFailure::Unavailable),
+                    w.map_err(|e| e.load_failure()),
                     now,
                 );
                 self.log(|| format!("  {o:?}"));
@@ -687,11 +697,9 @@ impl World {
                 let opens = w
                     .as_ref()
                     .is_ok_and(|w| w.anchor_row.is_some() || w.anchor_notice.is_some());
-                let o = client.timeline.handle_anchored(
-                    &tag,
-                    w.map_err(|_| LoadFailure::Unavailable),
-                    now,
-                );
+                let o = client
+                    .timeline
+                    .handle_anchored(&tag, w.map_err(|e| e.load_failure()), now);
                 if opens && o == timeline_core::timeline::Outcome::Applied {
                     // An answer to an older place request applied after a newer one's.
                     let out_of_order = client.placed.is_some_and(|p| p > tag.request);
@@ -712,11 +720,10 @@ impl World {
             }
             (Asked::Older(tag), Reply::OlderPage(p)) => {
                 self.stats.loads += 1;
-                let o = client.timeline.handle_older_page(
-                    &tag,
-                    p.map_err(|_| LoadFailure::Unavailable),
-                    now,
-                );
+                let o =
+                    client
+                        .timeline
+                        .handle_older_page(&tag, p.map_err(|e| e.load_failure()), now);
                 self.log(|| format!("  {o:?}"));
             }
             (Asked::Submit(op), Reply::Submitted(r)) => match r {
@@ -945,6 +952,9 @@ impl World {
                             format!("the host reports a defect: {line}"),
                         );
                     }
+                    Notice::HistoryRewriteFailed { session, .. } => {
+                        self.rewrites_failed.insert(session);
+                    }
                     _ => {}
                 }
             }
@@ -1029,7 +1039,9 @@ impl World {
                 let op = self.attempts.get(&attempt.0).cloned();
                 match op {
                     Some(o) if self.user_asked.contains(&o) => {
-                        if self.agent_holds(&o) {
+                        // Held by the agent, or left its history (a rollback, a gone
+                        // thread): the user sends it again either way.
+                        if self.agent_holds(&o) || self.agent.sessions().any(|s| s.had(&o)) {
                             self.user_resends.insert(o.clone());
                         }
                         self.resend_ok.insert(o);
@@ -1086,9 +1098,12 @@ impl World {
                 }
                 AgentEvent::RollbackAgain { session, op } => {
                     self.stats.rollbacks_again += 1;
-                    self.log(|| {
-                        format!("  {op} asks {session} to roll back again: the rollback for it is done, not twice")
-                    });
+                    self.violate(
+                        Invariant::RolledBackTwice,
+                        format!(
+                            "{op} asks {session} to roll back again after its rollback was done"
+                        ),
+                    );
                 }
                 AgentEvent::ThreadGone { session } => {
                     self.stats.threads_gone += 1;
@@ -1365,13 +1380,25 @@ impl World {
 
     /// Schedules what the agent said.
     pub(crate) fn agent_out(&mut self, out: Vec<Out>) {
-        for o in out {
+        let mut floor: Option<Millis> = None;
+        // Reports first: the answer they come with (first in `out`) waits for them.
+        let (reports, out): (Vec<Out>, Vec<Out>) =
+            out.into_iter().partition(|o| matches!(o, Out::Report(_)));
+        for o in reports.into_iter().chain(out) {
             if let (Out::Stream(AgentInput::ApprovalResolved { .. }), true) =
                 (&o, self.defect(Defect::SilentResolution))
             {
                 continue;
             }
             match o {
+                // The adapter says it after what the agent streamed before and before
+                // the answer it comes with.
+                Out::Report(input) => {
+                    let at = self
+                        .net
+                        .send_ordered(AGENT_STREAM, self.now, Event::FromAgent(input));
+                    floor = floor.max(Some(at));
+                }
                 Out::Stream(input) => {
                     let delay = self.rng.range(1, 30);
                     let at = self.now.saturating_add(millis(delay));
@@ -1427,8 +1454,9 @@ impl World {
                         } else {
                             self.rng.range(1, 50)
                         };
+                        let at = self.now.saturating_add(millis(delay));
                         self.net.send(
-                            self.now.saturating_add(millis(delay)),
+                            floor.map_or(at, |f| at.max(f.saturating_add(Millis(1)))),
                             Event::FromAgent(input.clone()),
                         );
                     }
@@ -1657,13 +1685,20 @@ impl World {
                     .as_ref()
                     .and_then(|(_, id)| self.decisions_from.get(id).copied());
                 let found = std::mem::take(&mut self.agent.violations);
+                // A message the user sent again after a hold asked them to check the
+                // timeline: the agent may hold it, or have held it before a rollback.
+                let mut user_sent: BTreeSet<OperationId> = BTreeSet::new();
                 for v in found {
                     match v {
                         AgentViolation::SentTwice(op, text) if self.zombies.contains(&op) => {
                             self.known_issue(Known::PendingInputMissing, text);
                         }
-                        AgentViolation::SentTwice(op, text) if self.user_resends.remove(&op) => {
+                        AgentViolation::SentTwice(op, text)
+                        | AgentViolation::Reappears(op, text)
+                            if user_sent.contains(&op) || self.user_resends.remove(&op) =>
+                        {
                             self.log(|| format!("  {text}: the user sent it again"));
+                            user_sent.insert(op);
                         }
                         AgentViolation::SentTwice(_, text) => {
                             self.violate(Invariant::SentTwice, text)
@@ -2337,6 +2372,7 @@ pub(crate) fn input_line(i: &AgentInput) -> String {
                 .join(" ")
         ),
         AgentInput::RunActive { run, .. } => format!("run-active {run}"),
+        AgentInput::RolledBack { operation_id, .. } => format!("rolled-back {operation_id}"),
         AgentInput::RunEnded {
             run,
             outcome,

@@ -188,6 +188,9 @@ pub enum LoadReason {
     /// snapshot healed within [`LIVE_GAP_WAIT`], or an update that came before the
     /// first window (or over a page in the past) newer than the window that landed.
     MissedUpdate,
+    /// The host refused the cursor of the shown page in the past ([`LoadFailure::Invalid`]):
+    /// history changed under it, so the present is loaded instead (TL-15).
+    PageInvalid,
 }
 
 /// What the timeline wants done outside. Drain with [`Timeline::poll_effect`].
@@ -249,6 +252,11 @@ pub enum LoadFailure {
     SnapshotTooLarge,
     /// No answer before the deadline.
     TimedOut,
+    /// The host refused the request's cursor or anchor (`INVALID_CURSOR`, "The timeline
+    /// anchor is invalid; reload the timeline"): the page it named is no longer what
+    /// history holds (TL-15). For the newer rows of the shown page in the past the
+    /// client loads the latest window instead of asking again.
+    Invalid,
 }
 
 /// Where loading the current target stands.
@@ -1095,6 +1103,11 @@ impl Timeline {
             Ok(w)
         }) {
             Ok(w) => w,
+            // TL-15: asking again with the same cursor would be refused for ever.
+            Err(LoadFailure::Invalid) if matches!(anchor, Anchor::Newer { .. }) => {
+                self.paging.newer_cursor = None;
+                return self.require_reload(LoadReason::PageInvalid, now);
+            }
             Err(failure) => return Outcome::Failed(failure),
         };
         let outcome = if anchor.opens_a_place() {

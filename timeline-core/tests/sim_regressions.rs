@@ -11,6 +11,8 @@
 //!   page replaced the newer, and `newer` loads asked from the first page then left a gap.
 //!   The simulator counts it only when the view still differs at rest, which it never
 //!   did in seeds 0..20,000; its trace shows it first in seed 1014.
+//! - newer-cursor-refused (TL-15): the newer cursor of a page in the past that the host
+//!   refused (history changed under it) was asked again for ever (seed 9655).
 //!
 //! The properties at the end hold for any interleaving: a client that comes to rest
 //! holds at least every overlay version the live path offered it, and answers to places
@@ -29,7 +31,8 @@ use timeline_core::key::{BlockKey, BlockType};
 use timeline_core::policy::LIVE_GAP_WAIT;
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
-    ClientMode, Effect, IgnoreReason, LoadReason, LoadState, Origin, Outcome, RequestTag, Timeline,
+    ClientMode, Effect, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin, Outcome,
+    RequestTag, Timeline,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, TimelineWindow};
 
@@ -882,4 +885,55 @@ proptest! {
     ) {
         run_places(mode, &steps)?;
     }
+}
+
+/// newer-cursor-refused (TL-15), seed 9655 once replace latest rewrote history: the
+/// host refused the newer cursor of the page in the past (its history changed under it:
+/// `INVALID_CURSOR`), and the client asked again with the same cursor for ever. It now
+/// drops the cursor and loads the present.
+#[test]
+fn a_refused_newer_cursor_loads_the_present() {
+    let mut host = SimHost::new("s");
+    host.append_history(170);
+    let mut t = Timeline::new(ClientMode::Phone);
+    t.open_target(host.target().clone(), Millis(0));
+    let tag = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    t.handle_latest_window(&tag, Ok(w), Millis(1));
+    let row = Anchor::row(&BlockKey::parse(BlockType::AgentReply, "h-30").unwrap());
+    t.load_anchored(row.clone(), Millis(2)).unwrap();
+    let tag = match effects(&mut t).as_slice() {
+        [Effect::LoadAnchored { tag, .. }] => tag.clone(),
+        other => panic!("{other:?}"),
+    };
+    let answer = host.anchored(&row).unwrap();
+    assert_eq!(
+        t.handle_anchored(&tag, Ok(answer), Millis(3)),
+        Outcome::Applied
+    );
+    assert!(t.load_newer(Millis(4)));
+    let tag = match effects(&mut t).as_slice() {
+        [Effect::LoadAnchored { tag, anchor, .. }] => {
+            assert!(matches!(anchor, Anchor::Newer { .. }));
+            tag.clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        t.handle_anchored(&tag, Err(LoadFailure::Invalid), Millis(5)),
+        Outcome::ReloadRequired(LoadReason::PageInvalid)
+    );
+    assert_eq!(
+        t.newer_cursor(),
+        None,
+        "the refused cursor is not asked again"
+    );
+    assert!(!t.load_newer(Millis(6)));
+    let latest = latest_tag(&effects(&mut t));
+    let (w, _) = host.latest_window();
+    assert_eq!(
+        t.handle_latest_window(&latest, Ok(w), Millis(7)),
+        Outcome::Applied
+    );
+    assert_eq!(t.load_state(), &LoadState::Ready);
 }

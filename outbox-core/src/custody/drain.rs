@@ -405,7 +405,8 @@ impl<S: OutboxStore> Custody<S> {
             operation_id: sending.operation_id.clone(),
             request: sending.request.clone(),
             kind,
-            rollback_before_send: sending.request.rollback_before_send,
+            rollback_before_send: sending.request.rollback_before_send
+                && !self.rolled_back(session, &sending.operation_id),
             fresh_thread: false,
         };
         self.in_flight.insert(

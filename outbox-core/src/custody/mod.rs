@@ -546,6 +546,9 @@ struct StopWorker {
     attempt: Option<AttemptId>,
 }
 
+/// An operation of a session.
+type SessionOp = (SessionId, OperationId);
+
 /// Work that met a store failure, kept to be done again at its deadline.
 #[derive(Clone, Debug)]
 enum Retry {
@@ -559,6 +562,8 @@ enum Retry {
     TakeBack(Box<PendingTakeBack>, OperationId, DetachResult),
     /// Record a delivery proof.
     Proof(SessionId, OperationId),
+    /// Record that the agent rolled back the latest turn for a replace latest.
+    RolledBack(SessionId, OperationId),
     /// Settle the entries of a run that ended.
     Settle {
         session: SessionId,
@@ -577,6 +582,7 @@ impl Retry {
             Retry::Wake(s)
             | Retry::Repair(s)
             | Retry::Proof(s, _)
+            | Retry::RolledBack(s, _)
             | Retry::Settle { session: s, .. } => s,
             Retry::Send(f, _) => &f.request.session,
             Retry::Read(p, _) => &p.session,
@@ -587,7 +593,7 @@ impl Retry {
     fn operation(&self) -> Option<&OperationId> {
         match self {
             Retry::Wake(_) | Retry::Repair(_) | Retry::Settle { .. } => None,
-            Retry::Proof(_, op) | Retry::TakeBack(_, op, _) => Some(op),
+            Retry::Proof(_, op) | Retry::RolledBack(_, op) | Retry::TakeBack(_, op, _) => Some(op),
             Retry::Send(f, _) => Some(&f.request.operation_id),
             Retry::Read(p, _) => Some(&p.snapshot.operation_id),
         }
@@ -613,6 +619,10 @@ pub struct Custody<S> {
     reads: BTreeMap<AttemptId, PendingRead>,
     interrupts: BTreeMap<SessionId, Interrupt>,
     interrupt_spent: BTreeSet<(SessionId, OperationId)>,
+    /// Operations whose rollback the agent did (OB-11), the last [`ROLLED_BACK_KEPT`]:
+    /// no attempt rolls back again, also while the store has not taken the entry
+    /// without its `rollback_before_send` yet.
+    rolled_back: (BTreeSet<SessionOp>, VecDeque<SessionOp>),
     stops: BTreeMap<(SessionId, RunId), StopWorker>,
     stop_cache: BTreeMap<(SessionId, RunId), Millis>,
     take_backs: BTreeMap<AttemptId, PendingTakeBack>,
@@ -665,6 +675,7 @@ impl<S: OutboxStore> Custody<S> {
             reads: BTreeMap::new(),
             interrupts: BTreeMap::new(),
             interrupt_spent: BTreeSet::new(),
+            rolled_back: (BTreeSet::new(), VecDeque::new()),
             stops: BTreeMap::new(),
             stop_cache: BTreeMap::new(),
             take_backs: BTreeMap::new(),
@@ -906,6 +917,7 @@ impl<S: OutboxStore> Custody<S> {
             Retry::Read(p, read) => self.apply_history_read(*p, read, now),
             Retry::TakeBack(t, op, result) => self.apply_take_back(*t, &op, result, now),
             Retry::Proof(session, op) => self.apply_delivery_proof(&session, &op, now),
+            Retry::RolledBack(session, op) => self.apply_rolled_back(&session, &op),
             Retry::Settle {
                 session,
                 run,

@@ -20,6 +20,13 @@ use crate::ids::{base_session, OperationId, RunId, SessionId};
 use crate::ledger::{reopen, LedgerRecord, LedgerStatus};
 use crate::store::{OutboxStore, StoreError};
 
+/// How often recording a rollback reads the entry again when the store held another
+/// version than memory.
+const MAX_STALE_READS: usize = 3;
+
+/// How many rolled-back operations custody remembers beside the store.
+const ROLLED_BACK_KEPT: usize = 1_024;
+
 impl<S: OutboxStore> Custody<S> {
     /// The result of send attempt `attempt`. A result for an attempt that is not in
     /// flight (after its deadline, answered before, or replaced) is ignored. A result
@@ -105,6 +112,19 @@ impl<S: OutboxStore> Custody<S> {
                 }
             }
             SendResult::ThreadGone => {
+                // The turn every waiting replace latest of the session meant to roll back
+                // went with the old thread, and a fresh thread has none: none of them
+                // rolls back, now or on a later attempt (one submitted later does).
+                let moot: Vec<OperationId> = self
+                    .state(&session)?
+                    .ordered()
+                    .filter(|e| e.request.rollback_before_send)
+                    .map(|e| e.operation_id.clone())
+                    .collect();
+                for o in moot {
+                    self.note_rolled_back(&session, &o);
+                    self.apply_rolled_back(&session, &o)?;
+                }
                 // Nothing reached the old thread: clear the link and send to a fresh one,
                 // as a new attempt.
                 self.effects.push_back(Effect::ClearThreadLink {
@@ -115,6 +135,7 @@ impl<S: OutboxStore> Custody<S> {
                 request.attempt = attempt;
                 request.fresh_thread = true;
                 request.rollback_before_send = false;
+
                 self.in_flight.insert(
                     attempt,
                     InFlight {
@@ -167,6 +188,60 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), StoreError> {
         self.confirm_sent(session, op, now)?;
         self.wake_scope(session, now);
+        Ok(())
+    }
+
+    /// The agent rolled back its latest turn for `op`, a replace latest (OB-11), or
+    /// may have: it asked for the rollback. A message rolls back at most once: the
+    /// entry's `rollback_before_send` is cleared in the store, so no later attempt (a
+    /// retry after a refusal, a deferral or a lost answer, the user's send again, a
+    /// send after a restart) rolls back a second turn. Said before the attempt's
+    /// result or after it; an operation no entry holds any more is left alone.
+    pub fn handle_rolled_back(&mut self, session: &SessionId, op: &OperationId, now: Millis) {
+        self.note_rolled_back(session, op);
+        self.run_answer(Retry::RolledBack(session.clone(), op.clone()), now);
+    }
+
+    /// Memory's part of [`Custody::handle_rolled_back`]: holds while the store write
+    /// waits for a retry.
+    fn note_rolled_back(&mut self, session: &SessionId, op: &OperationId) {
+        let key = (session.clone(), op.clone());
+        let (known, order) = &mut self.rolled_back;
+        if known.insert(key.clone()) {
+            order.push_back(key);
+            while order.len() > ROLLED_BACK_KEPT {
+                if let Some(old) = order.pop_front() {
+                    known.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// True when the agent rolled back for `op` (memory's part; the store's is the
+    /// entry's cleared `rollback_before_send`).
+    pub(super) fn rolled_back(&self, session: &SessionId, op: &OperationId) -> bool {
+        self.rolled_back.0.contains(&(session.clone(), op.clone()))
+    }
+
+    pub(super) fn apply_rolled_back(
+        &mut self,
+        session: &SessionId,
+        op: &OperationId,
+    ) -> Result<(), StoreError> {
+        // A store that held another version than memory (`false`) is read again.
+        for _ in 0..MAX_STALE_READS {
+            let Some(e) = self.state(session)?.by_op(op).cloned() else {
+                break;
+            };
+            if !e.request.rollback_before_send || self.replace(session, &e, e.rolled_back())? {
+                break;
+            }
+        }
+        for f in self.in_flight.values_mut() {
+            if &f.request.session == session && &f.request.operation_id == op {
+                f.request.rollback_before_send = false;
+            }
+        }
         Ok(())
     }
 
@@ -276,7 +351,9 @@ impl<S: OutboxStore> Custody<S> {
             Retry::Read(p, _) => &p.session == session && e.same_but_position(&p.snapshot),
             Retry::TakeBack(t, _, _) => &t.session == session && e.same_but_position(&t.snapshot),
             Retry::Proof(s, op) => s == session && op == &e.operation_id,
-            Retry::Wake(_) | Retry::Settle { .. } | Retry::Repair(_) => false,
+            Retry::RolledBack(..) | Retry::Wake(_) | Retry::Settle { .. } | Retry::Repair(_) => {
+                false
+            }
         });
         !(self.reading(session, e) || sending || taking_back || answer_kept)
     }

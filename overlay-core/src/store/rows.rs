@@ -323,8 +323,8 @@ pub struct Changes {
     pub upserts: Vec<StoredBlock>,
     /// Keys of rows that left, in key order.
     pub removals: Vec<BlockKey>,
-    /// True when an ordinary row left because history holds its key: the settlement
-    /// epoch rises with this write (OV-04).
+    /// True when an ordinary row left because history holds its key (OV-04), or history
+    /// lost rows (OV-10): the settlement epoch rises with this write.
     pub raises_epoch: bool,
 }
 
