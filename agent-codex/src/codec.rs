@@ -36,7 +36,7 @@
 //! ```
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde_json::{json, Value};
 use timeline_core::rows::Decision;
@@ -314,9 +314,16 @@ pub struct Codec {
     next_id: u64,
     pending: BTreeMap<u64, Method>,
     approvals: BTreeMap<RequestId, ApprovalAsk>,
+    /// Server requests this codec answered and Codex has not said are settled, the last
+    /// [`ANSWERED_KEPT`] (oldest first in `answered_order`).
     answered: BTreeSet<RequestId>,
+    answered_order: VecDeque<RequestId>,
     diagnostics: Diagnostics,
 }
+
+/// How many answered server requests the codec remembers while Codex has not settled
+/// them (`serverRequest/resolved` forgets one at once).
+pub const ANSWERED_KEPT: usize = 1_024;
 
 impl Default for Codec {
     fn default() -> Self {
@@ -332,6 +339,7 @@ impl Codec {
             pending: BTreeMap::new(),
             approvals: BTreeMap::new(),
             answered: BTreeSet::new(),
+            answered_order: VecDeque::new(),
             diagnostics: Diagnostics::new(),
         }
     }
@@ -400,7 +408,14 @@ impl Codec {
             (d, _) => json!(decision_wire_name(d)),
         };
         self.approvals.remove(id);
-        self.answered.insert(id.clone());
+        if self.answered.insert(id.clone()) {
+            self.answered_order.push_back(id.clone());
+            while self.answered_order.len() > ANSWERED_KEPT {
+                if let Some(old) = self.answered_order.pop_front() {
+                    self.answered.remove(&old);
+                }
+            }
+        }
         Ok(line(&json!({
             "jsonrpc": "2.0",
             "id": id.to_value(),
@@ -408,8 +423,8 @@ impl Codec {
         })))
     }
 
-    /// True when this codec answered the server request `id` (used to tell an answer of
-    /// ours from one settled elsewhere when `serverRequest/resolved` arrives).
+    /// True when this codec answered the server request `id` and Codex has not said it
+    /// is settled yet (`serverRequest/resolved` for it forgets it).
     pub fn answered(&self, id: &RequestId) -> bool {
         self.answered.contains(id)
     }
@@ -425,6 +440,9 @@ impl Codec {
         })) = &r
         {
             self.approvals.remove(request_id);
+            if self.answered.remove(request_id) {
+                self.answered_order.retain(|a| a != request_id);
+            }
         }
         if let Err(e) = &r {
             let label = match e {
@@ -703,6 +721,12 @@ mod tests {
             Err(AnswerError::NotOpen(id.clone()))
         );
         assert!(c.answered(&id));
+        // Codex says it is settled: nothing of it is kept.
+        let resolved =
+            br#"{"method":"serverRequest/resolved","params":{"threadId":"t","requestId":0}}"#;
+        c.handle_line(resolved).unwrap();
+        assert!(!c.answered(&id));
+        assert!(c.answered.is_empty() && c.answered_order.is_empty());
 
         let file = br#"{"id":1,"method":"item/fileChange/requestApproval","params":{"threadId":"t","turnId":"u","itemId":"j","startedAtMs":1}}"#;
         c.handle_line(file).unwrap();
@@ -710,6 +734,23 @@ mod tests {
             c.answer_approval(&RequestId::Number(1), Decision::AcceptBroadly),
             Err(AnswerError::NotAllowed(Decision::AcceptBroadly))
         );
+    }
+
+    // Answers Codex never settles are kept up to a bound, oldest forgotten first.
+    #[test]
+    fn answered_requests_are_bounded() {
+        let mut c = Codec::new();
+        for n in 0..(ANSWERED_KEPT as i64 + 10) {
+            let ask = format!(
+                r#"{{"id":{n},"method":"item/commandExecution/requestApproval","params":{{"threadId":"t","turnId":"u","itemId":"i{n}","startedAtMs":1}}}}"#
+            );
+            c.handle_line(ask.as_bytes()).unwrap();
+            c.answer_approval(&RequestId::Number(n), Decision::Accept)
+                .unwrap();
+        }
+        assert_eq!(c.answered.len(), ANSWERED_KEPT);
+        assert!(!c.answered(&RequestId::Number(0)));
+        assert!(c.answered(&RequestId::Number(ANSWERED_KEPT as i64 + 9)));
     }
 
     #[test]

@@ -40,6 +40,15 @@ pub enum EdgeError {
         /// The error.
         source: std::io::Error,
     },
+    /// A compressed rollout decompresses to more than the limit
+    /// ([`DECOMPRESSED_LIMIT`] unless [`RolloutBytes::open_limited`] said otherwise).
+    #[error("{path} decompresses to more than {limit} bytes")]
+    TooLarge {
+        /// The path.
+        path: String,
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// A position that the file no longer holds.
     #[error("{0} no longer holds that position")]
     PositionGone(String),
@@ -67,18 +76,39 @@ pub enum RolloutBytes {
     Memory(Vec<u8>),
 }
 
+/// The most a compressed rollout may decompress to (256 MiB): a larger one, or a
+/// damaged frame that claims to be, is refused ([`EdgeError::TooLarge`]) before it can
+/// take the memory.
+pub const DECOMPRESSED_LIMIT: u64 = 256 * 1024 * 1024;
+
 impl RolloutBytes {
-    /// Opens `path`; a `.zst` file is decompressed whole.
+    /// Opens `path`; a `.zst` file is decompressed whole, up to [`DECOMPRESSED_LIMIT`].
     pub fn open(path: &Path) -> Result<RolloutBytes, EdgeError> {
+        Self::open_limited(path, DECOMPRESSED_LIMIT)
+    }
+
+    /// Opens `path`; a `.zst` file is decompressed whole, up to `limit` bytes (at most
+    /// `limit + 1` are ever decompressed).
+    pub fn open_limited(path: &Path, limit: u64) -> Result<RolloutBytes, EdgeError> {
         let io = |source| EdgeError::Io {
             path: path.display().to_string(),
             source,
         };
         let file = File::open(path).map_err(io)?;
         if is_compressed(path) {
-            return zstd::stream::decode_all(file)
-                .map(RolloutBytes::Memory)
-                .map_err(io);
+            let decoder = zstd::stream::read::Decoder::new(file).map_err(io)?;
+            let mut bytes = Vec::new();
+            decoder
+                .take(limit.saturating_add(1))
+                .read_to_end(&mut bytes)
+                .map_err(io)?;
+            if bytes.len() as u64 > limit {
+                return Err(EdgeError::TooLarge {
+                    path: path.display().to_string(),
+                    limit,
+                });
+            }
+            return Ok(RolloutBytes::Memory(bytes));
         }
         Ok(RolloutBytes::File(file))
     }

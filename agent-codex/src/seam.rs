@@ -187,6 +187,11 @@ pub struct CodexAgent {
     conn: Conn,
     codec: Codec,
     sessions: BTreeMap<SessionId, SessionThread>,
+    /// The session of each thread Codex named, so a notification finds its session in
+    /// O(log n) whatever the number of sessions; checked against `sessions` on use (a
+    /// session that went on in a fresh thread leaves its old entry behind, removed when
+    /// it is met).
+    threads: BTreeMap<String, SessionId>,
     waiting: BTreeMap<u64, Waiting>,
     /// The request each write carries.
     writes: BTreeMap<WriteId, u64>,
@@ -319,6 +324,7 @@ impl CodexAgent {
             conn: Conn::Down,
             codec: Codec::new(),
             sessions: BTreeMap::new(),
+            threads: BTreeMap::new(),
             waiting: BTreeMap::new(),
             writes: BTreeMap::new(),
             next_write: 1,
@@ -343,6 +349,9 @@ impl CodexAgent {
             model: thread.model,
             model_provider: thread.model_provider,
         };
+        if let Some(id) = &thread.resume {
+            self.threads.insert(id.clone(), session.clone());
+        }
         self.sessions.insert(
             session.clone(),
             SessionThread {
@@ -692,6 +701,7 @@ impl CodexAgent {
                 let queued = std::mem::take(&mut s.queued);
                 match answer {
                     Ok(Response::ThreadStart { thread } | Response::ThreadResume { thread }) => {
+                        self.threads.insert(thread.id.clone(), session.clone());
                         s.thread_id = Some(thread.id);
                         s.loaded = true;
                         for (call, at) in queued {
@@ -980,11 +990,18 @@ impl CodexAgent {
         }
     }
 
-    fn session_of_thread(&self, thread_id: &str) -> Option<SessionId> {
-        self.sessions
-            .iter()
-            .find(|(_, t)| t.thread_id.as_deref() == Some(thread_id))
-            .map(|(s, _)| s.clone())
+    fn session_of_thread(&mut self, thread_id: &str) -> Option<SessionId> {
+        let session = self.threads.get(thread_id)?;
+        let current = self
+            .sessions
+            .get(session)
+            .is_some_and(|t| t.thread_id.as_deref() == Some(thread_id));
+        if current {
+            return Some(session.clone());
+        }
+        // The session went on in another thread (or is gone): this one is no one's.
+        self.threads.remove(thread_id);
+        None
     }
 
     fn approval(&mut self, ask: ApprovalAsk) {

@@ -331,3 +331,23 @@ fn unknown_lines_are_counted_and_skipped() {
         source.read(None, 10).unwrap()
     );
 }
+
+// A compressed rollout decompresses to at most the limit: exactly the limit is read,
+// one byte more is refused with a typed error before more is taken.
+#[test]
+fn a_compressed_rollout_decompresses_up_to_its_limit_and_no_further() {
+    use agent_codex::edge::{EdgeError, RolloutBytes, DECOMPRESSED_LIMIT};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout.jsonl.zst");
+    let text = meta() + &user(1, "op-1", "hello");
+    std::fs::write(&path, zstd::stream::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+    let size = text.len() as u64;
+    let at = RolloutBytes::open_limited(&path, size).unwrap();
+    assert_eq!(at.len().unwrap(), size);
+    match RolloutBytes::open_limited(&path, size - 1) {
+        Err(EdgeError::TooLarge { limit, .. }) => assert_eq!(limit, size - 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(DECOMPRESSED_LIMIT, 256 * 1024 * 1024);
+    assert_eq!(RolloutBytes::open(&path).unwrap().len().unwrap(), size);
+}

@@ -77,7 +77,7 @@ fn drive<O: OutboxStore, V: OverlayStore + CleanupJournal>(w: &mut World<O, V>) 
                 }
                 Effect::Deliver(delivery) => w.deliver(delivery),
                 Effect::Reply { to, reply } => w.reply(to, reply),
-                Effect::Notice(notice) => println!("  notice: {notice:?}"),
+                Effect::Notice(notice) => println!("  notice ({:?}): {notice}", notice.severity()),
                 _ => {}
             }
         }

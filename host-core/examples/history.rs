@@ -131,7 +131,7 @@ fn serve(
                     }
                     desktop.handle_older_page(&tag, p.map_err(|_| LoadFailure::Unavailable), now);
                 }
-                Effect::Notice(n) => eprintln!("notice: {n:?}"),
+                Effect::Notice(n) => eprintln!("notice ({:?}): {n}", n.severity()),
                 _ => {}
             }
         }

@@ -128,7 +128,50 @@ pub struct Host<O, V> {
     late_resolutions: VecDeque<ApprovalResolution>,
     /// Operations whose user message the replay holds already, by session (RB-02).
     replayed: ReplayedSends,
+    stats: HostStats,
     effects: VecDeque<Effect>,
+}
+
+/// Counters of what a host did, for diagnostics and metrics ([`Host::stats`]). Each
+/// only grows; compare two snapshots for a rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostStats {
+    /// Live deliveries handed out (desktop windows, the progress sink, the relay).
+    pub deliveries: u64,
+    /// Of those, relay events.
+    pub relay_events: u64,
+    /// The relay events' JSON, in bytes as `serde_json` writes them compactly.
+    pub relay_bytes: u64,
+    /// Overlay writes the store refused (live rows, cards, announcements of lost history).
+    pub overlay_write_failures: u64,
+    /// Writes kept for a retry and tried again.
+    pub write_retries: u64,
+    /// Exact scans run (OV-06).
+    pub exact_scans: u64,
+    /// Runs whose exact scans ended with rows unsettled.
+    pub scans_gave_up: u64,
+    /// Replays answered to a phone's join (RB-03).
+    pub replays: u64,
+    /// Replay chunks in those answers.
+    pub replay_chunks: u64,
+    /// Announcements that a session's history lost rows (OV-10).
+    pub history_rewrites: u64,
+    /// Custody's own counters (stale answers, outbox store failures, loads).
+    pub custody: outbox_core::custody::CustodyStats,
+}
+
+/// Counts the bytes written into it.
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(buf.len() as u64);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The operations whose user message each session's replay recorded: a message sent
@@ -217,6 +260,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             hub: LiveHub::new(),
             scans: ExactScans::new(),
             replayed: ReplayedSends::new(config.replay.max_events),
+            stats: HostStats::default(),
             replay: ReplayBuffers::new(config.replay),
             sequencer: LiveSequencer::new(),
             approvals: Approvals::default(),
@@ -420,6 +464,15 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     pub fn add_target(&mut self, session: &SessionId, target: TargetId, source: Source) {
         if let Some(s) = self.sessions.get_mut(session) {
             s.sources.insert(target, source);
+        }
+    }
+
+    /// What the host did so far: deliveries, relay bytes, write failures and retries,
+    /// exact scans, replays, and custody's counters. O(1).
+    pub fn stats(&self) -> HostStats {
+        HostStats {
+            custody: self.custody.stats(),
+            ..self.stats
         }
     }
 
@@ -655,7 +708,10 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 self.hub.set_relay_protocol(&session, speaks);
                 self.hub.set_phone_interest(&session, true);
                 self.replay.subscribe(&session, now);
-                Some(Reply::Replay(self.replay.replay(&session)))
+                let chunks = self.replay.replay(&session);
+                self.stats.replays += 1;
+                self.stats.replay_chunks += chunks.len() as u64;
+                Some(Reply::Replay(chunks))
             }
             ClientRequest::Leave { session } => {
                 // Interest lasts while any phone that joined is still there.
@@ -1000,6 +1056,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     fn retry_writes(&mut self, now: Millis) {
         self.retry_at = None;
         let unsaved = std::mem::take(&mut self.unsaved);
+        self.stats.write_retries += (unsaved.len() + self.rewrites.len()) as u64;
         let mut rows: BTreeMap<(SessionId, TargetId), Vec<StoredBlock>> = BTreeMap::new();
         for ((session, target, key), write) in unsaved {
             match write {
@@ -1042,6 +1099,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// is sent. Those runs' rows waiting for a retry are dropped, and a late row of
     /// theirs is not published. A refused write is said and tried again.
     fn history_rewritten(&mut self, session: &SessionId, now: Millis) {
+        self.stats.history_rewrites += 1;
         let current = self.runs.get(session).cloned();
         let main = TargetId::main(session);
         let mut targets = match self.overlays.targets(session) {
@@ -1212,6 +1270,10 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             self.run_gone(session, &old, RunEventKind::Aborted, now);
         }
         self.runs.insert(session.clone(), run.clone());
+        // A run that starts again (the same run sent to a fresh thread) is not gone.
+        if let Some(left) = self.left_runs.get_mut(session) {
+            left.retain(|r| r != run);
+        }
         self.set_running(session, Some(run), now);
         self.emit(
             Payload::Run(RunEvent {
@@ -1316,8 +1378,14 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             self.sync_runs(now);
             while let Some(delivery) = self.hub.poll_delivery() {
                 progressed = true;
+                self.stats.deliveries += 1;
                 if let Delivery::Relay(event) = &delivery {
                     let (session, json) = (event.session.clone(), event.json.clone());
+                    let mut bytes = ByteCount(0);
+                    // Writing a `Value` into a counter cannot fail.
+                    let _ = serde_json::to_writer(&mut bytes, &json);
+                    self.stats.relay_events += 1;
+                    self.stats.relay_bytes = self.stats.relay_bytes.saturating_add(bytes.0);
                     self.append_replay(&session, EventKind::Other, &json, now);
                 }
                 self.effects.push_back(Effect::Deliver(delivery));
@@ -1334,6 +1402,11 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             C::Send(req) => {
                 if let SendKind::Start { run } = &req.kind {
                     self.run_started(&req.session, run, &req.operation_id, now);
+                }
+                // The session goes on in a fresh thread (its old one is gone): the old
+                // thread's rows left history; the run this send starts keeps its own.
+                if req.fresh_thread {
+                    self.history_rewritten(&req.session, now);
                 }
                 if self.replayed.first(&req.session, &req.operation_id) {
                     let text = req.request.user_text.clone();
@@ -1385,11 +1458,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 to: ReplyTo(caller),
                 reply: Reply::Stop(answer),
             },
-            C::ClearThreadLink { session } => {
-                // The session goes on in a fresh thread: the old thread's rows left.
-                self.history_rewritten(&session, now);
-                Effect::Agent(AgentCall::ClearThreadLink { session })
-            }
+            C::ClearThreadLink { session } => Effect::Agent(AgentCall::ClearThreadLink { session }),
             C::RouteDeliveryChanged {
                 operation_id,
                 sender_session,
@@ -1525,6 +1594,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 self.scans.journal_written(&session, &run);
             }
             ScanEffect::Scan { session, run, .. } => {
+                self.stats.exact_scans += 1;
                 let result = self.exact_scan(&session, &run, now);
                 self.scans.handle_scan_result(&session, &run, result, now);
             }
@@ -1533,7 +1603,10 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     self.journal_failed(&session, &run, error);
                 }
             }
-            ScanEffect::GaveUp { session, run } => self.notice(Notice::ScanGaveUp { session, run }),
+            ScanEffect::GaveUp { session, run } => {
+                self.stats.scans_gave_up += 1;
+                self.notice(Notice::ScanGaveUp { session, run });
+            }
             other => self.notice(Notice::Unknown(format!("{other:?}"))),
         }
     }
@@ -1582,6 +1655,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     }
 
     fn notice(&mut self, notice: Notice) {
+        if matches!(
+            notice,
+            Notice::OverlayWriteFailed { .. } | Notice::HistoryRewriteFailed { .. }
+        ) {
+            self.stats.overlay_write_failures += 1;
+        }
         self.effects.push_back(Effect::Notice(notice));
     }
 

@@ -539,6 +539,175 @@ pub enum Notice {
     },
 }
 
+/// How much a [`Notice`] matters, for a log level or what a user is shown. Ordered:
+/// `Info < Warning < Error < Defect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Severity {
+    /// News, nothing failed (a session message's delivery changed).
+    Info,
+    /// The agent side refused or gave up on something the host goes on without (a run
+    /// refused, a take-back refused, scans that ended with rows unsettled).
+    Warning,
+    /// A store failed: something is not saved yet, or will not be repeated after a
+    /// restart. The host retries what it can.
+    Error,
+    /// The host built something an inner machine refused, or met an effect it does not
+    /// know: a defect of this library, reported rather than hidden.
+    Defect,
+}
+
+impl Notice {
+    /// How much it matters.
+    pub fn severity(&self) -> Severity {
+        match self {
+            Notice::RouteDeliveryChanged { .. } => Severity::Info,
+            Notice::ScanGaveUp { .. }
+            | Notice::RunRefused { .. }
+            | Notice::HandoffRefused { .. } => Severity::Warning,
+            Notice::OutboxStoreFailed(_)
+            | Notice::OverlayWriteFailed { .. }
+            | Notice::HistoryRewriteFailed { .. }
+            | Notice::JournalFailed { .. }
+            | Notice::ScanFailed { .. }
+            | Notice::CardsUnread { .. } => Severity::Error,
+            Notice::ReplayRefused { .. } | Notice::RelayRefused { .. } | Notice::Unknown(_) => {
+                Severity::Defect
+            }
+        }
+    }
+
+    /// The app session it concerns, when one.
+    pub fn session(&self) -> Option<&SessionId> {
+        match self {
+            Notice::OutboxStoreFailed(f) => Some(&f.session),
+            Notice::OverlayWriteFailed { session, .. }
+            | Notice::HistoryRewriteFailed { session, .. }
+            | Notice::ScanFailed { session, .. }
+            | Notice::ReplayRefused { session, .. }
+            | Notice::ScanGaveUp { session, .. }
+            | Notice::RelayRefused { session, .. }
+            | Notice::RunRefused { session, .. }
+            | Notice::HandoffRefused { session, .. }
+            | Notice::CardsUnread { session, .. } => Some(session),
+            Notice::RouteDeliveryChanged { sender_session, .. } => Some(sender_session),
+            Notice::JournalFailed { session, .. } => session.as_ref(),
+            Notice::Unknown(_) => None,
+        }
+    }
+}
+
+/// One line for a log: what happened, where, and what the store or agent said. Says
+/// only what is known (a retry is "will be tried again", never "saved").
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::OutboxStoreFailed(failure) => {
+                write!(f, "the outbox of session {} could not be written", failure.session)?;
+                if let Some(op) = &failure.operation_id {
+                    write!(f, " (operation {op})")?;
+                }
+                write!(f, ": {}", failure.error)?;
+                match failure.retry_at {
+                    Some(at) => write!(f, "; tried again at {} ms", at.as_u64()),
+                    None => write!(f, "; kept in memory until the store takes it"),
+                }
+            }
+            Notice::OverlayWriteFailed {
+                session,
+                target,
+                error,
+            } => write!(
+                f,
+                "live rows of session {session}, target {target} were not saved (so not sent): {error}"
+            ),
+            Notice::HistoryRewriteFailed {
+                session,
+                target,
+                error,
+            } => write!(
+                f,
+                "the rows that left the history of session {session}, target {target} are still shown (tried again in 1 s): {error}"
+            ),
+            Notice::JournalFailed {
+                session: Some(session),
+                run,
+                error,
+            } => {
+                write!(f, "the cleanup journal of session {session}")?;
+                if let Some(run) = run {
+                    write!(f, ", run {run}")?;
+                }
+                write!(f, " could not be written; a restart will not repeat its scans: {error}")
+            }
+            Notice::JournalFailed { error, .. } => write!(
+                f,
+                "the cleanup journal could not be read at start; no restart repair runs: {error}"
+            ),
+            Notice::ScanFailed {
+                session,
+                run,
+                error,
+            } => write!(
+                f,
+                "an exact scan of session {session}, run {run} failed and counts as a miss: {error}"
+            ),
+            Notice::ReplayRefused { session, error } => write!(
+                f,
+                "defect: the replay of session {session} refused an event the host built: {error}"
+            ),
+            Notice::Unknown(what) => write!(f, "defect: an effect the host does not know: {what}"),
+            Notice::ScanGaveUp { session, run } => write!(
+                f,
+                "the exact scans of session {session}, run {run} ended with rows unsettled; the next latest window settles them"
+            ),
+            Notice::RelayRefused { session, error } => write!(
+                f,
+                "defect: the relay refused a payload of session {session}: {error}"
+            ),
+            Notice::RunRefused {
+                session,
+                operation_id,
+                error,
+            } => write!(
+                f,
+                "no run was started in session {session} for operation {operation_id}: {error}"
+            ),
+            Notice::HandoffRefused {
+                session,
+                operation_id,
+                reason,
+            } => write!(
+                f,
+                "the agent of session {session} did not give back operation {operation_id}: {reason}"
+            ),
+            Notice::CardsUnread {
+                session,
+                target,
+                error,
+            } => write!(
+                f,
+                "the approval cards of session {session}, target {target} could not be read at start: {error}"
+            ),
+            Notice::RouteDeliveryChanged {
+                operation_id,
+                sender_session,
+                delivery,
+            } => {
+                let shown = match delivery {
+                    RouteDelivery::Sent => "sent",
+                    RouteDelivery::NeedsApproval => "waiting for approval",
+                    RouteDelivery::Declined => "declined",
+                };
+                write!(
+                    f,
+                    "the session message {operation_id} from session {sender_session} is {shown}"
+                )
+            }
+        }
+    }
+}
+
 /// What the host wants done outside. Drain with [`crate::Host::poll_effect`].
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]

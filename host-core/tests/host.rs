@@ -840,3 +840,64 @@ fn a_session_message_goes_through_the_host_and_its_delivery_republishes_the_send
     assert_eq!(fact.delivery, Some(MessageDelivery::Sent));
     assert_eq!(shown.display.signal.as_deref(), Some("Sent"));
 }
+
+// A notice reads as one line that says what is known, and carries a severity; the
+// host's counters follow what it did (failures, retries, deliveries, relay bytes,
+// replays).
+#[test]
+fn notices_read_as_lines_with_a_severity_and_the_host_counts_what_it_did() {
+    use host_core::Severity;
+    let mut host = host_with(Flaky::default(), source());
+    window_subscription(&mut host);
+    host.handle_client(
+        ReplyTo(901),
+        ClientRequest::Join {
+            session: session(),
+            protocol: LiveProtocol::Snapshots,
+        },
+        Millis(2),
+    );
+    drain(&mut host);
+    assert_eq!((host.stats().replays, host.stats().deliveries), (1, 0));
+    let run = RunId::new("run-1").unwrap();
+    host.overlays().writes_off = true;
+    host.handle_agent(rows_input(vec![row("a", &run)]), Millis(10));
+    let notice = drain(&mut host)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Notice(n) => Some(n),
+            _ => None,
+        })
+        .expect("the refused write is said");
+    assert_eq!(notice.severity(), Severity::Error);
+    assert_eq!(notice.session(), Some(&session()));
+    let line = notice.to_string();
+    assert!(
+        line.contains("were not saved (so not sent)") && line.contains("the disk is gone"),
+        "{line}"
+    );
+    assert_eq!(host.stats().overlay_write_failures, 1);
+    assert_eq!(host.stats().deliveries, 0, "nothing unsaved is sent");
+
+    host.overlays().writes_off = false;
+    host.handle_timeout(Millis(1_010));
+    let relayed: u64 = drain(&mut host)
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Deliver(Delivery::Relay(r)) => {
+                Some(serde_json::to_string(&r.json).unwrap().len() as u64)
+            }
+            _ => None,
+        })
+        .sum();
+    // The window's event waits for its 50 ms timer.
+    host.handle_timeout(Millis(1_100));
+    drain(&mut host);
+    let stats = host.stats();
+    assert_eq!(stats.write_retries, 1);
+    assert_eq!(stats.deliveries, 2, "the relay and the window: {stats:?}");
+    assert_eq!(stats.relay_events, 1);
+    assert_eq!(stats.relay_bytes, relayed);
+    assert!(Severity::Info < Severity::Warning && Severity::Error < Severity::Defect);
+    assert_eq!(Notice::Unknown("x".into()).severity(), Severity::Defect);
+}

@@ -78,7 +78,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use host_core::{
-    Agent, AgentCall, AgentEffect, ClientRequest, Effect, Host, Notice, ProcessId, Reply, ReplyTo,
+    Agent, AgentCall, AgentEffect, ClientRequest, Effect, Host, HostStats, Notice, ProcessId,
+    Reply, ReplyTo,
 };
 use outbox_core::OutboxStore;
 use overlay_core::live::Delivery;
@@ -164,6 +165,30 @@ impl Clock {
 enum Command {
     Request(Box<ClientRequest>, oneshot::Sender<Reply>),
     Processes(oneshot::Sender<Vec<AgentProcess>>),
+    Stats(oneshot::Sender<RuntimeStats>),
+}
+
+/// Counters of a running host and its agent processes ([`Client::stats`]). Each only
+/// grows but `processes_running`; compare two snapshots for a rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RuntimeStats {
+    /// The host's own counters.
+    pub host: HostStats,
+    /// Agent processes started.
+    pub processes_started: u64,
+    /// Agent processes that ended (by themselves or killed).
+    pub processes_ended: u64,
+    /// Agent processes running now.
+    pub processes_running: usize,
+    /// Lines read from agents' output.
+    pub lines_read: u64,
+    /// Over-long lines dropped as they streamed (longer than the line limit).
+    pub lines_dropped: u64,
+    /// Writes to an agent's input that did not happen (it stopped reading, or was gone).
+    pub writes_refused: u64,
+    /// Outputs (deliveries and notices) handed to the embedder.
+    pub outputs: u64,
 }
 
 /// One agent process the runtime runs.
@@ -264,6 +289,7 @@ where
                     waiting: BTreeMap::new(),
                     next_reply: 1,
                     max_line,
+                    stats: RuntimeStats::default(),
                 };
                 if let Err(e) = l.host.start(clock.now()) {
                     // As above: `start` is waiting for this answer.
@@ -348,6 +374,20 @@ impl Client {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Request(Box::new(request), tx))
+            .await
+            .map_err(|_| RuntimeError::Stopped)?;
+        rx.await.map_err(|_| RuntimeError::Stopped)
+    }
+
+    /// The counters of the host and its agent processes, now.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Stopped`] when the runtime stopped.
+    pub async fn stats(&self) -> Result<RuntimeStats, RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Stats(tx))
             .await
             .map_err(|_| RuntimeError::Stopped)?;
         rx.await.map_err(|_| RuntimeError::Stopped)
@@ -458,6 +498,7 @@ struct Loop<O, V> {
     waiting: BTreeMap<u64, oneshot::Sender<Reply>>,
     next_reply: u64,
     max_line: usize,
+    stats: RuntimeStats,
 }
 
 impl<O, V> Loop<O, V>
@@ -531,6 +572,15 @@ where
     fn command(&mut self, command: Option<Command>) -> bool {
         match command {
             Some(Command::Request(request, reply)) => self.request(*request, reply),
+            Some(Command::Stats(reply)) => {
+                let stats = RuntimeStats {
+                    host: self.host.stats(),
+                    processes_running: self.processes.len(),
+                    ..self.stats
+                };
+                // A caller that stopped waiting has nothing to be told.
+                let _ = reply.send(stats);
+            }
             Some(Command::Processes(reply)) => {
                 let list = self
                     .processes
@@ -584,11 +634,13 @@ where
                 process,
                 line,
             } => {
+                self.stats.lines_read += 1;
                 if let Some(a) = self.agents.get_mut(agent) {
                     a.handle_line(process, &line, now);
                 }
             }
             IoEvent::TooLong { agent, process } => {
+                self.stats.lines_dropped += 1;
                 warn!(
                     agent,
                     process = process.0,
@@ -604,7 +656,9 @@ where
                 reason,
             } => {
                 debug!(agent, process = process.0, %reason, "agent process ended");
-                self.processes.remove(&(agent, process));
+                if self.processes.remove(&(agent, process)).is_some() {
+                    self.stats.processes_ended += 1;
+                }
                 if let Some(a) = self.agents.get_mut(agent) {
                     a.handle_exit(process, reason, now);
                 }
@@ -668,9 +722,11 @@ where
             }
             Effect::Agent(call) => self.agent_call(call),
             Effect::Deliver(delivery) => {
+                self.stats.outputs += 1;
                 self.pending.push(Output::Deliver(delivery));
             }
             Effect::Notice(notice) => {
+                self.stats.outputs += 1;
                 self.pending.push(Output::Notice(notice));
             }
             other => {
@@ -707,6 +763,7 @@ where
                     self.max_line,
                     self.io_tx.clone(),
                 );
+                self.stats.processes_started += 1;
                 self.processes.insert((agent, process), handle);
             }
             AgentEffect::Write {
@@ -725,6 +782,7 @@ where
                         Err(mpsc::error::TrySendError::Closed(_)) => Some("the process is gone"),
                     };
                     if let Some(why) = refused {
+                        self.stats.writes_refused += 1;
                         self.agents[agent].handle_written(
                             process,
                             write,
@@ -733,14 +791,17 @@ where
                         );
                     }
                 }
-                None => self.agents[agent].handle_written(
-                    process,
-                    write,
-                    Err(host_core::WriteFailure::NotWritten(
-                        "the process is gone".to_owned(),
-                    )),
-                    now,
-                ),
+                None => {
+                    self.stats.writes_refused += 1;
+                    self.agents[agent].handle_written(
+                        process,
+                        write,
+                        Err(host_core::WriteFailure::NotWritten(
+                            "the process is gone".to_owned(),
+                        )),
+                        now,
+                    );
+                }
             },
             AgentEffect::CloseInput { process } => {
                 if let Some(p) = self.processes.get(&(agent, process)) {

@@ -278,6 +278,18 @@ async fn process_lines_are_bounded_and_a_longer_line_is_dropped_as_it_streams() 
     assert_eq!(s.too_long, 1);
     assert_eq!(s.written, vec![Ok(())]);
     assert!(s.exits[0].contains("ended"), "{:?}", s.exits);
+    // The counters saw the same.
+    let stats = client.stats().await.unwrap();
+    assert_eq!((stats.lines_read, stats.lines_dropped), (2, 1), "{stats:?}");
+    assert_eq!(
+        (
+            stats.processes_started,
+            stats.processes_ended,
+            stats.processes_running
+        ),
+        (1, 1, 0)
+    );
+    assert_eq!(stats.writes_refused, 0);
     runtime.shutdown().await.unwrap();
 }
 

@@ -1118,7 +1118,7 @@ impl Agent {
                 let Some(turn) = s.turn.as_ref() else {
                     return out;
                 };
-                let allowed = if pick % 2 == 0 {
+                let allowed = if pick.is_multiple_of(2) {
                     vec![Decision::Accept, Decision::Decline]
                 } else {
                     vec![

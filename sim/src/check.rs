@@ -217,7 +217,7 @@ impl World {
         self.check_ledger();
         // The rows against the reducer's full rebuild (the costliest check) every
         // fourth step and at quiescence.
-        if self.step % 4 == 0 || self.settling {
+        if self.step.is_multiple_of(4) || self.settling {
             self.check_rows();
         }
         self.check_live_rows();

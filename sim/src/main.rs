@@ -12,6 +12,7 @@
 //! replays it. The exit status is 1 when any seed failed.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -139,6 +140,9 @@ fn main() -> ExitCode {
     soak(&args, a, b)
 }
 
+/// How often a run of many seeds prints its progress.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
     let next = Arc::new(AtomicU64::new(a));
     let stop = Arc::new(AtomicBool::new(false));
@@ -216,6 +220,28 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
                 }
             }
         }));
+    }
+    // A progress line on stderr every few seconds while the workers run (a soak runs
+    // for many minutes); stdout keeps only the report.
+    let mut printed = Instant::now();
+    while !handles.iter().all(std::thread::JoinHandle::is_finished) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if printed.elapsed() >= PROGRESS_EVERY {
+            printed = Instant::now();
+            let done = totals
+                .lock()
+                .map(|t| t.0)
+                .unwrap_or_else(|e| e.into_inner().0);
+            let failing = failures.lock().map_or(0, |f| f.len());
+            let secs = start.elapsed().as_secs_f64();
+            let rate = done as f64 / secs.max(f64::EPSILON);
+            let left = b.saturating_sub(a).saturating_sub(done) as f64 / rate.max(f64::EPSILON);
+            let _ = writeln!(
+                std::io::stderr(),
+                "progress: {done} of {} seeds, {rate:.0} seeds/s, {failing} failing, {secs:.0} s so far, about {left:.0} s left",
+                b.saturating_sub(a)
+            );
+        }
     }
     for h in handles {
         if h.join().is_err() {

@@ -973,6 +973,13 @@ impl World {
                 self.stats.rollback_sends += u64::from(req.rollback_before_send);
                 self.stats.fresh_sends += u64::from(req.fresh_thread);
                 self.attempts.insert(req.attempt.0, op.clone());
+                // The user's "send now" of a message that left the agent's history (a
+                // rolled-back turn, a gone thread) sends it again, as the user chose.
+                if self.user_asked.contains(op)
+                    && self.agent.sessions().any(|s| s.left(op).is_some())
+                {
+                    self.user_resends.insert(op.clone());
+                }
                 self.user_asked.remove(op);
                 if self.sent.contains(op) && !self.resend_ok.remove(op) {
                     let text = format!(
@@ -1022,6 +1029,16 @@ impl World {
                 let op: Vec<OperationId> =
                     self.attempts.get(&attempt.0).cloned().into_iter().collect();
                 self.missing_read.extend(op.iter().cloned());
+                // The user's send after a hold, of a message whose turn was rolled back
+                // or whose thread is gone: history does not hold it, so it goes, as the
+                // user chose.
+                for o in &op {
+                    if self.user_asked.contains(o)
+                        && self.agent.sessions().any(|s| s.left(o).is_some())
+                    {
+                        self.user_resends.insert(o.clone());
+                    }
+                }
                 for o in &op {
                     // History holds no pending input: the turn has the message, the
                     // read says it is missing.

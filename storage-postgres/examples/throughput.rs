@@ -15,15 +15,21 @@ use outbox_core::entry::{Controls, MessageRequest, OutboxEntry};
 use outbox_core::fingerprint::request_fingerprint;
 use outbox_core::ids::{OperationId, QueueId, SessionId};
 use outbox_core::store::OutboxStore;
-use storage_postgres::{PostgresStore, Settings};
+use storage_postgres::{ConnectOptions, PostgresStore, Settings};
 use timeline_core::time::Millis;
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
+/// The driver's settings, for the raw `INSERT`.
 fn config(url: &str, schema: &str) -> Result<postgres::Config, Failure> {
     let mut config: postgres::Config = url.parse()?;
     config.options(&format!("-c search_path={schema}"));
     Ok(config)
+}
+
+/// This library's options, for the stores.
+fn options(url: &str, schema: &str) -> Result<ConnectOptions, Failure> {
+    Ok(ConnectOptions::parse(url)?.options(&format!("-c search_path={schema}")))
 }
 
 /// Submits to `session` for `run`; how many.
@@ -76,14 +82,14 @@ fn main() -> Result<(), Failure> {
     }
     let raw_rate = raw_n as f64 / run.as_secs_f64();
 
-    let mut one = PostgresStore::open(config(&url, &schema)?, Settings::default())?;
+    let mut one = PostgresStore::open(options(&url, &schema)?, Settings::default())?;
     let one_rate = submits(&mut one, "solo", run)? as f64 / run.as_secs_f64();
 
     let connections = 16;
     let mut stores = Vec::with_capacity(connections);
     for _ in 0..connections {
         stores.push(PostgresStore::open(
-            config(&url, &schema)?,
+            options(&url, &schema)?,
             Settings::default(),
         )?);
     }

@@ -28,7 +28,63 @@
 //! asynchronous client on a private single-threaded runtime), maintained with it. A
 //! facade of our own over `tokio-postgres` would gain nothing and would need its own
 //! runtime handling; a host written on tokio can still run a store on a blocking thread.
-//! Connections are plain (no TLS): use a Unix socket or a trusted network.
+//! No type of the driver appears in this crate's API: connections are described by
+//! [`ConnectOptions`] and [`Settings`], failures by [`OpenError`] and [`DatabaseError`],
+//! so the driver can change without a change of this API.
+//!
+//! # Connecting
+//!
+//! [`PostgresStore::connect`] takes a connection string (key=value pairs or a
+//! `postgres://` URL); [`PostgresStore::open`] takes [`ConnectOptions`], parsed from a
+//! string or built from host, port, user, password, database and server options. The
+//! [`Settings`] say the rest: durability, lock and idle timeouts, the connect timeout,
+//! the `application_name`, the leases, and TLS.
+//!
+//! # TLS
+//!
+//! Plain connections are the default ([`TlsMode::Disable`]): use a Unix socket or a
+//! trusted network. With the crate's `tls` feature (off by default), [`TlsMode::Require`]
+//! connects through rustls (with its `ring` provider, so nothing needs cmake) or not at
+//! all: the server must offer TLS and present a certificate that chains to a trusted root
+//! and names the host (or its IP address); no connection falls back to plain. The trusted
+//! roots are the platform's (`rustls-native-certs`), unless [`Tls::system_roots`] is off,
+//! and those given as PEM in [`Tls::extra_roots`], for a server whose certificate a
+//! private CA signed:
+//!
+//! ```no_run
+//! use storage_postgres::{ConnectOptions, PostgresStore, Settings, Tls};
+//!
+//! let mut settings = Settings::default();
+//! settings.tls = Tls::require()
+//!     .with_extra_roots(std::fs::read("/etc/custody/db-ca.pem")?)
+//!     .without_system_roots();
+//! let options = ConnectOptions::new()
+//!     .host("db.internal")
+//!     .user("custody")
+//!     .dbname("custody");
+//! let store = PostgresStore::open(options, settings)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A connection string's `sslmode=require` requires TLS the same way (verified, unlike
+//! libpq's `require`); its `sslmode=disable` with `TlsMode::Require` is refused. The
+//! server offers TLS only over TCP, so TLS to a Unix socket fails. Without the `tls`
+//! feature the settings are there but `TlsMode::Require` (or `sslmode=require`) is
+//! refused with [`OpenError::TlsUnsupported`] before anything is sent, so code that
+//! chooses TLS at run time compiles either way and never connects in plain by mistake.
+//!
+//! # Errors
+//!
+//! Opening fails with an [`OpenError`]: [`OpenError::Config`] for a connection string
+//! that does not parse, [`OpenError::Tls`] when TLS is required and the server offers
+//! none or its certificate does not verify, [`OpenError::TlsUnsupported`],
+//! [`OpenError::Database`] when the server cannot be reached or refuses, the schema
+//! errors (`NewerSchema`, `UnknownSchema`, `Migration`, `NoSchema`) and
+//! [`OpenError::InvalidSetting`]. A [`DatabaseError`] keeps what the driver said as
+//! data: its [`kind`](DatabaseError::kind), its [`message`](DatabaseError::message),
+//! and the SQLSTATE [`code`](DatabaseError::code) of an error the server sent. The
+//! outbox's `Unavailable` errors carry one as their `source()`; the overlay's carry its
+//! message.
 //!
 //! # Tables and rules
 //!
@@ -46,8 +102,8 @@
 //! connection and reused. Nothing read back is trusted: every value is checked like wire
 //! input; an outbox row that does not decode is shown blocked (OB-05), any other
 //! unreadable record is a typed `Corrupt` error naming the table, the column and the
-//! value. Errors are grouped like the SQLite backend's: `Unavailable` (with the driver's
-//! error as `source()` for the outbox), `Corrupt`, and the conflicts.
+//! value. Errors are grouped like the SQLite backend's: `Unavailable` (with a
+//! [`DatabaseError`] as `source()` for the outbox), `Corrupt`, and the conflicts.
 //!
 //! # Several hosts, one database
 //!
@@ -96,12 +152,19 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use postgres::types::ToSql;
-use postgres::{Client, Config, GenericClient, NoTls, Row, Statement, Transaction};
+use postgres::{Client, Config, GenericClient, Row, Statement, Transaction};
 
 mod columns;
+mod connect;
+mod error;
 pub mod hosts;
 mod outbox;
 mod overlay;
+
+use connect::Connector;
+pub use connect::{ConnectOptions, Tls, TlsMode};
+pub(crate) use error::pg_message;
+pub use error::{DatabaseError, DatabaseErrorKind};
 
 pub use hosts::{
     Heartbeat, HostId, HostedRun, LeaseError, LeaseLost, Leases, RunStartError, SessionBusy,
@@ -169,6 +232,9 @@ pub struct Settings {
     pub application_name: String,
     /// Run and session leases ([`hosts`]).
     pub leases: Leases,
+    /// TLS (default none: plain connections). [`TlsMode::Require`] needs the crate's
+    /// `tls` feature.
+    pub tls: Tls,
 }
 
 impl Default for Settings {
@@ -180,6 +246,7 @@ impl Default for Settings {
             connect_timeout: Duration::from_secs(10),
             application_name: "storage-postgres".to_owned(),
             leases: Leases::default(),
+            tls: Tls::default(),
         }
     }
 }
@@ -188,12 +255,27 @@ impl Default for Settings {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// The connection string does not parse.
-    #[error("invalid connection string: {0}")]
-    Config(#[source] postgres::Error),
-    /// The server could not be reached or refused a statement while opening.
+    /// The connection string does not parse, or the connection parameters do not fit
+    /// together ([`DatabaseErrorKind::Config`]; the message says which).
+    #[error("{0}")]
+    Config(#[source] DatabaseError),
+    /// TLS is required and could not be set up: the server offers none (it has
+    /// `ssl = off`, or the host is a Unix socket), or its certificate did not verify
+    /// against the trusted roots for the host's name ([`DatabaseErrorKind::Tls`]).
+    #[error("TLS with the server failed: {0}")]
+    Tls(#[source] DatabaseError),
+    /// TLS is required ([`TlsMode::Require`] or the connection string's
+    /// `sslmode=require`), but the crate was built without its `tls` feature. Nothing
+    /// was sent to the server.
+    #[error(
+        "TLS is required, but storage-postgres was built without its `tls` feature; \
+         nothing was sent to the server"
+    )]
+    TlsUnsupported,
+    /// The server could not be reached, or refused to connect or a statement while
+    /// opening.
     #[error("cannot open the database: {0}")]
-    Postgres(#[from] postgres::Error),
+    Database(#[source] DatabaseError),
     /// The database was written by a newer schema.
     #[error("the database has schema version {found}, newer than {supported}")]
     NewerSchema {
@@ -232,14 +314,26 @@ pub enum OpenError {
     /// that exists).
     #[error("the connection's search_path names no existing schema to keep the tables in")]
     NoSchema,
-    /// A setting the server would refuse or ignore.
+    /// A setting the server would refuse or ignore, or TLS settings that do not fit
+    /// together (roots that do not parse, none to verify with, roots without TLS).
     #[error("invalid setting {name}: {reason}")]
     InvalidSetting {
-        /// The field of [`Settings`].
+        /// The field of [`Settings`] (`tls` for TLS as a whole).
         name: &'static str,
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// A driver failure while opening: TLS failures apart, since their fix is the
+/// certificates.
+fn open_error(e: postgres::Error) -> OpenError {
+    let e = DatabaseError::from_driver(e);
+    match e.kind() {
+        DatabaseErrorKind::Tls => OpenError::Tls(e),
+        DatabaseErrorKind::Config => OpenError::Config(e),
+        _ => OpenError::Database(e),
+    }
 }
 
 /// Statements prepared on this connection, by their text.
@@ -308,22 +402,6 @@ impl<E> From<postgres::Error> for Fail<E> {
     }
 }
 
-/// The server's error as a caller reads it: severity, SQLSTATE and message for an error
-/// the server sent, the chain of causes for any other (a broken connection, a timeout).
-pub(crate) fn pg_message(e: &postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return format!("{} {}: {}", db.severity(), db.code().code(), db.message());
-    }
-    let mut message = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        message.push_str(": ");
-        message.push_str(&c.to_string());
-        cause = c.source();
-    }
-    message
-}
-
 /// SQLSTATEs after which a transaction is run again: deadlock detected, serialization
 /// failure.
 fn retryable(e: &postgres::Error) -> bool {
@@ -345,6 +423,7 @@ struct Local {
 pub struct PostgresStore {
     client: Client,
     config: Config,
+    connector: Connector,
     settings: Settings,
     statements: Statements,
     /// The schema the tables live in (`current_schema()`), part of every advisory key.
@@ -436,7 +515,8 @@ fn recorded_version(tx: &mut Transaction<'_>) -> Result<u32, OpenError> {
         .query_one(
             "SELECT coalesce(max(version), 0)::BIGINT FROM custody_schema_migrations",
             &[],
-        )?
+        )
+        .map_err(open_error)?
         .get(0);
     let version = u32::try_from(found).map_err(|_| OpenError::UnknownSchema {
         found,
@@ -456,21 +536,23 @@ fn recorded_version(tx: &mut Transaction<'_>) -> Result<u32, OpenError> {
 fn migrate(client: &mut Client, schema: &str, target: u32) -> Result<u32, OpenError> {
     let key = lock_key(schema, &[b"migrations"]);
     loop {
-        let mut tx = client.transaction()?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
+        let mut tx = client.transaction().map_err(open_error)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])
+            .map_err(open_error)?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS custody_schema_migrations (
                  version    INTEGER     PRIMARY KEY,
                  name       TEXT        NOT NULL,
                  applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
              )",
-        )?;
+        )
+        .map_err(open_error)?;
         let found = recorded_version(&mut tx)?;
         let Some((name, sql)) = MIGRATIONS
             .get(found as usize)
             .filter(|_| found < target.min(SCHEMA_VERSION))
         else {
-            tx.commit()?;
+            tx.commit().map_err(open_error)?;
             return Ok(found);
         };
         tx.batch_execute(sql).map_err(|e| OpenError::Migration {
@@ -484,8 +566,9 @@ fn migrate(client: &mut Client, schema: &str, target: u32) -> Result<u32, OpenEr
         tx.execute(
             "INSERT INTO custody_schema_migrations (version, name) VALUES ($1, $2)",
             &[&(found as i32 + 1), name],
-        )?;
-        tx.commit()?;
+        )
+        .map_err(open_error)?;
+        tx.commit().map_err(open_error)?;
     }
 }
 
@@ -494,37 +577,50 @@ impl PostgresStore {
     /// `host=/run/postgresql dbname=custody`) and migrates the schema of its
     /// `search_path` to [`SCHEMA_VERSION`].
     pub fn connect(params: &str, settings: Settings) -> Result<Self, OpenError> {
-        let config: Config = params.parse().map_err(OpenError::Config)?;
-        Self::open(config, settings)
+        Self::open(ConnectOptions::parse(params)?, settings)
     }
 
-    /// Connects with `config` and migrates to [`SCHEMA_VERSION`].
-    pub fn open(config: Config, settings: Settings) -> Result<Self, OpenError> {
-        Self::open_at(config, settings, SCHEMA_VERSION)
+    /// Connects with `options` and migrates the schema of its `search_path` to
+    /// [`SCHEMA_VERSION`].
+    pub fn open(options: ConnectOptions, settings: Settings) -> Result<Self, OpenError> {
+        Self::migrate_to(options, settings, SCHEMA_VERSION)
     }
 
     /// Connects and migrates only up to `version` (to write databases of an older schema
     /// in tests of the upgrade path).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn open_at(
-        mut config: Config,
+        options: ConnectOptions,
+        settings: Settings,
+        version: u32,
+    ) -> Result<Self, OpenError> {
+        Self::migrate_to(options, settings, version)
+    }
+
+    fn migrate_to(
+        options: ConnectOptions,
         settings: Settings,
         version: u32,
     ) -> Result<Self, OpenError> {
         check_settings(&settings)?;
+        let mut config = options.config;
+        let connector = connect::connector(&mut config, &settings.tls)?;
         config
             .connect_timeout(settings.connect_timeout)
             .application_name(&settings.application_name);
-        let mut client = config.connect(NoTls)?;
-        session_setup(&mut client, &settings)?;
+        let mut client = connector.connect(&config).map_err(open_error)?;
+        session_setup(&mut client, &settings).map_err(open_error)?;
         let schema: Option<String> = client
-            .query_one("SELECT current_schema()::TEXT", &[])?
+            .query_one("SELECT current_schema()::TEXT", &[])
+            .map_err(open_error)?
             .get(0);
         let schema = schema.ok_or(OpenError::NoSchema)?;
         migrate(&mut client, &schema, version)?;
         Ok(PostgresStore {
             client,
             config,
+            connector,
             settings,
             statements: Statements::default(),
             schema,
@@ -533,13 +629,16 @@ impl PostgresStore {
     }
 
     /// The schema version of the database.
-    pub fn schema_version(&mut self) -> Result<u32, postgres::Error> {
+    pub fn schema_version(&mut self) -> Result<u32, DatabaseError> {
+        self.reconnect_if_closed()
+            .map_err(DatabaseError::from_driver)?;
         let found: i64 = self
             .client
             .query_one(
                 "SELECT coalesce(max(version), 0)::BIGINT FROM custody_schema_migrations",
                 &[],
-            )?
+            )
+            .map_err(DatabaseError::from_driver)?
             .get(0);
         Ok(u32::try_from(found).unwrap_or(0))
     }
@@ -554,24 +653,23 @@ impl PostgresStore {
         &self.settings
     }
 
-    /// The connection (for inspection in tests and tools).
-    pub fn client(&mut self) -> &mut Client {
-        &mut self.client
-    }
-
     /// Sets the global revision counter (to test the 2^53 - 1 cap).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
-    pub fn set_revision_counter(&mut self, revision: u64) -> Result<(), postgres::Error> {
+    pub fn set_revision_counter(&mut self, revision: u64) -> Result<(), DatabaseError> {
         let revision = i64::try_from(revision).unwrap_or(i64::MAX);
-        self.client.execute(
-            "SELECT setval('chat_live_timeline_overlay_revisions', $1, true)",
-            &[&revision],
-        )?;
+        self.client
+            .execute(
+                "SELECT setval('chat_live_timeline_overlay_revisions', $1, true)",
+                &[&revision],
+            )
+            .map_err(DatabaseError::from_driver)?;
         Ok(())
     }
 
     /// Waits this long before every commit (to kill a host in the middle of a
     /// transaction in tests).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn pause_before_commit(&mut self, pause: Option<Duration>) {
         self.local.pause_before_commit = pause;
@@ -583,7 +681,7 @@ impl PostgresStore {
         if !self.client.is_closed() {
             return Ok(());
         }
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = self.connector.connect(&self.config)?;
         session_setup(&mut client, &self.settings)?;
         self.client = client;
         self.statements = Statements::default();

@@ -28,13 +28,14 @@ use timeline_core::time::Millis;
 
 use crate::columns::{self, Column, Refused, Stored};
 use crate::hosts::fence_check;
-use crate::{pg_message, Conn, Fail, PostgresStore};
+use crate::{Conn, DatabaseError, Fail, PostgresStore};
 
-/// The outbox's error for a failure of the server or the connection, with the driver's
-/// error as its source.
+/// The outbox's error for a failure of the server or the connection, with a
+/// [`DatabaseError`] as its source.
 pub(crate) fn ob(e: postgres::Error) -> OutboxError {
+    let e = DatabaseError::from_driver(e);
     OutboxError::Unavailable {
-        message: pg_message(&e),
+        message: e.message().to_owned(),
         source: Some(Arc::new(e)),
     }
 }

@@ -37,15 +37,16 @@ impl Backend for PostgresBackend {
     fn set_revision_counter(&mut self, store: &mut PostgresStore, revision: u64) {
         store.set_revision_counter(revision).unwrap();
     }
-    /// Stores the row with its IDs as the library stores them (their UTF-8 bytes).
+    /// Stores the row with its IDs as the library stores them (their UTF-8 bytes), on a
+    /// connection of its own.
     fn corrupt_entry(
         &mut self,
-        store: &mut PostgresStore,
+        _store: &mut PostgresStore,
         session: &SessionId,
         queue: &str,
         op: &str,
     ) {
-        store
+        self.db
             .client()
             .execute(
                 "INSERT INTO workspace_chat_outbox (session_id, queue_id, operation_id, position, entry_json)

@@ -23,7 +23,8 @@ use overlay_core::overlay::{write, Change};
 use overlay_core::store::{OverlayStore, RowClass, StoreError as OverlayError, StoredBlock};
 use storage_postgres::hosts::{LeaseError, LeaseLost};
 use storage_postgres::{
-    HostId, OpenError, PostgresStore, RunStartError, Settings, MIGRATIONS, SCHEMA_VERSION,
+    DatabaseError, DatabaseErrorKind, HostId, OpenError, PostgresStore, RunStartError, Settings,
+    MIGRATIONS, SCHEMA_VERSION,
 };
 use support::TestDb;
 use timeline_core::block::Block;
@@ -129,7 +130,7 @@ fn migrations_build_the_tables_and_record_their_versions() {
 #[test]
 fn a_version_1_database_upgrades_with_its_data() {
     let db = TestDb::new("upgrade");
-    let mut old = PostgresStore::open_at(db.config(), Settings::default(), 1).unwrap();
+    let mut old = PostgresStore::open_at(db.options(), Settings::default(), 1).unwrap();
     assert_eq!(old.schema_version().unwrap(), 1);
     assert!(!tables(&db).contains("chat_active_runs"));
     claim(&mut old, "s1", &entry("1"));
@@ -174,7 +175,7 @@ fn a_newer_schema_is_refused() {
             &[],
         )
         .unwrap();
-    let err = PostgresStore::open(db.config(), Settings::default()).unwrap_err();
+    let err = PostgresStore::open(db.options(), Settings::default()).unwrap_err();
     assert!(
         matches!(err, OpenError::NewerSchema { found: 99, supported } if supported == SCHEMA_VERSION),
         "{err:?}"
@@ -186,11 +187,11 @@ fn a_newer_schema_is_refused() {
 #[test]
 fn a_failed_migration_names_itself_and_writes_nothing() {
     let db = TestDb::new("failed");
-    drop(PostgresStore::open_at(db.config(), Settings::default(), 1).unwrap());
+    drop(PostgresStore::open_at(db.options(), Settings::default(), 1).unwrap());
     db.client()
         .batch_execute("CREATE TABLE chat_active_runs (x INT)")
         .unwrap();
-    let err = PostgresStore::open(db.config(), Settings::default()).unwrap_err();
+    let err = PostgresStore::open(db.options(), Settings::default()).unwrap_err();
     match &err {
         OpenError::Migration {
             found: 1,
@@ -210,13 +211,13 @@ fn a_failed_migration_names_itself_and_writes_nothing() {
 #[test]
 fn hosts_opening_together_migrate_once() {
     let db = TestDb::new("together");
-    let config = db.config();
+    let options = db.options();
     let opened: Vec<Result<u32, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..4)
             .map(|_| {
-                let config = config.clone();
+                let options = options.clone();
                 scope.spawn(move || {
-                    PostgresStore::open(config, Settings::default())
+                    PostgresStore::open(options, Settings::default())
                         .map_err(|e| e.to_string())
                         .and_then(|mut s| s.schema_version().map_err(|e| e.to_string()))
                 })
@@ -301,7 +302,13 @@ fn a_lock_held_too_long_is_unavailable_not_a_hang() {
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(err.kind(), StoreErrorKind::Unavailable);
     assert!(err.to_string().contains("55P03"), "{err}");
-    assert!(err.source().is_some());
+    let db = err
+        .source()
+        .and_then(|e| e.downcast_ref::<DatabaseError>())
+        .unwrap();
+    assert_eq!(db.kind(), DatabaseErrorKind::Server);
+    assert_eq!(db.code(), Some("55P03"));
+    assert!(db.message().contains("lock timeout"), "{db}");
     tx.rollback().unwrap();
     assert_eq!(store.entries(&s("s1")).unwrap()[0].entry(), Some(&e));
 }
@@ -642,4 +649,45 @@ fn fenced_writes_need_the_sessions_lease() {
     // Unfenced stores (the other host here) write as before.
     two.claim(&s("a"), &print2, &e2).unwrap();
     assert_eq!(two.entries(&s("a")).unwrap().len(), 2);
+}
+
+// Opening fails with the crate's own errors: a server that is not there is a connection
+// failure; options without a host are a configuration error; a database that does not
+// exist is the server's error with its SQLSTATE.
+#[test]
+fn failures_to_open_are_typed_with_the_drivers_message_and_code() {
+    let nowhere = tempfile::tempdir().unwrap();
+    let mut settings = Settings::default();
+    settings.connect_timeout = Duration::from_secs(2);
+    let options = storage_postgres::ConnectOptions::new()
+        .host(nowhere.path().to_str().unwrap())
+        .port(1)
+        .user("postgres");
+    match PostgresStore::open(options, settings) {
+        Err(OpenError::Database(e)) => {
+            assert_eq!(e.kind(), DatabaseErrorKind::Connection, "{e}");
+            assert_eq!(e.code(), None);
+            assert!(e.source().is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // No host at all: refused by the client before any connection.
+    match PostgresStore::open(storage_postgres::ConnectOptions::new(), Settings::default()) {
+        Err(OpenError::Config(e)) => assert_eq!(e.kind(), DatabaseErrorKind::Config, "{e}"),
+        other => panic!("{other:?}"),
+    }
+
+    let db = TestDb::new("no_database");
+    let missing = storage_postgres::ConnectOptions::parse(&db.url)
+        .unwrap()
+        .dbname(&format!("no_such_database_{}", std::process::id()));
+    match PostgresStore::open(missing, Settings::default()) {
+        Err(OpenError::Database(e)) => {
+            assert_eq!(e.kind(), DatabaseErrorKind::Server, "{e}");
+            assert_eq!(e.code(), Some("3D000"));
+            assert!(e.message().contains("does not exist"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

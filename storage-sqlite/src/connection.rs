@@ -1,13 +1,17 @@
-//! The connection and its settings: opening a file or a private in-memory database,
-//! the pragmas every connection sets, and the transactions writes run in.
+//! The connection and its settings: opening a file, a private in-memory database or the
+//! database of a connection the application owns, the pragmas the library's own
+//! connections set, and the transactions writes run in.
 //!
-//! The invariant kept here: a store is created only where no file exists, and a path
-//! never names a half-made store. A new store is built beside its path under a name of
-//! its own, migrated, synced and then linked into place in one step, so a process killed
-//! while creating leaves either nothing at the path or a whole store, and another
-//! opener never sees a file in the making. Any file that is there is looked at before
+//! The invariant kept here: [`SqliteStore::open`] creates a store only where no file
+//! exists, and a path never names a half-made store. A new store is built beside its
+//! path under a name of its own, migrated, synced and then linked into place in one
+//! step, so a process killed while creating leaves either nothing at the path or a whole
+//! store, and another opener never sees a file in the making. Any file that is there is looked at before
 //! anything is written to it, and opened only if it is a custody store: an empty file
-//! is a truncated store, not a new one (see the crate docs, "Which files open").
+//! is a truncated store, not a new one (see the crate docs, "Which files open"). A
+//! database that held a custody store (its `custody_schema` table, or an earlier
+//! release's `user_version` with this library's tables) is never taken for a new one,
+//! whichever way it is opened.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -20,7 +24,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::error::{open_error, sqlite_error, OpenError, SqliteError};
-use crate::migrations::{migrate, schema_tables, table_names, user_version, SCHEMA_VERSION};
+use crate::migrations::{self, migrate, schema_tables, Stored, SCHEMA_TABLE, SCHEMA_VERSION};
 use crate::overlay::OverlayCache;
 
 /// SQLite's `synchronous` level.
@@ -290,74 +294,129 @@ fn sync_directory(_: &Path) -> Result<(), OpenError> {
 /// At most this many names of another program's tables are shown in a refusal.
 const SHOWN_TABLES: usize = 5;
 
-/// Refuses an existing file that is not a custody store, before anything is written to
-/// it (see the crate docs, "Which files open"). SQLite's verdict that the file is
-/// damaged or not a database is [`OpenError::Corrupt`] too ([`open_error`]). A newer or
-/// unknown version and a version whose migration does not apply are left to
-/// [`migrate`], which names them.
-fn check_custody_file(conn: &Connection) -> Result<(), OpenError> {
-    let found: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(open_error)?;
-    let tables = table_names(conn).map_err(open_error)?;
+/// Who else keeps tables in the database a store opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// Nobody: [`SqliteStore::open`] keeps a file of its own, so an existing file
+    /// without this library's schema is refused.
+    Store,
+    /// The application ([`SqliteStore::from_connection`]): a database without this
+    /// library's schema gets it beside the application's tables.
+    App,
+}
+
+/// Refuses an existing database that is not a custody store (for [`Owner::Store`]) or
+/// that held one and lost it (for both), before anything is written to it (see the
+/// crate docs, "Which files open"). SQLite's verdict that the file is damaged or not a
+/// database is [`OpenError::Corrupt`] too ([`open_error`]). A newer or unknown version
+/// and a version whose migration does not apply are left to [`migrate`], which names
+/// them.
+fn check_custody_file(conn: &Connection, owner: Owner) -> Result<(), OpenError> {
+    let found = migrations::found(conn)?;
+    let tables = &found.tables;
     let versions = schema_tables().map_err(open_error)?;
     let corrupt = |reason: String| Err(OpenError::Corrupt { reason });
-    match u32::try_from(found) {
+    let (version, kept_in) = match found.stored {
+        Stored::Absent if owner == Owner::App => return Ok(()),
+        Stored::Absent => return refuse_foreign(conn, tables, versions),
+        Stored::Table(version) => (version, SCHEMA_TABLE),
+        Stored::UserVersion(version) => (version, "user_version"),
+    };
+    match u32::try_from(version) {
         Ok(0) => {
             let ours: BTreeSet<&String> = versions.iter().flatten().collect();
             if tables.iter().any(|t| ours.contains(t)) {
                 // Our tables under a version of 0: the migration says what is wrong.
                 Ok(())
-            } else if tables.is_empty() {
-                corrupt(
-                    "it is an SQLite database with no tables and schema version 0, not a \
-                     custody store: a store whose write-ahead log (-wal) was lost before a \
-                     checkpoint looks like this, as does an empty database another program \
-                     made; a new store is created only where no file exists"
-                        .into(),
-                )
             } else {
-                // In name order (a `BTreeSet`).
-                let shown: Vec<&str> = tables
-                    .iter()
-                    .take(SHOWN_TABLES)
-                    .map(String::as_str)
-                    .collect();
-                let more = tables.len().saturating_sub(SHOWN_TABLES);
-                let more = if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                };
+                // Only the schema table, which is written with the first migration.
                 corrupt(format!(
-                    "it is another program's SQLite database: it holds the tables {}{more}, \
-                     none of this library's, and schema version 0; a custody store keeps a \
-                     file of its own and does not share one",
-                    shown.join(", ")
+                    "its {SCHEMA_TABLE} table says schema version 0 and it holds none of \
+                     this library's other tables; this library writes that table only \
+                     with its first migration, so the database held a custody store and \
+                     lost it"
                 ))
             }
         }
         Ok(version) if version <= SCHEMA_VERSION => {
-            let expected = versions
-                .get(version as usize - 1)
-                .map(|t| {
-                    t.difference(&tables)
-                        .map(String::as_str)
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
-            if expected.is_empty() {
+            let missing = missing_tables(tables, versions, version);
+            if missing.is_empty() {
                 Ok(())
             } else {
                 corrupt(format!(
-                    "it says schema version {version} but lacks the tables {} that version \
-                     has: it held a custody store and lost them",
-                    expected.join(", ")
+                    "it says schema version {version} (in its {kept_in}) but lacks the \
+                     tables {} that version has: it held a custody store and lost them",
+                    missing.join(", ")
                 ))
             }
         }
         // Newer or unknown: `migrate` names it.
         _ => Ok(()),
+    }
+}
+
+/// The tables of schema `version` (from 1) that `tables` lacks, in name order.
+fn missing_tables<'a>(
+    tables: &'a BTreeSet<String>,
+    versions: &'a [BTreeSet<String>],
+    version: u32,
+) -> Vec<&'a str> {
+    versions
+        .get(version as usize - 1)
+        .map(|t| t.difference(tables).map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Refuses an existing file that holds neither the schema table nor any of this
+/// library's tables, for [`SqliteStore::open`]: a custody store is created only where
+/// no file exists. `PRAGMA user_version` is read to tell a file that kept an earlier
+/// release's version (and lost its tables) from a blank one.
+fn refuse_foreign(
+    conn: &Connection,
+    tables: &BTreeSet<String>,
+    versions: &[BTreeSet<String>],
+) -> Result<(), OpenError> {
+    let corrupt = |reason: String| Err(OpenError::Corrupt { reason });
+    if !tables.is_empty() {
+        // In name order (a `BTreeSet`).
+        let shown: Vec<&str> = tables
+            .iter()
+            .take(SHOWN_TABLES)
+            .map(String::as_str)
+            .collect();
+        let more = tables.len().saturating_sub(SHOWN_TABLES);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        return corrupt(format!(
+            "it is another program's SQLite database: it holds the tables {}{more}, none \
+             of this library's; SqliteStore::open keeps a file of its own, and a store \
+             beside another program's tables is opened with SqliteStore::from_connection",
+            shown.join(", ")
+        ));
+    }
+    match u32::try_from(migrations::user_version(conn)?) {
+        Ok(0) => corrupt(
+            "it is an SQLite database with no tables and schema version 0, not a custody \
+             store: a store whose write-ahead log (-wal) was lost before a checkpoint \
+             looks like this, as does an empty database another program made; a new store \
+             is created only where no file exists"
+                .into(),
+        ),
+        Ok(version) if version <= SCHEMA_VERSION => corrupt(format!(
+            "it has no tables, but its user_version says schema version {version}, where \
+             earlier releases of this library kept it; it lacks the tables {} that version \
+             has: it held a custody store and lost them",
+            missing_tables(tables, versions, version).join(", ")
+        )),
+        _ => corrupt(
+            "it is an SQLite database with no tables and a user_version that is no schema \
+             version of this library, not a custody store; a new store is created only \
+             where no file exists"
+                .into(),
+        ),
     }
 }
 
@@ -370,7 +429,12 @@ impl SqliteStore {
     /// names tables it does not hold, and a file SQLite calls malformed or not a
     /// database are [`OpenError::Corrupt`], and nothing is written to them. See the crate
     /// docs, "Which files open". `path` is a file name, never a URI; for a private
-    /// in-memory database use [`SqliteStore::open_in_memory`].
+    /// in-memory database use [`SqliteStore::open_in_memory`], and for a store beside an
+    /// application's own tables [`SqliteStore::from_connection`].
+    ///
+    /// The connection gets the pragmas of `settings` (see the crate docs,
+    /// "Durability"), WAL among them: on a database an application shares, that changes
+    /// the journal mode of its file too.
     pub fn open(path: impl AsRef<Path>, settings: Settings) -> Result<Self, OpenError> {
         Self::open_file(path.as_ref(), settings, SCHEMA_VERSION)
     }
@@ -427,7 +491,7 @@ impl SqliteStore {
         // on WAL.
         conn.busy_timeout(settings.busy_timeout)
             .map_err(open_error)?;
-        check_custody_file(&conn)?;
+        check_custody_file(&conn, Owner::Store)?;
         configure(&conn, &settings, true)?;
         migrate(&mut conn, version)?;
         Ok(SqliteStore {
@@ -448,9 +512,72 @@ impl SqliteStore {
         })
     }
 
-    /// The schema version of the file (its `user_version`).
+    /// Opens the custody store in the database of `conn`, a connection the application
+    /// opened and may share the database with, and migrates it to [`SCHEMA_VERSION`].
+    ///
+    /// A database without this library's schema (no [`SCHEMA_TABLE`] and none of its
+    /// tables) gets it: the migrations create this library's tables and the schema
+    /// table beside the application's own, which are left alone, as is `PRAGMA
+    /// user_version`. A database that held a custody store is opened only if it still
+    /// is one (see the crate docs, "Which files open"); a store written by
+    /// [`SqliteStore::open`] of an earlier release, with its version in
+    /// `user_version`, is converted once and opens here too.
+    ///
+    /// No pragma is set, and [`Settings`] does not apply: the journal mode,
+    /// `synchronous`, `foreign_keys` (this library's tables have no foreign keys),
+    /// `busy_timeout`, the page size and the checkpoint size stay as the application
+    /// set them, since each is the application's choice for the whole database and the
+    /// tables work under any of them. What a write survives is then the connection's:
+    ///
+    /// - `synchronous = FULL` (SQLite's default) keeps an acknowledged write through a
+    ///   process kill and a power loss, in WAL mode (what [`SqliteStore::open`] sets) and
+    ///   with a rollback journal alike;
+    /// - `NORMAL` in WAL mode keeps it through a process kill, but the last commits
+    ///   before a power loss may be lost; `OFF`, or `NORMAL` with a rollback journal, can
+    ///   leave the file damaged after a power loss;
+    /// - `journal_mode = OFF` or `MEMORY` gives up atomic commits: a process killed in
+    ///   the middle of a write can leave it half done or the file damaged, where the
+    ///   storage traits count on every write being whole or absent.
+    ///
+    /// Every write is an `IMMEDIATE` transaction, so when other connections write to the
+    /// database, set a `busy_timeout` on this one first, or a write that meets their lock
+    /// fails at once as `Unavailable`. With the `sqlcipher` feature, set the key (`PRAGMA
+    /// key`) before handing the connection over.
+    ///
+    /// `conn` must not be inside a transaction (SQLite refuses the migrations'), and is
+    /// the store's from here on (get it back with [`SqliteStore::into_connection`]); when
+    /// opening fails, it is closed.
+    ///
+    /// ```
+    /// use rusqlite::Connection;
+    /// use storage_sqlite::{SqliteStore, SCHEMA_VERSION};
+    ///
+    /// let conn = Connection::open_in_memory().unwrap();
+    /// conn.execute_batch("CREATE TABLE notes (body TEXT); PRAGMA user_version = 7;")
+    ///     .unwrap();
+    /// let store = SqliteStore::from_connection(conn).unwrap();
+    /// assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    /// let conn = store.into_connection();
+    /// let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    /// assert_eq!(version, 7);
+    /// ```
+    pub fn from_connection(mut conn: Connection) -> Result<Self, OpenError> {
+        check_custody_file(&conn, Owner::App)?;
+        migrate(&mut conn, SCHEMA_VERSION)?;
+        Ok(SqliteStore {
+            conn,
+            overlays: OverlayCache::default(),
+        })
+    }
+
+    /// The connection, given back: the store is closed, the connection stays open.
+    pub fn into_connection(self) -> Connection {
+        self.conn
+    }
+
+    /// The schema version of the database (the row of its [`SCHEMA_TABLE`]).
     pub fn schema_version(&self) -> Result<u32, SqliteError> {
-        user_version(&self.conn).map_err(sqlite_error)
+        migrations::schema_version(&self.conn).map_err(sqlite_error)
     }
 
     /// The connection (for inspection in tests and tools).

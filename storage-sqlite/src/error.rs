@@ -32,8 +32,10 @@ pub enum OpenError {
     /// the same bytes, and nothing was written to it. The reason says which: SQLite
     /// calls it malformed or not a database; it is empty (0 bytes, as a truncated store
     /// is); it is missing while its write-ahead log is there; it is an SQLite database
-    /// without this library's tables (empty, or another program's); or its schema
-    /// version names tables it does not hold. See the crate docs, "Which files open".
+    /// without this library's tables (empty, or another program's, which only
+    /// [`SqliteStore::open`](crate::SqliteStore::open) refuses); its `custody_schema`
+    /// table does not read as one row with an integer version; or its schema version
+    /// names tables it does not hold. See the crate docs, "Which files open".
     #[error("the database file is damaged or not a custody store: {reason}")]
     Corrupt {
         /// What is wrong with the file.
@@ -59,8 +61,9 @@ pub enum OpenError {
         /// What this build knows.
         supported: u32,
     },
-    /// The file's `user_version` is not a schema version this build knows (it is
-    /// negative or out of range).
+    /// The stored schema version (in the `custody_schema` table, or in the
+    /// `user_version` of a store written by an earlier release) is not one this build
+    /// knows (it is negative or out of range).
     #[error(
         "the database says schema version {found}; this build knows versions 0 to {supported}"
     )]
@@ -70,8 +73,8 @@ pub enum OpenError {
         /// The newest version this build knows.
         supported: u32,
     },
-    /// A migration did not apply to the file: its `user_version` does not match the
-    /// tables it holds. Nothing of that migration was written.
+    /// A migration did not apply to the database: its stored schema version does not
+    /// match the tables it holds. Nothing of that migration was written.
     #[error(
         "the database says schema version {found}, but migration {migration} does not apply to it \
          ({reason}); this build knows versions 0 to {supported}"

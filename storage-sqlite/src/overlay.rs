@@ -718,7 +718,9 @@ impl CleanupJournal for SqliteStore {
 impl SqliteStore {
     /// Sets the global revision counter (to test the 2^53 - 1 cap).
     pub fn set_revision_counter(&mut self, revision: u64) -> rusqlite::Result<()> {
-        // `u64` as a parameter is refused above `i64::MAX`, never wrapped.
+        // Refused above `i64::MAX`, never wrapped.
+        let revision = i64::try_from(revision)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
         self.conn.execute(
             "UPDATE chat_live_timeline_overlay_revisions SET revision = ?1 WHERE id = 1",
             params![revision],

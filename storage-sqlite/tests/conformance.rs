@@ -1,5 +1,7 @@
-//! The storage conformance suite against SQLite, on a file in a temporary directory
-//! and on `:memory:`, with the same expectations as the in-memory stores (ST-04).
+//! The storage conformance suite against SQLite, on a file in a temporary directory,
+//! on `:memory:`, and in an application's database opened on its own connection
+//! (`SqliteStore::from_connection`), with the same expectations as the in-memory stores
+//! (ST-04).
 #![allow(clippy::unwrap_used)]
 
 use fixtures::conformance::Backend;
@@ -11,6 +13,8 @@ use storage_sqlite::{IdColumn, Settings, SqliteStore};
 /// reopen keeps.
 pub struct SqliteBackend {
     dir: Option<tempfile::TempDir>,
+    /// The file is an application's database, opened on the application's connection.
+    app: bool,
 }
 
 impl SqliteBackend {
@@ -18,12 +22,26 @@ impl SqliteBackend {
     pub fn file() -> Self {
         SqliteBackend {
             dir: Some(tempfile::tempdir().unwrap()),
+            app: false,
         }
     }
 
     /// `:memory:`.
     pub fn in_memory() -> Self {
-        SqliteBackend { dir: None }
+        SqliteBackend {
+            dir: None,
+            app: false,
+        }
+    }
+
+    /// An application's database (its own table and `user_version`, SQLite's default
+    /// pragmas but a busy timeout) in a fresh temporary directory, opened on a new
+    /// connection of the application each time.
+    pub fn app_database() -> Self {
+        SqliteBackend {
+            dir: Some(tempfile::tempdir().unwrap()),
+            app: true,
+        }
     }
 }
 
@@ -31,6 +49,16 @@ impl Backend for SqliteBackend {
     type Store = SqliteStore;
     fn open(&mut self) -> SqliteStore {
         match &self.dir {
+            Some(dir) if self.app => {
+                let conn = rusqlite::Connection::open(dir.path().join("app.sqlite")).unwrap();
+                conn.busy_timeout(std::time::Duration::from_secs(5))
+                    .unwrap();
+                conn.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS notes (body TEXT); PRAGMA user_version = 42;",
+                )
+                .unwrap();
+                SqliteStore::from_connection(conn).unwrap()
+            }
             Some(dir) => {
                 SqliteStore::open(dir.path().join("custody.sqlite"), Settings::default()).unwrap()
             }
@@ -72,4 +100,8 @@ mod file {
 
 mod memory {
     fixtures::storage_conformance!(super::SqliteBackend::in_memory());
+}
+
+mod app_database {
+    fixtures::storage_conformance!(super::SqliteBackend::app_database());
 }

@@ -869,47 +869,70 @@ fn route_columns_out_of_range_are_corrupt() {
     }
 }
 
-// ST-02: a `user_version` that does not match the tables fails the migration with the
-// stored version and the versions this build knows, never the migration's SQL; nothing
-// of the failed migration is written, so the file opens once the version is right.
-#[test]
-fn a_bad_user_version_names_the_versions_not_the_sql() {
-    let (_dir, path) = two_entries();
-    for found in [0u32, 1] {
-        raw(&path)
-            .pragma_update(None, "user_version", found)
-            .unwrap();
-        let err = SqliteStore::open(&path, Settings::default()).unwrap_err();
-        let text = err.to_string();
-        match err {
-            OpenError::Migration {
-                found: f,
-                supported,
+/// Turns the current store at `path` into what an earlier release wrote: the same tables,
+/// no `custody_schema`, the version in `PRAGMA user_version`.
+fn as_earlier_release(path: &Path, version: i64) {
+    raw(path)
+        .execute_batch(&format!(
+            "DROP TABLE custody_schema; PRAGMA user_version = {version};"
+        ))
+        .unwrap();
+}
+
+/// Sets the version in the store's `custody_schema`.
+fn set_schema_version(path: &Path, version: i64) {
+    raw(path)
+        .execute("UPDATE custody_schema SET version = ?1", [version])
+        .unwrap();
+}
+
+/// Whether the file at `path` has a `custody_schema` table.
+fn has_schema_table(path: &Path) -> bool {
+    raw(path)
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'custody_schema'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        == 1
+}
+
+/// Asserts that opening the store fails the migration after `found`, naming the stored
+/// version and the versions this build knows, never the migration's SQL.
+fn assert_migration_fails(path: &Path, found: u32) {
+    let err = SqliteStore::open(path, Settings::default()).unwrap_err();
+    let text = err.to_string();
+    match err {
+        OpenError::Migration {
+            found: f,
+            supported,
+            migration,
+            reason,
+        } => {
+            assert_eq!((f, supported), (found, SCHEMA_VERSION));
+            assert_eq!(
                 migration,
-                reason,
-            } => {
-                assert_eq!((f, supported), (found, SCHEMA_VERSION));
-                assert_eq!(
-                    migration,
-                    storage_sqlite::MIGRATIONS[found as usize].0,
-                    "the first migration after the stored version"
-                );
-                assert!(!reason.is_empty());
-            }
-            other => panic!("{other:?}"),
+                storage_sqlite::MIGRATIONS[found as usize].0,
+                "the first migration after the stored version"
+            );
+            assert!(!reason.is_empty());
         }
-        assert!(text.contains(&format!("schema version {found}")), "{text}");
-        assert!(
-            text.contains(&format!("versions 0 to {SCHEMA_VERSION}")),
-            "{text}"
-        );
-        for sql in ["CREATE TABLE", "ALTER TABLE", "INSERT INTO", "--"] {
-            assert!(!text.contains(sql), "{text}");
-        }
+        other => panic!("{other:?}"),
     }
-    // A negative version is named as stored.
-    raw(&path).pragma_update(None, "user_version", -3).unwrap();
-    let err = SqliteStore::open(&path, Settings::default()).unwrap_err();
+    assert!(text.contains(&format!("schema version {found}")), "{text}");
+    assert!(
+        text.contains(&format!("versions 0 to {SCHEMA_VERSION}")),
+        "{text}"
+    );
+    for sql in ["CREATE TABLE", "ALTER TABLE", "INSERT INTO", "--"] {
+        assert!(!text.contains(sql), "{text}");
+    }
+}
+
+/// Asserts that opening the store is refused as a negative version, named as stored.
+fn assert_negative_version_refused(path: &Path) {
+    let err = SqliteStore::open(path, Settings::default()).unwrap_err();
     assert!(
         matches!(err, OpenError::UnknownSchema { found: -3, supported } if supported == SCHEMA_VERSION),
         "{err:?}"
@@ -920,12 +943,107 @@ fn a_bad_user_version_names_the_versions_not_the_sql() {
             "the database says schema version -3; this build knows versions 0 to {SCHEMA_VERSION}"
         )
     );
+}
+
+// ST-02: a `user_version` that does not match the tables of a store written by an
+// earlier release (which kept its version there) fails the migration with the stored
+// version and the versions this build knows, never the migration's SQL; nothing of the
+// failed migration is written (not even the `custody_schema` table the conversion
+// adds), so the file opens once the version is right.
+#[test]
+fn a_bad_user_version_names_the_versions_not_the_sql() {
+    let (_dir, path) = two_entries();
+    as_earlier_release(&path, SCHEMA_VERSION.into());
+    for found in [0u32, 1] {
+        raw(&path)
+            .pragma_update(None, "user_version", found)
+            .unwrap();
+        assert_migration_fails(&path, found);
+        assert!(!has_schema_table(&path), "nothing was written");
+    }
+    // A negative version is named as stored.
+    raw(&path).pragma_update(None, "user_version", -3).unwrap();
+    assert_negative_version_refused(&path);
+    assert!(!has_schema_table(&path), "nothing was written");
     // Nothing was damaged.
     raw(&path)
         .pragma_update(None, "user_version", SCHEMA_VERSION)
         .unwrap();
     let mut store = open(&path);
     assert_eq!(store.entries(&s("s1")).unwrap().len(), 2);
+    assert!(has_schema_table(&path));
+}
+
+// ST-02: the same for a version in `custody_schema` that does not match the tables;
+// nothing of the failed migration is written, so the file opens once the version is
+// right. `user_version` plays no part: it stays 0 throughout.
+#[test]
+fn a_bad_schema_table_version_names_the_versions_not_the_sql() {
+    let (_dir, path) = two_entries();
+    for found in [0u32, 1] {
+        set_schema_version(&path, found.into());
+        assert_migration_fails(&path, found);
+        let stored: i64 = raw(&path)
+            .query_row("SELECT version FROM custody_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, i64::from(found), "nothing was written");
+    }
+    set_schema_version(&path, -3);
+    assert_negative_version_refused(&path);
+    set_schema_version(&path, SCHEMA_VERSION.into());
+    let mut store = open(&path);
+    assert_eq!(store.entries(&s("s1")).unwrap().len(), 2);
+    let user_version: i64 = store
+        .connection()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(user_version, 0);
+}
+
+// ST-02, ST-01: a `custody_schema` table that does not read as this library's (a
+// version that is not an INTEGER, no row, two rows, no `version` column) is refused as
+// `Corrupt`, naming the table; it is never taken for a store at some version, nor for
+// a new one, and nothing is written.
+#[test]
+fn a_damaged_schema_table_is_refused() {
+    let cases: [(&str, &str); 4] = [
+        (
+            "UPDATE custody_schema SET version = 'six'",
+            "custody_schema.version holds TEXT 'six', expected an INTEGER",
+        ),
+        (
+            "DELETE FROM custody_schema",
+            "custody_schema table holds no row",
+        ),
+        (
+            "DROP TABLE custody_schema;
+             CREATE TABLE custody_schema (version INTEGER);
+             INSERT INTO custody_schema VALUES (6), (6);",
+            "custody_schema table holds more than one row",
+        ),
+        (
+            "DROP TABLE custody_schema;
+             CREATE TABLE custody_schema (schema_version INTEGER);
+             INSERT INTO custody_schema VALUES (6);",
+            "custody_schema table is not the one this library writes",
+        ),
+    ];
+    for (edit, expected) in cases {
+        let (_dir, path) = two_entries();
+        raw(&path).execute_batch(edit).unwrap();
+        checkpointed(&path);
+        let before = std::fs::read(&path).unwrap();
+        let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+        assert!(reason.contains(expected), "{edit}: {reason}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "{edit}: nothing was written"
+        );
+        let conn = Connection::open(&path).unwrap();
+        let reason = refused_open(SqliteStore::from_connection(conn));
+        assert!(reason.contains(expected), "{edit}: {reason}");
+    }
 }
 
 // ----------------------------------------------------------------------------------
@@ -1209,10 +1327,11 @@ fn a_missing_file_with_its_wal_left_is_refused() {
     assert_eq!(std::fs::read(&wal).unwrap(), std::fs::read(&kept).unwrap());
 }
 
-// ST-02: another program's SQLite database (its own tables, none of ours, schema
-// version 0) is refused, not taken over: the library keeps a file of its own and does
-// not share one (its `user_version` is the schema's). Nothing is written: the tables,
-// the version and the journal mode stay the other program's.
+// ST-02: another program's SQLite database (its own tables, none of ours, and whatever
+// `user_version` it keeps) is refused by `SqliteStore::open`, not taken over: a store
+// opened by path keeps a file of its own (a store beside an application's tables is
+// opened with `SqliteStore::from_connection`). Nothing is written: the tables, the
+// version and the journal mode stay the other program's.
 #[test]
 fn another_programs_database_is_refused_and_left_alone() {
     let (_dir, path) = file();
@@ -1224,20 +1343,27 @@ fn another_programs_database_is_refused_and_left_alone() {
         )
         .unwrap();
     }
-    let before = std::fs::read(&path).unwrap();
-    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
-    assert!(reason.contains("another program's"), "{reason}");
-    assert!(reason.contains("users"), "{reason}");
-    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was written");
-    let conn = raw(&path);
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(mode, "delete", "the journal mode was not switched to WAL");
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 0);
+    for user_version in [0, 2, 41] {
+        raw(&path)
+            .pragma_update(None, "user_version", user_version)
+            .unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+        assert!(reason.contains("another program's"), "{reason}");
+        assert!(reason.contains("users"), "{reason}");
+        assert!(reason.contains("from_connection"), "{reason}");
+        assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was written");
+        let conn = raw(&path);
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete", "the journal mode was not switched to WAL");
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, user_version);
+        assert!(!has_schema_table(&path));
+    }
 }
 
 // ST-02: an SQLite database with no tables and schema version 0 is refused: it is what
@@ -1263,9 +1389,11 @@ fn a_blank_sqlite_database_is_refused() {
     assert_eq!(tables, 0, "no migration ran");
 }
 
-// ST-02: a file that held the schema (`user_version` above 0) but lost tables its
-// version has is refused, naming them; it does not open with those tables missing or
-// silently made again empty. Restored, it opens.
+// ST-02: a file that held the schema (its `custody_schema` table, or the `user_version`
+// above 0 an earlier release kept) but lost tables its version has is refused, naming
+// them, by `SqliteStore::open` and `SqliteStore::from_connection` alike; it does not
+// open with those tables missing or silently made again empty, and is never taken for a
+// new store. Restored, it opens.
 #[test]
 fn a_store_that_lost_its_tables_is_refused() {
     let (_dir, path) = two_entries();
@@ -1277,13 +1405,59 @@ fn a_store_that_lost_its_tables_is_refused() {
         .unwrap();
     let reason = refused_open(SqliteStore::open(&path, Settings::default()));
     assert!(
-        reason.contains(&format!("schema version {SCHEMA_VERSION}")),
+        reason.contains(&format!(
+            "schema version {SCHEMA_VERSION} (in its custody_schema)"
+        )),
         "{reason}"
     );
     assert!(
         reason.contains("chat_live_timeline_overlay_rows, workspace_chat_outbox"),
         "{reason}"
     );
+    // The same for a store of an earlier release.
+    as_earlier_release(&path, SCHEMA_VERSION.into());
+    let reason = refused_open(SqliteStore::open(&path, Settings::default()));
+    assert!(
+        reason.contains(&format!(
+            "schema version {SCHEMA_VERSION} (in its user_version)"
+        )),
+        "{reason}"
+    );
+    assert!(!has_schema_table(&path), "nothing was written");
+
+    // Every table gone but `custody_schema`, at its version or at 0: never a new store.
+    for version in [SCHEMA_VERSION.into(), 0] {
+        let (_dir, path) = two_entries();
+        let conn = raw(&path);
+        let tables: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name != 'custody_schema'",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for table in tables {
+            conn.execute_batch(&format!("DROP TABLE {table}")).unwrap();
+        }
+        drop(conn);
+        set_schema_version(&path, version);
+        let opened = refused_open(SqliteStore::open(&path, Settings::default()));
+        let shared = refused_open(SqliteStore::from_connection(raw(&path)));
+        for reason in [opened, shared] {
+            assert!(reason.contains("custody_schema"), "{reason}");
+            assert!(reason.contains("lost"), "{reason}");
+        }
+        let tables: i64 = raw(&path)
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 1, "no migration ran");
+    }
 
     // Every table gone, the version kept (the version of a file's header alone).
     let (_dir, path) = file();

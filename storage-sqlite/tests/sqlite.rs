@@ -3,12 +3,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use outbox_core::ids::{OperationId, SessionId};
 use outbox_core::store::OutboxStore;
 use overlay_core::overlay::{write, Change};
 use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock};
-use storage_sqlite::{OpenError, Settings, SqliteStore, Synchronous, MIGRATIONS, SCHEMA_VERSION};
+use rusqlite::Connection;
+use storage_sqlite::{
+    OpenError, Settings, SqliteStore, Synchronous, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION,
+};
 use timeline_core::block::Block;
 use timeline_core::key::{BlockKey, BlockType, RunId, TargetId};
 use timeline_core::time::Millis;
@@ -53,10 +57,126 @@ fn migrations_build_the_seed_tables() {
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
     assert_eq!(ok, "ok");
+    // The version is the one row of `custody_schema`; `user_version` is not used.
+    assert!(t.contains(SCHEMA_TABLE));
+    assert_eq!(
+        schema_rows(store.connection()),
+        [(1, i64::from(SCHEMA_VERSION))]
+    );
+    assert_eq!(user_version(store.connection()), 0);
     // Opening again is a no-op.
     drop(store);
     let store = SqliteStore::open(dir.path().join("db.sqlite"), Settings::default()).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(
+        schema_rows(store.connection()),
+        [(1, i64::from(SCHEMA_VERSION))]
+    );
+}
+
+/// The rows of `custody_schema`: (id, version).
+fn schema_rows(conn: &Connection) -> Vec<(i64, i64)> {
+    conn.prepare("SELECT id, version FROM custody_schema")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn user_version(conn: &Connection) -> i64 {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A file as an earlier release wrote it at `version`: WAL, the first `version`
+/// migrations, the version in `user_version` and no `custody_schema`; session `s1`
+/// holds the cleanup job of `run-1`.
+fn earlier_release_file(path: &Path, version: usize) {
+    let conn = Connection::open(path).unwrap();
+    let _: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .unwrap();
+    for (_, sql) in &MIGRATIONS[..version] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", version as i64)
+        .unwrap();
+    conn.execute(
+        "INSERT INTO chat_pending_terminal_overlay_cleanups VALUES ('s1', 'run-1')",
+        [],
+    )
+    .unwrap();
+}
+
+// ST-02: a store written by an earlier release, which kept its version in
+// `PRAGMA user_version`, opens and upgrades: `user_version` is read once, the
+// `custody_schema` table is created with that version in the transaction of the first
+// migration (or of its own, when none is due), and from then on `user_version` is never
+// read or written again: whatever it says later, the store opens at its version, and it
+// keeps the value the earlier release left.
+#[test]
+fn a_store_of_an_earlier_release_upgrades_and_leaves_user_version_behind() {
+    use overlay_core::store::CleanupJournal;
+    let dir = tempfile::tempdir().unwrap();
+    for version in [2, SCHEMA_VERSION as usize] {
+        let path = dir.path().join(format!("v{version}.sqlite"));
+        earlier_release_file(&path, version);
+        let mut store = SqliteStore::open(&path, Settings::default()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(store.pending_cleanups(None).unwrap().len(), 1);
+        assert_eq!(
+            schema_rows(store.connection()),
+            [(1, i64::from(SCHEMA_VERSION))]
+        );
+        assert_eq!(
+            user_version(store.connection()),
+            version as i64,
+            "not written"
+        );
+        drop(store);
+        for stale in [0, 1, -5, 99] {
+            Connection::open(&path)
+                .unwrap()
+                .pragma_update(None, "user_version", stale)
+                .unwrap();
+            let mut store = SqliteStore::open(&path, Settings::default()).unwrap();
+            assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+            assert_eq!(store.pending_cleanups(None).unwrap().len(), 1);
+            assert_eq!(user_version(store.connection()), stale, "not written");
+        }
+    }
+    // Through a connection the application owns, the same.
+    let path = dir.path().join("shared.sqlite");
+    earlier_release_file(&path, 3);
+    let store = SqliteStore::from_connection(Connection::open(&path).unwrap()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(user_version(store.connection()), 3);
+}
+
+// ST-02: connections that open one store of an earlier release at once convert and
+// migrate it once: each reads the version again inside its write transaction.
+#[test]
+fn connections_upgrading_one_file_at_once_migrate_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite");
+    earlier_release_file(&path, 1);
+    let openers: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                SqliteStore::open(&path, Settings::default())
+                    .map(|store| store.schema_version().unwrap())
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    for opener in openers {
+        assert_eq!(opener.join().unwrap(), Ok(SCHEMA_VERSION));
+    }
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(schema_rows(&conn), [(1, i64::from(SCHEMA_VERSION))]);
+    assert_eq!(user_version(&conn), 1);
 }
 
 // ST-02: a database written by the first schema version opens and upgrades.
@@ -141,7 +261,9 @@ fn a_version_1_database_upgrades_with_its_data() {
     assert_eq!(store.pending_cleanups(None).unwrap().len(), 1);
 }
 
-// ST-02: a file from a newer schema is refused, not damaged.
+// ST-02: a file from a newer schema is refused, not damaged: a version in
+// `custody_schema` above this build's, and the same in the `user_version` of a store
+// without that table (nothing is written to it: it does not get the table).
 #[test]
 fn a_newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -149,15 +271,40 @@ fn a_newer_schema_is_refused() {
     let store = SqliteStore::open(&path, Settings::default()).unwrap();
     store
         .connection()
-        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .execute(
+            "UPDATE custody_schema SET version = ?1",
+            [SCHEMA_VERSION + 1],
+        )
         .unwrap();
     drop(store);
-    match SqliteStore::open(&path, Settings::default()) {
+    let newer = |path: &Path| match SqliteStore::open(path, Settings::default()) {
         Err(OpenError::NewerSchema { found, supported }) => {
             assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION))
         }
         other => panic!("{other:?}"),
-    }
+    };
+    newer(&path);
+    assert_eq!(
+        schema_rows(&Connection::open(&path).unwrap()),
+        [(1, i64::from(SCHEMA_VERSION) + 1)]
+    );
+
+    let path = dir.path().join("newer-release.sqlite");
+    earlier_release_file(&path, SCHEMA_VERSION as usize);
+    Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    newer(&path);
+    let tables: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'custody_schema'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "nothing was written");
 }
 
 // ST-02: WAL, foreign keys, busy timeout and synchronous on every connection.

@@ -37,7 +37,7 @@ use outbox_core::store::{Claim, OutboxStore, StoreError as OutboxError};
 use overlay_core::overlay::{write, Change};
 use overlay_core::store::{OverlayStore, RowClass, StoreError as OverlayError, StoredBlock};
 use storage_postgres::hosts::LeaseError;
-use storage_postgres::{HostId, PostgresStore, RunStartError, Settings};
+use storage_postgres::{ConnectOptions, HostId, PostgresStore, RunStartError, Settings};
 use timeline_core::block::Block;
 use timeline_core::key::{BlockKey, BlockType, TargetId};
 use timeline_core::time::Millis;
@@ -314,8 +314,7 @@ fn main() -> Result<(), Failure> {
     );
     let url = std::env::var("PG_WORKER_URL")?;
     let schema = std::env::var("PG_WORKER_SCHEMA")?;
-    let mut config: postgres::Config = url.parse()?;
-    config.options(&format!("-c search_path={schema}"));
+    let connect = ConnectOptions::parse(&url)?.options(&format!("-c search_path={schema}"));
     let tag = options.text("tag", "w");
     let mut settings = Settings::default();
     settings.application_name = format!("pg_host_worker {job} {tag}");
@@ -323,7 +322,7 @@ fn main() -> Result<(), Failure> {
     settings.leases.run_lease = Duration::from_millis(options.number("run_lease_ms", 15_000)?);
     settings.leases.session_lease =
         Duration::from_millis(options.number("session_lease_ms", 15_000)?);
-    let mut store = PostgresStore::open(config, settings)?;
+    let mut store = PostgresStore::open(connect, settings)?;
     let host = HostId::new(format!("host-{tag}"))?;
     say("ready")?;
     let mut go = String::new();

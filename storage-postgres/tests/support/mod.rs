@@ -23,7 +23,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use storage_postgres::{PostgresStore, Settings};
+use storage_postgres::{ConnectOptions, PostgresStore, Settings};
 
 /// What to do when there is no server.
 const INSTALL: &str = "the PostgreSQL tests need a server: set DATABASE_URL to a database of \
@@ -31,14 +31,29 @@ const INSTALL: &str = "the PostgreSQL tests need a server: set DATABASE_URL to a
     or install the PostgreSQL server binaries so that initdb and pg_ctl are on PATH or under \
     /usr/lib/postgresql/<version>/bin (Debian and Ubuntu: apt-get install postgresql)";
 
-/// The server the tests of this binary share.
+/// The server the tests of this binary share, or a private cluster of one test file.
 pub struct Server {
     /// Connection parameters without a schema (a URL or key=value pairs).
     pub url: String,
-    /// Private clusters: the guardian's pipe, held open until the process exits.
+    /// Private clusters started with [`Cluster::tcp`]: the port on 127.0.0.1.
+    pub tcp_port: Option<u16>,
+    /// Private clusters: the guardian's pipe, held open until the process exits (or
+    /// the server is dropped).
     guardian: Option<Mutex<ChildStdin>>,
     /// Private clusters: where the cluster lives.
     pub root: Option<PathBuf>,
+}
+
+/// What a private cluster starts with beyond the defaults of [`server`].
+#[derive(Default)]
+pub struct Cluster {
+    /// Listen on 127.0.0.1 too (the server offers TLS only over TCP).
+    pub tcp: bool,
+    /// Files written into the data directory before the start, readable only by the
+    /// cluster's user (as PostgreSQL wants a key file): name and content.
+    pub files: Vec<(&'static str, Vec<u8>)>,
+    /// More server settings, `name=value`.
+    pub settings: Vec<String>,
 }
 
 static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
@@ -61,12 +76,13 @@ fn start() -> Result<Server, String> {
             check_version(&mut client)?;
             return Ok(Server {
                 url,
+                tcp_port: None,
                 guardian: None,
                 root: None,
             });
         }
     }
-    private_cluster()
+    private_cluster(&Cluster::default())
 }
 
 /// An error with its causes, for a message a person reads.
@@ -198,7 +214,9 @@ fn run(command: &mut Command, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn private_cluster() -> Result<Server, String> {
+/// Starts a throwaway cluster from the installed server binaries; it stops and its
+/// directory goes when the returned server is dropped or the process exits.
+pub fn private_cluster(spec: &Cluster) -> Result<Server, String> {
     let bin = binaries()?;
     let user = cluster_user()?;
     let root = tempfile::Builder::new()
@@ -250,15 +268,28 @@ fn private_cluster() -> Result<Server, String> {
             ]),
         "initdb",
     )?;
+    for (name, content) in &spec.files {
+        let path = data.join(name);
+        std::fs::write(&path, content)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(|e| format!("cannot restrict {}: {e}", path.display()))?;
+        chown(&path, user)?;
+    }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| format!("cannot find a free port: {e}"))?;
-    let options = format!(
-        "-k {} -p {port} -c listen_addresses= -c max_connections=200 -c shared_buffers=32MB \
-         -c fsync=off -c full_page_writes=off -c synchronous_commit=on",
+    let listen = if spec.tcp { "127.0.0.1" } else { "" };
+    let mut options = format!(
+        "-k {} -p {port} -c listen_addresses={listen} -c max_connections=200 \
+         -c shared_buffers=32MB -c fsync=off -c full_page_writes=off -c synchronous_commit=on",
         sock.display()
     );
+    for setting in &spec.settings {
+        options.push_str(" -c ");
+        options.push_str(setting);
+    }
     run(
         as_cluster_user(bin.join("pg_ctl"), user, &root)
             .arg("-D")
@@ -281,6 +312,7 @@ fn private_cluster() -> Result<Server, String> {
     check_version(&mut client)?;
     Ok(Server {
         url,
+        tcp_port: spec.tcp.then_some(port),
         guardian: Some(Mutex::new(pipe)),
         root: Some(root),
     })
@@ -317,19 +349,26 @@ impl TestDb {
         }
     }
 
-    /// The connection config of this test's schema.
+    /// The driver's connection config of this test's schema (for plain clients).
     pub fn config(&self) -> postgres::Config {
         config_for(&self.url, &self.schema)
     }
 
+    /// The store's connection options for this test's schema.
+    pub fn options(&self) -> ConnectOptions {
+        ConnectOptions::parse(&self.url)
+            .unwrap()
+            .options(&format!("-c search_path={}", self.schema))
+    }
+
     /// A store on this test's schema.
     pub fn open(&self) -> PostgresStore {
-        PostgresStore::open(self.config(), Settings::default()).unwrap()
+        PostgresStore::open(self.options(), Settings::default()).unwrap()
     }
 
     /// A store with `settings`.
     pub fn open_with(&self, settings: Settings) -> PostgresStore {
-        PostgresStore::open(self.config(), settings).unwrap()
+        PostgresStore::open(self.options(), settings).unwrap()
     }
 
     /// A plain client on this test's schema.
