@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 /// The client timeline and the shared vocabulary: keys, blocks, rows, time (`timeline-core`).
 pub use timeline_core as timeline;

@@ -507,6 +507,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     }
 
     /// The earliest deadline of every machine inside; call [`Host::handle_timeout`] then.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         [
             self.custody.poll_timeout(),

@@ -22,6 +22,8 @@
 //! Nothing here reads a clock, sleeps, spawns or draws randomness: time is an argument,
 //! UUIDs come from the host, and agent work comes out as effects.
 
+#![warn(unreachable_pub)]
+
 pub mod adapter;
 pub mod custody;
 pub mod entry;

@@ -727,3 +727,34 @@ fn the_first_title_replaces_a_placeholder_and_uses_a_session_messages_body() {
         "My own title"
     );
 }
+
+// OB-17: the prefix custody gives a session message's operation is the one the reader
+// of saved rows asks for, so the message the agent got reads back as a session message
+// with its sender, and the same text under one of the user's own operation IDs never
+// does.
+#[test]
+fn the_session_message_prefix_is_shared() {
+    use outbox_core::session_message::SESSION_MESSAGE_PREFIX;
+    let mut b = Bench::codex(&["a", "b"]);
+    b.c.send_session_message(
+        call("a", Some("b"), "call-1", AccessLevel::WorkspaceWrite),
+        b.now,
+    )
+    .unwrap();
+    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+        panic!("sent")
+    };
+    assert!(req
+        .operation_id
+        .as_str()
+        .starts_with(SESSION_MESSAGE_PREFIX));
+    let text = req.request.agent_text();
+    let (sender, body) = read_session_message(&req.operation_id, text).expect("read back");
+    assert_eq!(sender.session_id, s("a"));
+    assert_eq!(body, "Please run the Android build.");
+    let own = op(req
+        .operation_id
+        .as_str()
+        .trim_start_matches(SESSION_MESSAGE_PREFIX));
+    assert_eq!(read_session_message(&own, text), None);
+}

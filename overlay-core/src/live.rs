@@ -864,6 +864,7 @@ impl LiveHub {
 
     /// The next deadline: a waiting snapshot, a repair tick, or the end of a throttle
     /// window with a signal held back.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         let coalesce = self
             .waiting_order

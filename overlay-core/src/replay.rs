@@ -453,6 +453,7 @@ impl ReplayBuffers {
     }
 
     /// The next reclaim deadline.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         self.sessions
             .values()

@@ -218,6 +218,7 @@ impl ExactScans {
     }
 
     /// The next deadline: a scan that is due, or the end of a budget.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         self.scans
             .values()

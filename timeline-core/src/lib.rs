@@ -61,6 +61,8 @@
 //! assert_eq!(origins, [Origin::History, Origin::Live, Origin::Pending]);
 //! ```
 
+#![warn(unreachable_pub)]
+
 pub mod anchor;
 pub mod block;
 pub mod cursor;

@@ -249,6 +249,7 @@ impl ConversationClient {
     }
 
     /// The deadline of the next chunk of a rebuild.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         self.rebuild.as_ref().map(|r| r.deadline)
     }

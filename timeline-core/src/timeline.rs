@@ -626,6 +626,7 @@ impl Timeline {
     }
 
     /// The earliest deadline at which [`Timeline::handle_timeout`] has work.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         let inflight = self.in_flight.values().map(|f| f.deadline);
         let retry = self.retry_at.map(|(at, _)| at);

@@ -816,6 +816,7 @@ impl<S: OutboxStore> Custody<S> {
     // ----- timers ----------------------------------------------------------------------
 
     /// The earliest deadline.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         let sends = self.in_flight.values().map(|f| f.deadline);
         let interrupts = self.interrupts.values().map(|i| i.next_poll);
