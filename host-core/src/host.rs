@@ -87,6 +87,18 @@ struct Session {
     /// Runs the exact scans must repeat after a restart (the cleanup journal's rows),
     /// started when the session's first target opens.
     repair: Vec<RunId>,
+    /// A history rewrite (OV-10) the cleanup journal kept from before a restart: done
+    /// when the session's first target opens.
+    rewrite: bool,
+}
+
+/// The run ID under which the cleanup journal keeps a session's pending history rewrite
+/// (OV-10): a write that announces lost history and was refused is recorded there, so
+/// a restart does it again. No run of an agent has this ID (runs are `run-<uuid>-<ms>`).
+pub const REWRITE_JOURNAL_RUN: &str = "custody-history-rewrite";
+
+fn rewrite_journal_run() -> Option<RunId> {
+    RunId::new(REWRITE_JOURNAL_RUN).ok()
 }
 
 /// The host machine. See the crate docs.
@@ -119,6 +131,8 @@ pub struct Host<O, V> {
     /// Sessions whose history lost rows (OV-10) and whose announcing write the overlay
     /// store refused: written again at `retry_at`.
     rewrites: BTreeSet<SessionId>,
+    /// Sessions whose pending rewrite the cleanup journal holds ([`REWRITE_JOURNAL_RUN`]).
+    rewrites_journaled: BTreeSet<SessionId>,
     /// Runs whose rows left the agent's history (a rolled-back turn, a gone thread), the
     /// last [`LEFT_RUNS_KEPT`] per session: a late row of theirs is not published.
     left_runs: BTreeMap<SessionId, VecDeque<RunId>>,
@@ -271,6 +285,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             unsaved: BTreeMap::new(),
             retry_at: None,
             rewrites: BTreeSet::new(),
+            rewrites_journaled: BTreeSet::new(),
             left_runs: BTreeMap::new(),
             unread_cards: BTreeSet::new(),
             late_resolutions: VecDeque::new(),
@@ -291,6 +306,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         match self.overlays.pending_cleanups(None) {
             Ok(rows) => {
                 for (session, run) in rows {
+                    if Some(&run) == rewrite_journal_run().as_ref() {
+                        if let Some(s) = self.sessions.get_mut(&session) {
+                            s.rewrite = true;
+                        }
+                        continue;
+                    }
                     // The restart repair of the exact scans (a capability of its own).
                     let repair = self
                         .custody
@@ -456,6 +477,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         let entry = self.sessions.entry(session.clone()).or_insert(Session {
             sources: BTreeMap::new(),
             repair: Vec::new(),
+            rewrite: false,
         });
         entry.sources.insert(TargetId::main(session), source);
     }
@@ -1021,11 +1043,21 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
 
     /// The first open of a session's target starts the restart repair of its runs.
     fn open_target(&mut self, session: &SessionId, now: Millis) {
+        let mut rewrite = false;
         if let Some(s) = self.sessions.get_mut(session) {
             if !s.repair.is_empty() {
                 let runs = std::mem::take(&mut s.repair);
                 self.scans.target_opened(session, &runs, now);
             }
+            rewrite = std::mem::take(&mut s.rewrite);
+        }
+        if rewrite {
+            // The rewrite a host before this one could not write (OV-10). Which runs
+            // left is not known any more: none is remembered as gone, and the run the
+            // registry holds active keeps its rows. The journal row goes once it is
+            // written.
+            self.rewrites_journaled.insert(session.clone());
+            self.rewrite_history(session, false, now);
         }
     }
 
@@ -1100,8 +1132,19 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// is sent. Those runs' rows waiting for a retry are dropped, and a late row of
     /// theirs is not published. A refused write is said and tried again.
     fn history_rewritten(&mut self, session: &SessionId, now: Millis) {
+        self.rewrite_history(session, true, now);
+    }
+
+    /// [`Host::history_rewritten`]; `remember`: the runs whose rows leave are known (not
+    /// after a restart), and their late rows are dropped.
+    fn rewrite_history(&mut self, session: &SessionId, remember: bool, now: Millis) {
         self.stats.history_rewrites += 1;
-        let current = self.runs.get(session).cloned();
+        let current = self.runs.get(session).cloned().or_else(|| {
+            self.custody
+                .runs()
+                .active(session)
+                .map(|r| r.run_id.clone())
+        });
         let main = TargetId::main(session);
         let mut targets = match self.overlays.targets(session) {
             Ok(targets) => targets,
@@ -1110,6 +1153,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 return;
             }
         };
+        let mut failed = false;
         if !targets.contains(&main) {
             targets.push(main);
         }
@@ -1136,8 +1180,23 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     self.emit_blocks(session, &target, &stored, now);
                 }
                 Ok(WriteResult::Unchanged(_)) => {}
-                Err(error) => self.rewrite_failed(session, target, error, now),
+                Err(error) => {
+                    failed = true;
+                    self.rewrite_failed(session, target, error, now);
+                }
             }
+        }
+        if !failed && self.rewrites_journaled.remove(session) {
+            if let Some(run) = rewrite_journal_run() {
+                if let Err(error) = self.overlays.remove_cleanup(session, &run) {
+                    // The row stays: the next restart rewrites once more, which is
+                    // harmless.
+                    self.journal_failed(session, &run, error);
+                }
+            }
+        }
+        if !remember {
+            return;
         }
         // Rows waiting for a retry go by the same rule as the stored ones.
         self.unsaved.retain(|(s, _, _), write| match write {
@@ -1173,6 +1232,17 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             target,
             error,
         });
+        // Kept in the journal too, so a restart before the retry does it again.
+        if !self.rewrites_journaled.contains(session) {
+            if let Some(run) = rewrite_journal_run() {
+                match self.overlays.add_cleanup(session, &run) {
+                    Ok(()) => {
+                        self.rewrites_journaled.insert(session.clone());
+                    }
+                    Err(error) => self.journal_failed(session, &run, error),
+                }
+            }
+        }
         self.rewrites.insert(session.clone());
         self.retry_at.get_or_insert(now.saturating_add(WRITE_RETRY));
     }

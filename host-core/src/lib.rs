@@ -118,7 +118,9 @@ pub use agent::{
 };
 
 pub use approvals::{DECIDED_KEPT, DECISION_FIELD};
-pub use host::{Host, HostConfig, HostStats, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS};
+pub use host::{
+    Host, HostConfig, HostStats, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS, REWRITE_JOURNAL_RUN,
+};
 pub use io::{
     AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo,
     Severity,

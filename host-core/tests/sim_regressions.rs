@@ -12,7 +12,7 @@ use host_core::{Reply, ReplyTo};
 use outbox_core::adapter::SendResult;
 use outbox_core::{Capabilities, Controls, HistoryRead, MemoryOutboxStore, MessageRequest};
 use outbox_core::{OperationId, QueueId, SessionInfo, SubmitRequest};
-use overlay_core::{MemorySource, OverlayStore};
+use overlay_core::{CleanupJournal, MemorySource, OverlayStore};
 use overlay_core::{SourceKind, StoredBlock};
 use timeline_core::rows::{ApprovalKind, ApprovalResult, CardStatus, Decision};
 use timeline_core::{ApprovalRequest, BlockKey, BlockType, BoundaryToken, HostKey, Millis};
@@ -1039,4 +1039,90 @@ fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
         .find(|e| e.operation_id == op2)
         .expect("still waiting for its answer");
     assert!(!entry.request.rollback_before_send);
+}
+
+// OV-10, sim seed 149: the write that announces lost history was refused and the host
+// died before its retry in memory; the rows of the replaced turn stayed for good. The
+// refusal is now kept in the cleanup journal (`REWRITE_JOURNAL_RUN`): the next host
+// does the rewrite when the session's first target opens, and removes the row.
+#[test]
+fn a_refused_rewrite_survives_a_restart_in_the_journal() {
+    let mut host = host_over(
+        MemoryOutboxStore::new(),
+        Flaky::default(),
+        Capabilities::codex(),
+    );
+    host.start(Millis(0)).unwrap();
+    let (first, attempt) = submit_sent(&mut host, 1, Controls::automatic(), Millis(10));
+    host.handle_agent(
+        AgentInput::SendResult {
+            attempt,
+            result: SendResult::Delivered,
+        },
+        Millis(11),
+    );
+    let s = session();
+    host.handle_agent(
+        AgentInput::Rows {
+            session: s.clone(),
+            target: TargetId::main(&s),
+            rows: vec![reply_row("r1", &first)],
+        },
+        Millis(12),
+    );
+    host.handle_agent(
+        AgentInput::RunEnded {
+            session: s.clone(),
+            run: first.clone(),
+            outcome: overlay_core::RunEventKind::Completed,
+            untaken: Vec::new(),
+        },
+        Millis(13),
+    );
+    submit_sent(&mut host, 2, Controls::replace_latest(), Millis(20));
+    host.overlays().writes_off = true;
+    host.handle_agent(
+        AgentInput::RolledBack {
+            session: s.clone(),
+            operation_id: OperationId::new("op-2").unwrap(),
+        },
+        Millis(21),
+    );
+    drain(&mut host);
+    let marker = RunId::new(host_core::REWRITE_JOURNAL_RUN).unwrap();
+    let journal = |host: &mut Host<MemoryOutboxStore, Flaky>| {
+        host.overlays()
+            .inner
+            .pending_cleanups(Some(&session()))
+            .unwrap()
+    };
+    assert!(journal(&mut host).contains(&(s.clone(), marker.clone())));
+    assert_eq!(main_overlay(&mut host).1, vec!["r1".to_owned()]);
+
+    // The host dies before its retry; the next one opens the same stores.
+    let overlays = Flaky {
+        inner: host.overlays().inner.clone(),
+        ..Flaky::default()
+    };
+    drop(host);
+    // (The outbox plays no part in the rewrite.)
+    let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::codex());
+    host.start(Millis(5_000)).unwrap();
+    let (epoch, _) = main_overlay(&mut host);
+    host.handle_client(
+        ReplyTo(100),
+        ClientRequest::Join {
+            session: s.clone(),
+            protocol: overlay_core::LiveProtocol::Snapshots,
+        },
+        Millis(5_010),
+    );
+    drain(&mut host);
+    let (after, ids) = main_overlay(&mut host);
+    assert!(ids.is_empty(), "{ids:?}");
+    assert!(after > epoch);
+    assert!(
+        !journal(&mut host).contains(&(s, marker)),
+        "the row is removed"
+    );
 }

@@ -153,12 +153,14 @@ pub enum Known {
     /// after the host that sent it died, and the new host's start-up read said missing
     /// first, the user's "send now" sends it a second time.
     PendingInputMissing,
-    /// host-core (OV-10): the write that takes a rolled-back turn's rows out of the
-    /// overlay (or a gone thread's) was refused and the host died before its retry, so
-    /// nothing does it again: the saved overlay keeps those rows for good and every
-    /// client shows them as live rows, through reloads. Met only in a session where the
-    /// simulator saw [`host_core::Notice::HistoryRewriteFailed`] and then a restart;
-    /// anywhere else it is [`Invariant::ReplacedReappears`].
+    /// host-core (OV-10, a limit): the write that takes a rolled-back turn's rows out of
+    /// the overlay (or a gone thread's) was refused, the cleanup journal refused the row
+    /// that would have made a restart do it again, and the host died before its retry in
+    /// memory: nothing does it again, the saved overlay keeps those rows for good and
+    /// every client shows them as live rows, through reloads. Met only in a session where
+    /// the simulator saw both refusals ([`host_core::Notice::JournalFailed`] for
+    /// [`host_core::REWRITE_JOURNAL_RUN`]) and then a restart; anywhere else it is
+    /// [`Invariant::ReplacedReappears`].
     RolledBackRowsUnsettled,
     /// host-core (OV-10), the same lost retry: no epoch rose, so a client that loaded
     /// its window before the rollback keeps the rows that left history until it reloads

@@ -293,8 +293,9 @@ pub struct World {
     /// Rows that left the agent's history for good, per session: the rows of turns a
     /// replace latest rolled back, and of threads that are gone.
     pub(crate) gone_rows: BTreeMap<SessionId, BTreeSet<BlockKey>>,
-    /// Sessions whose announcement of lost history the overlay store refused (a retry
-    /// waits), and those where a host died with such a retry.
+    /// Sessions whose announcement of lost history the overlay store refused, and its
+    /// journal row too (only a retry in memory waits), and those where a host died with
+    /// such a retry.
     pub(crate) rewrites_failed: BTreeSet<SessionId>,
     pub(crate) rewrites_lost: BTreeSet<SessionId>,
 }
@@ -952,7 +953,13 @@ impl World {
                             format!("the host reports a defect: {line}"),
                         );
                     }
-                    Notice::HistoryRewriteFailed { session, .. } => {
+                    // A refused announcement of lost history survives a restart in the
+                    // cleanup journal; one whose journal row was refused too does not.
+                    Notice::JournalFailed {
+                        session: Some(session),
+                        run: Some(run),
+                        ..
+                    } if run.as_str() == host_core::REWRITE_JOURNAL_RUN => {
                         self.rewrites_failed.insert(session);
                     }
                     _ => {}
