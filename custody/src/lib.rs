@@ -15,7 +15,7 @@ pub use outbox_core as outbox;
 pub use host_core as host;
 
 /// The embedded store (`storage-sqlite`).
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "sqlite-system", feature = "sqlcipher"))]
 pub use storage_sqlite as sqlite;
 
 /// The store several hosts share (`storage-postgres`).
