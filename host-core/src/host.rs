@@ -1453,10 +1453,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 if let Delivery::Relay(event) = &delivery {
                     let (session, json) = (event.session.clone(), event.json.clone());
                     let mut bytes = ByteCount(0);
-                    // Writing a `Value` into a counter cannot fail.
-                    let _ = serde_json::to_writer(&mut bytes, &json);
                     self.stats.relay_events += 1;
-                    self.stats.relay_bytes = self.stats.relay_bytes.saturating_add(bytes.0);
+                    // A `Value` written into a counter that takes every byte cannot fail;
+                    // were it to, the event would count with no bytes, and nothing else
+                    // depends on the count.
+                    if serde_json::to_writer(&mut bytes, &json).is_ok() {
+                        self.stats.relay_bytes = self.stats.relay_bytes.saturating_add(bytes.0);
+                    }
                     self.append_replay(&session, EventKind::Other, &json, now);
                 }
                 self.effects.push_back(Effect::Deliver(delivery));

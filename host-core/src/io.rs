@@ -387,7 +387,7 @@ impl LoadError {
         match self {
             LoadError::Window(e) => match e.error_code() {
                 timeline_core::policy::SNAPSHOT_TOO_LARGE_CODE => LoadFailure::SnapshotTooLarge,
-                "INVALID_CURSOR" => LoadFailure::Invalid,
+                overlay_core::window::INVALID_CURSOR_CODE => LoadFailure::Invalid,
                 _ => LoadFailure::Unavailable,
             },
             _ => LoadFailure::Unavailable,

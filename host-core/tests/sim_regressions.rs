@@ -933,6 +933,37 @@ fn submit_sent(
         .expect("sent")
 }
 
+/// Run 1 of `op-1`: delivered, its reply `r1` live, ended; no scan found `r1` yet.
+fn a_run_that_left_a_row(host: &mut Host<MemoryOutboxStore, Flaky>) -> RunId {
+    let (run, attempt) = submit_sent(host, 1, Controls::automatic(), Millis(10));
+    host.handle_agent(
+        AgentInput::SendResult {
+            attempt,
+            result: SendResult::Delivered,
+        },
+        Millis(11),
+    );
+    let s = session();
+    host.handle_agent(
+        AgentInput::Rows {
+            session: s.clone(),
+            target: TargetId::main(&s),
+            rows: vec![reply_row("r1", &run)],
+        },
+        Millis(12),
+    );
+    host.handle_agent(
+        AgentInput::RunEnded {
+            session: s.clone(),
+            run: run.clone(),
+            outcome: overlay_core::RunEventKind::Completed,
+            untaken: Vec::new(),
+        },
+        Millis(13),
+    );
+    run
+}
+
 // OV-10, OB-11, sim seeds 19 (rolled-back-rows-unsettled) and 1960
 // (rollback-unannounced): a replace latest rolled back the turn of run 1, whose rows no
 // scan had settled. They stayed in the saved overlay for good, and clients holding a
@@ -956,32 +987,8 @@ fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
         },
         Millis(5),
     );
-    let (first, attempt) = submit_sent(&mut host, 1, Controls::automatic(), Millis(10));
-    host.handle_agent(
-        AgentInput::SendResult {
-            attempt,
-            result: SendResult::Delivered,
-        },
-        Millis(11),
-    );
+    let first = a_run_that_left_a_row(&mut host);
     let s = session();
-    host.handle_agent(
-        AgentInput::Rows {
-            session: s.clone(),
-            target: TargetId::main(&s),
-            rows: vec![reply_row("r1", &first)],
-        },
-        Millis(12),
-    );
-    host.handle_agent(
-        AgentInput::RunEnded {
-            session: s.clone(),
-            run: first.clone(),
-            outcome: overlay_core::RunEventKind::Completed,
-            untaken: Vec::new(),
-        },
-        Millis(13),
-    );
     drain(&mut host);
     let (epoch, ids) = main_overlay(&mut host);
     assert_eq!(ids, vec!["r1".to_owned()], "no scan found r1 yet");
@@ -1053,32 +1060,8 @@ fn a_refused_rewrite_survives_a_restart_in_the_journal() {
         Capabilities::codex(),
     );
     host.start(Millis(0)).unwrap();
-    let (first, attempt) = submit_sent(&mut host, 1, Controls::automatic(), Millis(10));
-    host.handle_agent(
-        AgentInput::SendResult {
-            attempt,
-            result: SendResult::Delivered,
-        },
-        Millis(11),
-    );
+    a_run_that_left_a_row(&mut host);
     let s = session();
-    host.handle_agent(
-        AgentInput::Rows {
-            session: s.clone(),
-            target: TargetId::main(&s),
-            rows: vec![reply_row("r1", &first)],
-        },
-        Millis(12),
-    );
-    host.handle_agent(
-        AgentInput::RunEnded {
-            session: s.clone(),
-            run: first.clone(),
-            outcome: overlay_core::RunEventKind::Completed,
-            untaken: Vec::new(),
-        },
-        Millis(13),
-    );
     submit_sent(&mut host, 2, Controls::replace_latest(), Millis(20));
     host.overlays().writes_off = true;
     host.handle_agent(

@@ -292,23 +292,25 @@ where
                     stats: RuntimeStats::default(),
                 };
                 if let Err(e) = l.host.start(clock.now()) {
-                    // As above: `start` is waiting for this answer.
+                    // `start` is waiting for this answer: the send cannot fail.
                     let _ = started_tx.send(Err(RuntimeError::Host(e)));
                     return;
                 }
-                // As above: `start` is waiting for this answer.
+                // `start` is waiting for this answer: the send cannot fail.
                 let _ = started_tx.send(Ok(()));
                 local.block_on(l.run(command_rx, io_rx, stop_loop));
             })?;
         match started_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                // The thread has returned after its answer; `e` says why.
+                // The thread returns right after this answer without running anything
+                // that could panic, so its join result holds nothing `e` does not say.
                 let _ = thread.join();
                 return Err(e);
             }
             Err(_) => {
-                // The thread died before answering: that is the error returned.
+                // The thread died before answering (a panic): that is the error
+                // returned, and the join only waits for it to be gone.
                 let _ = thread.join();
                 return Err(RuntimeError::Panicked);
             }
@@ -371,9 +373,17 @@ impl Client {
     ///
     /// [`RuntimeError::Stopped`] when the runtime stopped before answering.
     pub async fn request(&self, request: ClientRequest) -> Result<Reply, RuntimeError> {
+        self.ask(|tx| Command::Request(Box::new(request), tx)).await
+    }
+
+    /// Sends the command `make` builds around the answer's channel, and waits for it.
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, RuntimeError> {
         let (tx, rx) = oneshot::channel();
         self.commands
-            .send(Command::Request(Box::new(request), tx))
+            .send(make(tx))
             .await
             .map_err(|_| RuntimeError::Stopped)?;
         rx.await.map_err(|_| RuntimeError::Stopped)
@@ -385,12 +395,7 @@ impl Client {
     ///
     /// [`RuntimeError::Stopped`] when the runtime stopped.
     pub async fn stats(&self) -> Result<RuntimeStats, RuntimeError> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Stats(tx))
-            .await
-            .map_err(|_| RuntimeError::Stopped)?;
-        rx.await.map_err(|_| RuntimeError::Stopped)
+        self.ask(Command::Stats).await
     }
 
     /// The agent processes running now.
@@ -399,12 +404,7 @@ impl Client {
     ///
     /// [`RuntimeError::Stopped`] when the runtime stopped.
     pub async fn processes(&self) -> Result<Vec<AgentProcess>, RuntimeError> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Processes(tx))
-            .await
-            .map_err(|_| RuntimeError::Stopped)?;
-        rx.await.map_err(|_| RuntimeError::Stopped)
+        self.ask(Command::Processes).await
     }
 }
 

@@ -113,6 +113,9 @@ pub enum WindowError {
     },
 }
 
+/// The `errorCode` of a refused cursor or anchor ("reload the timeline").
+pub const INVALID_CURSOR_CODE: &str = "INVALID_CURSOR";
+
 impl WindowError {
     /// The `errorCode` a client receives.
     pub fn error_code(&self) -> &'static str {
@@ -121,7 +124,7 @@ impl WindowError {
             WindowError::InvalidParams(_)
             | WindowError::Anchor(AnchorError::InvalidParams(_))
             | WindowError::Cursor(CursorError::TooLong { .. }) => "INVALID_PARAMS",
-            WindowError::Cursor(_) | WindowError::Anchor(_) => "INVALID_CURSOR",
+            WindowError::Cursor(_) | WindowError::Anchor(_) => INVALID_CURSOR_CODE,
             WindowError::Source(_) | WindowError::Store(_) => "HISTORY_UNAVAILABLE",
         }
     }
