@@ -937,6 +937,29 @@ fn notice(real_dir: &Path) -> String {
     out
 }
 
+/// The wire's example requests (one per method), and frames at its edges.
+fn wire_corpus(c: &mut Corpus, manifest: &Path) {
+    let t = "wire";
+    let dir = manifest.join("../host-wire/schema/1/examples/requests");
+    let mut names: Vec<PathBuf> = fs::read_dir(&dir)
+        .expect("the wire's examples")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    names.sort();
+    for path in names {
+        let name = path.file_name().expect("a file").to_string_lossy().into_owned();
+        c.put(t, &name, &fs::read(&path).expect("an example"));
+    }
+    for (name, text) in [
+        ("not-json", "{"),
+        ("no-id", r#"{"jsonrpc":"2.0","method":"run.list"}"#),
+        ("page-641", r#"{"jsonrpc":"2.0","id":1,"method":"run.chatLoad","params":{"appSessionId":"s","pageSize":641}}"#),
+        ("blank-anchor", r#"{"jsonrpc":"2.0","id":1,"method":"run.chatLoad","params":{"appSessionId":"s","anchor":{"kind":"row","row":{"type":"user","id":" "}}}}"#),
+    ] {
+        c.put(t, name, text.as_bytes());
+    }
+}
+
 fn main() {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut args = std::env::args().skip(1);
@@ -965,6 +988,7 @@ fn main() {
     client_replay_corpus(&mut c, &real);
     envelope_corpus(&mut c, &real);
     rows_corpus(&mut c, &real);
+    wire_corpus(&mut c, &manifest);
     fs::write(root.join("NOTICE"), notice(&real_dir)).expect("write NOTICE");
     println!(
         "{} seeds, {} bytes, in {}",

@@ -20,12 +20,13 @@ pub mod targets {
     pub mod rows;
     pub mod timeline;
     pub mod tokens;
+    pub mod wire;
 
     /// The entry point of a target: runs one input, panics on a finding.
     pub type Run = fn(&[u8]);
 
     /// Every target by name, with its entry point.
-    pub const ALL: [(&str, Run); 8] = [
+    pub const ALL: [(&str, Run); 9] = [
         ("tokens", tokens::run),
         ("timeline", timeline::run),
         ("history", history::run),
@@ -34,5 +35,6 @@ pub mod targets {
         ("envelope", envelope::run),
         ("rows", rows::run),
         ("agent_lines", agent_lines::run),
+        ("wire", wire::run),
     ];
 }

@@ -754,6 +754,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 self.replay.unsubscribe(&session, now);
                 Some(Reply::Done(Ok(())))
             }
+            ClientRequest::ListRuns => Some(Reply::Runs(self.custody.active_runs(now))),
         };
         if let Some(reply) = reply {
             self.effects.push_back(Effect::Reply { to, reply });

@@ -150,6 +150,8 @@ pub enum ClientRequest {
         /// The app session it concerns.
         session: SessionId,
     },
+    /// `run.list`: every active run, after the stale reclaim (OB-14): [`Reply::Runs`].
+    ListRuns,
 }
 
 /// An answer from the agent, or something the agent did.
@@ -352,6 +354,8 @@ pub enum Reply {
     Replay(Vec<ReplayChunk>),
     /// [`ClientRequest::ReconcileSessions`]: one snapshot per session, in request order.
     Reconciled(Result<Vec<overlay_core::window::SessionSnapshot>, LoadError>),
+    /// [`ClientRequest::ListRuns`]: each active run with its session.
+    Runs(Vec<(SessionId, RunId)>),
 }
 
 /// Why a load failed.
@@ -380,6 +384,16 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// The stable `errorCode` a client receives: the builder's own code, or
+    /// `UNKNOWN_TARGET` and `OUTBOX_UNAVAILABLE`.
+    pub fn error_code(&self) -> &'static str {
+        match self {
+            LoadError::UnknownTarget { .. } => "UNKNOWN_TARGET",
+            LoadError::Window(e) => e.error_code(),
+            LoadError::Outbox { .. } => "OUTBOX_UNAVAILABLE",
+        }
+    }
+
     /// What a client's timeline is told ([`timeline_core::timeline::LoadFailure`]): too
     /// large, a refused cursor or anchor, or unavailable.
     pub fn load_failure(&self) -> timeline_core::timeline::LoadFailure {
@@ -420,6 +434,19 @@ pub enum ApprovalError {
     /// the card stays pending and any device may decide again.
     #[error("the decision could not be saved, so it was not sent: {0}")]
     Unsaved(String),
+}
+
+impl ApprovalError {
+    /// The stable `errorCode` a client receives.
+    pub fn error_code(&self) -> &'static str {
+        match self {
+            ApprovalError::Unknown => "APPROVAL_UNKNOWN",
+            ApprovalError::NotAllowed(_) => "DECISION_NOT_ALLOWED",
+            ApprovalError::AlreadyResolved { .. } => "APPROVAL_ALREADY_RESOLVED",
+            ApprovalError::Refused(_) => "AGENT_REFUSED",
+            ApprovalError::Unsaved(_) => "DECISION_UNSAVED",
+        }
+    }
 }
 
 /// Something the user should see, or the embedder should log: failures the host met

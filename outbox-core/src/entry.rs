@@ -116,6 +116,7 @@ pub const CANCELLATION_PENDING_TEXT: &str = "Run cancellation is in progress. Pl
 
 /// Where a submit puts the message (OB-04).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Intent {
     /// Front of the queue, behind entries that are sending; the drain lane of its mode
@@ -129,6 +130,7 @@ pub enum Intent {
 
 /// How the message meets an active run (OB-04).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum SendMode {
     /// Wait for the active run to end.
@@ -141,6 +143,7 @@ pub enum SendMode {
 
 /// The four ordered access levels, the same scale for both agents (OB-16).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum AccessLevel {
     /// Reads only.
@@ -167,6 +170,7 @@ impl AccessLevel {
 
 /// An attachment of a message.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Attachment {
     /// Its path.
     pub path: String,
@@ -176,6 +180,7 @@ pub struct Attachment {
 
 /// The fingerprinted content of a message (OB-02).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessageRequest {
     /// What the user wrote (for a session message: the body).
@@ -263,6 +268,7 @@ impl MessageRequest {
 
 /// The submission controls (OB-04).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Controls {
     /// Where the message goes.
@@ -323,6 +329,7 @@ impl Controls {
 
 /// The run, thread and turn that accepted an operation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Acceptance {
     /// The run.
@@ -337,6 +344,7 @@ pub struct Acceptance {
 
 /// The stage of stop and send now (OB-13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum HandoffPhase {
     /// The user asked; run, thread and turn recorded; auto-drain off.
@@ -347,6 +355,7 @@ pub enum HandoffPhase {
 
 /// Stop and send now in progress for an entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Handoff {
     /// The stage.
@@ -394,6 +403,7 @@ pub struct HandoffRef<'a> {
 
 /// The origin of a message from another session (OB-16).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionMessageOrigin {
     /// The sending session.
@@ -420,6 +430,7 @@ pub struct SessionMessageOrigin {
 /// The persisted status (OB-05): the first column of the table in the module docs,
 /// derived from an [`EntryState`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum EntryStatus {
     /// Waiting in the queue.
@@ -1068,6 +1079,7 @@ impl Serialize for OutboxEntry {
 
 /// An entry as its JSON holds it, before its state fields are checked.
 #[derive(Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename = "OutboxEntry", rename_all = "camelCase")]
 struct EntryWire {
     queue_id: QueueId,
@@ -1087,6 +1099,18 @@ struct EntryWire {
     #[serde(default)]
     session_message: Option<SessionMessageOrigin>,
     position: i64,
+}
+
+/// The schema of the entry's JSON (what [`OutboxEntry`] encodes and decodes).
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for OutboxEntry {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("OutboxEntry")
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <EntryWire as schemars::JsonSchema>::json_schema(generator)
+    }
 }
 
 impl TryFrom<EntryWire> for OutboxEntry {
@@ -1114,7 +1138,8 @@ impl TryFrom<EntryWire> for OutboxEntry {
 }
 
 /// A saved entry that could not be decoded.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedEntry {
     /// The queue ID as stored.
@@ -1128,7 +1153,8 @@ pub struct BlockedEntry {
 }
 
 /// A saved entry as read back.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum StoredEntry {
     /// A decoded entry.
@@ -1156,7 +1182,8 @@ impl StoredEntry {
 }
 
 /// What a submit returns: custody is taken.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Receipt {
     /// The session.

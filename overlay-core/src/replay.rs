@@ -140,6 +140,7 @@ pub enum EventKind {
 
 /// The running state a replay's client adopts after its last chunk.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RunningState {
     /// True while a run works.

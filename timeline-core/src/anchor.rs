@@ -53,6 +53,7 @@ pub enum AnchorError {
 
 /// The row of a `row` anchor, as the client sent it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RowRef {
     /// The block type name.
     #[serde(rename = "type")]
@@ -63,6 +64,7 @@ pub struct RowRef {
 
 /// The anchor a client sends with a load (wire form).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Anchor {
     /// `message.link.anchor` of a message row.
@@ -131,6 +133,7 @@ impl Anchor {
 
 /// Where a link points: the other end of a message row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LinkPlace {
     /// The session; `None` means the session that shows the row.
@@ -145,6 +148,7 @@ pub struct LinkPlace {
 
 /// Where a `newer` load continues: right after the last row of a page in the past.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NewerPlace {
     /// The timeline target the page belongs to.
@@ -160,6 +164,7 @@ pub struct NewerPlace {
 
 /// What an anchor token says, sealed by the host.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum AnchorToken {
     /// A `link` token.

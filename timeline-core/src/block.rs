@@ -13,6 +13,7 @@ use crate::time::Millis;
 
 /// One timeline row on the wire (camelCase JSON). Unknown fields are ignored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Block {
     /// The block type.
@@ -85,6 +86,7 @@ impl Block {
 /// Where a command's output is (TL-14): a row carries a descriptor or the text the agent
 /// retained, never bytes read for it. An open viewer fetches artifact bytes separately.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "camelCase")]
 #[non_exhaustive]
 pub enum CommandOutput {
@@ -105,6 +107,7 @@ pub enum CommandOutput {
 
 /// The `data` of a command row (TL-14).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CommandRowData {
     /// The command text.

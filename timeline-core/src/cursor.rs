@@ -79,6 +79,7 @@ impl CursorError {
 /// The token that names a history source, not a page (TL-10). Clients send it back as
 /// `expectedBoundaryToken`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct BoundaryToken(String);
 
@@ -117,6 +118,7 @@ impl BoundaryToken {
 
 /// A Codex older-page cursor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CodexCursor {
     /// The thread whose history the cursor pages.
@@ -169,6 +171,7 @@ impl CodexCursor {
 
 /// A Claude older-page cursor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClaudeCursor {
     /// The Claude session ID, or the subagent ID for a child thread.
     pub session: String,

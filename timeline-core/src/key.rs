@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// Which agent a session runs: Codex or Claude. One type for every place that names an
 /// agent (capabilities, the other end of a message, envelopes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AgentKind {
     /// OpenAI Codex, driven through its app-server.
@@ -21,6 +22,7 @@ pub enum AgentKind {
 
 /// The five block types. A block ID is unique only within its type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum BlockType {
     /// A message of the user (or one another session sent).
@@ -92,6 +94,38 @@ impl FromStr for BlockType {
     }
 }
 
+/// The JSON Schema of an identity newtype (feature `schema`): a string that is not blank.
+#[cfg(feature = "schema")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __id_schema {
+    ($name:ident, $what:literal) => {
+        impl $crate::__schemars::JsonSchema for $name {
+            fn schema_name() -> ::std::borrow::Cow<'static, str> {
+                ::std::borrow::Cow::Borrowed(stringify!($name))
+            }
+
+            fn json_schema(
+                _: &mut $crate::__schemars::SchemaGenerator,
+            ) -> $crate::__schemars::Schema {
+                $crate::__schemars::json_schema!({
+                    "type": "string",
+                    "description": concat!("A ", $what, ": text that is not blank."),
+                    "pattern": "\\S"
+                })
+            }
+        }
+    };
+}
+
+/// Without the `schema` feature an identity has no JSON Schema.
+#[cfg(not(feature = "schema"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __id_schema {
+    ($name:ident, $what:literal) => {};
+}
+
 /// Defines a text identity newtype the way every ID of this workspace is made: it refuses
 /// blank text with [`KeyError::Blank`], serializes as a plain string, and deserializing
 /// runs the same check. Other crates of the workspace use it for their own IDs.
@@ -132,6 +166,8 @@ macro_rules! string_id {
                 f.write_str(&self.0)
             }
         }
+
+        $crate::__id_schema!($name, $what);
 
         impl<'de> ::serde::Deserialize<'de> for $name {
             fn deserialize<D: ::serde::Deserializer<'de>>(
@@ -207,6 +243,7 @@ impl TargetId {
 /// Keys order like their encoded strings (type name, NUL, ID), which is the last
 /// tie-breaker of the canonical order (TL-04).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BlockKey {
     /// The block type.
     #[serde(rename = "type")]

@@ -63,6 +63,10 @@
 
 #![warn(unreachable_pub)]
 
+#[cfg(feature = "schema")]
+#[doc(hidden)]
+pub use schemars as __schemars;
+
 pub mod anchor;
 pub mod block;
 pub mod cursor;

@@ -16,6 +16,7 @@ use crate::time::Millis;
 /// the source: `0` history, `2` live, `3` synthetic. Use the constructors; each is one
 /// form of the seed's table.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct SourceOrder(Vec<u64>);
 

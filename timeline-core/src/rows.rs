@@ -27,6 +27,7 @@ use crate::key::AgentKind;
 
 /// The status of an activity row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum RowStatus {
     /// Still running.
@@ -51,6 +52,7 @@ pub const STATUS_WORDS: [&str; 6] = [
 
 /// The format of a detail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DetailFormat {
     /// Markdown text.
@@ -63,6 +65,7 @@ pub enum DetailFormat {
 
 /// What a plaintext detail provably is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LanguageHint {
     /// Complete JSON (an object or an array).
@@ -77,6 +80,7 @@ pub enum LanguageHint {
 
 /// The text that opens on a tap.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Detail {
     /// The text.
@@ -198,6 +202,7 @@ pub fn detect_language(text: &str) -> Option<LanguageHint> {
 
 /// The kind of an activity row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ActivityKind {
     /// A shell command.
@@ -223,6 +228,7 @@ pub enum ActivityKind {
 
 /// `display` of a row.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Display {
     /// A fact: "Exit 1", "Draft 2", "Sent".
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -231,6 +237,7 @@ pub struct Display {
 
 /// An activity row as the host writes it (and a client receives it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ActivityRow {
     /// What it is.
@@ -574,6 +581,7 @@ pub fn validate(row: &ActivityRow) -> Vec<RuleViolation> {
 
 /// Which way a message went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// This end sent it.
@@ -584,6 +592,7 @@ pub enum Direction {
 
 /// A message, or a task that gives an agent its work (received rows only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum MessageKind {
     /// A message.
@@ -594,6 +603,7 @@ pub enum MessageKind {
 
 /// The kind of the other end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PeerKind {
     /// A session.
@@ -604,6 +614,7 @@ pub enum PeerKind {
 
 /// The other end's kind and agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Peer {
     /// Session or agent.
     pub kind: PeerKind,
@@ -615,6 +626,7 @@ pub struct Peer {
 
 /// Delivery of a sent session message whose call ended (`deliveryOnly`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum MessageDelivery {
     /// Delivered into the recipient's custody.
@@ -627,6 +639,7 @@ pub enum MessageDelivery {
 
 /// Where a message row links.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessageLink {
     /// The other end's session; absent: this session.
@@ -817,6 +830,7 @@ pub fn first_line_chars(s: &str, max: usize) -> String {
 
 /// The typed fact of a message row (RW-02).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessageFact {
     /// Sent or received.
@@ -1024,6 +1038,7 @@ pub fn status_row(
 
 /// What an approval is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum ApprovalKind {
     /// Running a command.
@@ -1036,6 +1051,7 @@ pub enum ApprovalKind {
 
 /// A decision a client sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum Decision {
     /// Allow once.
@@ -1052,6 +1068,7 @@ pub enum Decision {
 
 /// The outcome of an approval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum ApprovalResult {
     /// Allowed once.
@@ -1085,6 +1102,7 @@ impl ApprovalResult {
 /// The status of an approval card: "Card status: pending, then the result.
 /// resolvedExternally shows as expired." (RW-06)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum CardStatus {
     /// Waiting for a decision.
@@ -1136,6 +1154,7 @@ impl CardStatus {
 /// The `approval` field of an approval card: the request it asks about, its card status,
 /// and the result once decided.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalCard {
     /// The request (its fields sit beside `status` on the wire).
@@ -1150,6 +1169,7 @@ pub struct ApprovalCard {
 
 /// The shared approval request of both agents.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRequest {
     /// The request.

@@ -177,6 +177,22 @@ impl<'de> Deserialize<'de> for WireInt {
     }
 }
 
+/// An integer in `0..=2^53 - 1`.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for WireInt {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("WireInt")
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_EXACT_INTEGER
+        })
+    }
+}
+
 fn exact(n: u64, what: &'static str) -> Result<(), ResponseError> {
     WireInt::new(n)
         .map(drop)
@@ -204,6 +220,7 @@ fn check_blocks(blocks: &[Block]) -> Result<(), ResponseError> {
 
 /// `liveOverlay`: the full unresolved live projection of one target.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LiveOverlay {
     /// Rises only when a live row moves into history (TL-06).
@@ -254,6 +271,7 @@ impl LiveOverlay {
 /// assert_eq!(patch.apply_to(&base), Ok(next));
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LivePatch {
     /// The epoch of both the base and the result.
@@ -275,6 +293,7 @@ pub struct LivePatch {
 /// Text appended to the `data.text` string of one row, every other field unchanged: how a
 /// patch carries one more token of a streaming reply without sending the whole row again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TextAppend {
     /// The row.
@@ -465,6 +484,7 @@ fn append_to(row: &Block, append: &TextAppend) -> Result<Block, PatchMismatch> {
 /// The answer of a latest-window load (`run.chatLoad`) or an anchored load: a history
 /// page, its paging state and, for a window of the present, the live overlay.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineWindow {
     /// History rows of the page.
@@ -513,6 +533,7 @@ impl TimelineWindow {
 
 /// The answer of an older-page load (`run.chatLoadPageBefore`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct OlderPage {
     /// The older rows.

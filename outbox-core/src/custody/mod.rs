@@ -306,6 +306,21 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
+impl SubmitError {
+    /// The stable `errorCode` a client receives.
+    pub fn error_code(&self) -> &'static str {
+        match self {
+            SubmitError::Invalid(ValidationError::UnknownSession) => "UNKNOWN_SESSION",
+            SubmitError::Invalid(ValidationError::Unsupported(_)) => "UNSUPPORTED_CONTROL",
+            SubmitError::Invalid(_) => "INVALID_PARAMS",
+            SubmitError::Conflict(ConflictKind::DifferentRequest) => "OPERATION_CONFLICT",
+            SubmitError::Conflict(ConflictKind::Removed) => "OPERATION_REMOVED",
+            SubmitError::Conflict(ConflictKind::SteerRetargeted) => "STEER_RETARGETED",
+            SubmitError::Store(_) => "STORE_UNAVAILABLE",
+        }
+    }
+}
+
 /// A composer action that cannot be done.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -336,6 +351,21 @@ pub enum ActionError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl ActionError {
+    /// The stable `errorCode` a client receives.
+    pub fn error_code(&self) -> &'static str {
+        match self {
+            ActionError::NotFound => "ENTRY_NOT_FOUND",
+            ActionError::Blocked => "ENTRY_BLOCKED",
+            ActionError::NotAnAcceptedSteer => "NOT_AN_ACCEPTED_STEER",
+            ActionError::ModelChanged => "MODEL_CHANGED",
+            ActionError::RunMayStillTakeIt => "RUN_MAY_STILL_TAKE_IT",
+            ActionError::OperationTaken => "OPERATION_TAKEN",
+            ActionError::Store(_) => "STORE_UNAVAILABLE",
+        }
+    }
 }
 
 /// Who waits for a stop.

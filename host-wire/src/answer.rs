@@ -1,0 +1,163 @@
+//! What each method returns, typed, and the frames that carry a host [`Reply`].
+
+use host_core::Reply;
+use outbox_core::custody::StopAnswer;
+use outbox_core::entry::StoredEntry;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use timeline_core::key::{RunId, SessionId};
+use timeline_core::rows::ApprovalResult;
+use timeline_core::wire::TimelineWindow;
+
+use crate::error::{WireError, INTERNAL_ERROR};
+use crate::event::replay_frame;
+use crate::frame::{RequestId, Response};
+
+/// The result of `run.chatOutboxRemove`, `run.chatOutboxSendNow`,
+/// `run.chatOutboxStopAndSendNow` and `run.chatLeave`: done, nothing more to say.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Ack {}
+
+/// How a stop ended for the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum CancelStatus {
+    /// The run stopped.
+    Stopped,
+    /// No result within 5 s; the stop goes on and keeps new runs blocked.
+    StillSettling,
+}
+
+/// The result of `run.cancel` (a failed stop is the error `STOP_FAILED`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CancelResult {
+    /// How it ended.
+    pub status: CancelStatus,
+}
+
+/// The result of `run.chatResolveApproval`: the result the agent took.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalResolved {
+    /// The result.
+    pub result: ApprovalResult,
+}
+
+/// One session of a `run.chatReconcileSessions` answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconciledSession {
+    /// The app session.
+    pub app_session_id: SessionId,
+    /// Its latest window, with its overlay (apply both in one step).
+    pub window: TimelineWindow,
+    /// Its outbox (an entry that cannot be decoded shows as blocked).
+    pub outbox: Vec<StoredEntry>,
+    /// Its active run.
+    pub active_run: Option<RunId>,
+}
+
+/// The result of `run.chatReconcileSessions`: one session per session asked, in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReconcileResult {
+    /// The sessions.
+    pub sessions: Vec<ReconciledSession>,
+}
+
+/// The result of `run.chatJoin`, sent after the replay's chunks (each a
+/// `structured_replay` notification).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct JoinResult {
+    /// How many chunks came before this answer.
+    pub chunks: u64,
+}
+
+/// One active run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveRun {
+    /// The app session.
+    pub app_session_id: SessionId,
+    /// The run.
+    pub run_id: RunId,
+}
+
+/// The result of `run.list`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListResult {
+    /// Every active run, after the stale reclaim.
+    pub runs: Vec<ActiveRun>,
+}
+
+/// The frames that answer request `id` with the host's `reply`, in the order to send
+/// them: for a join, the replay's chunks, then the response; for anything else, the
+/// response alone.
+pub fn reply_frames(id: RequestId, reply: &Reply) -> Vec<String> {
+    let mut frames = Vec::new();
+    if let Reply::Replay(chunks) = reply {
+        frames.extend(chunks.iter().map(replay_frame));
+    }
+    frames.push(reply_response(id, reply).to_json());
+    frames
+}
+
+/// The response that answers request `id` with the host's `reply` (a join's chunks go
+/// before it: [`reply_frames`]).
+pub fn reply_response(id: RequestId, reply: &Reply) -> Response {
+    match reply_result(reply) {
+        Ok(result) => Response::result(id, result),
+        Err(error) => Response::error(Some(id), error),
+    }
+}
+
+fn reply_result(reply: &Reply) -> Result<serde_json::Value, WireError> {
+    match reply {
+        Reply::Submitted(r) => to_json(r.as_ref().map_err(WireError::from)?),
+        Reply::Edited(r) => to_json(r.as_ref().map_err(WireError::from)?),
+        Reply::Done(r) => {
+            r.as_ref().map_err(WireError::from)?;
+            to_json(&Ack {})
+        }
+        Reply::Stop(StopAnswer::Stopped) => to_json(&CancelResult {
+            status: CancelStatus::Stopped,
+        }),
+        Reply::Stop(StopAnswer::StillSettling) => to_json(&CancelResult {
+            status: CancelStatus::StillSettling,
+        }),
+        Reply::Stop(StopAnswer::Failed(text)) => Err(WireError::refused("STOP_FAILED", text)),
+        Reply::LatestWindow(r) => to_json(r.as_ref().map_err(WireError::from)?),
+        Reply::OlderPage(r) => to_json(r.as_ref().map_err(WireError::from)?),
+        Reply::Approval(r) => to_json(&ApprovalResolved {
+            result: *r.as_ref().map_err(WireError::from)?,
+        }),
+        Reply::Reconciled(r) => {
+            let sessions = r.as_ref().map_err(WireError::from)?;
+            Ok(serde_json::json!({ "sessions": to_json(sessions)? }))
+        }
+        Reply::Replay(chunks) => to_json(&JoinResult {
+            chunks: chunks.len() as u64,
+        }),
+        Reply::Runs(runs) => to_json(&ListResult {
+            runs: runs
+                .iter()
+                .map(|(session, run)| ActiveRun {
+                    app_session_id: session.clone(),
+                    run_id: run.clone(),
+                })
+                .collect(),
+        }),
+        // A desktop window's subscription is not a wire method: a reply of it here is
+        // the embedder's mistake, said as such.
+        Reply::Subscribed(_) => Err(internal("a window subscription has no wire answer")),
+        _ => Err(internal("this reply has no wire form in this version")),
+    }
+}
+
+fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<serde_json::Value, WireError> {
+    serde_json::to_value(value)
+        .map_err(|e| internal(&format!("the answer could not be written: {e}")))
+}
+
+fn internal(message: &str) -> WireError {
+    WireError::new(INTERNAL_ERROR, "INTERNAL_ERROR", message)
+}
