@@ -67,11 +67,22 @@
 //!   in half; then every agent process group is killed.
 //! - **Tracing**: a span per client request, per agent call and per process (`tracing`,
 //!   silent unless the embedder installs a subscriber).
+//!
+//! # Phones and browsers
+//!
+//! With the feature `server`, `server::Server` serves the host's wire (`host-wire`:
+//! JSON-RPC 2.0 on a WebSocket) to paired devices: pairing codes, device tokens kept as
+//! hashes, dispatch caps, idempotency keys, relay events after each join's replay, and a
+//! bounded send queue per connection. See its module doc.
 
 #![warn(unreachable_pub)]
 
+#[cfg(feature = "server")]
+mod auth;
 mod lines;
 mod process;
+#[cfg(feature = "server")]
+pub mod server;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

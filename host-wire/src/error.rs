@@ -57,6 +57,12 @@ pub const ERROR_CODES: &[&str] = &[
     "APPROVAL_ALREADY_RESOLVED",
     "AGENT_REFUSED",
     "DECISION_UNSAVED",
+    // A server's: past the dispatch cap, and its HTTP refusals (`UNAUTHORIZED`,
+    // `TOO_MANY_ATTEMPTS`, `PAIRING_CODE_INVALID` in a JSON body).
+    "DISPATCH_TIMEOUT",
+    "UNAUTHORIZED",
+    "TOO_MANY_ATTEMPTS",
+    "PAIRING_CODE_INVALID",
 ];
 
 /// The `data` of a JSON-RPC error: the stable code a client switches on.
