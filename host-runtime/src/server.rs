@@ -21,14 +21,17 @@
 //!   replay is on its way are held and sent after it, so none falls between the two (one
 //!   may come twice: a snapshot is the whole overlay, so a repeat changes nothing). A
 //!   closed connection leaves every session it joined.
-//! - Every connection has a bounded send queue ([`ServerConfig::send_queue`] frames). A
-//!   phone that does not keep up is cut off (close code 1013, "try again later") and
-//!   comes back through replay and reload; it never holds up the host or another phone.
+//! - Every connection has a bounded send queue ([`ServerConfig::send_queue`] frames,
+//!   [`ServerConfig::send_queue_bytes`] bytes). A `blocks` snapshot takes the place of
+//!   the one of its target still waiting (a snapshot is the whole overlay, so nothing is
+//!   lost, and a burst after a stall of the host does not fill the queue); a phone that
+//!   still does not keep up is cut off (close code 1013, "try again later") and comes
+//!   back through replay and reload; it never holds up the host or another phone.
 //!
 //! Outputs other than relay events (desktop windows, progress, notices) go to the sink
 //! given to [`Server::start`], or, without one, notices are logged through `tracing`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -45,12 +48,15 @@ use host_wire::{decode_request, Admission, Call, DispatchClass, Idempotency, Req
 use overlay_core::live::Delivery;
 use timeline_core::key::SessionId;
 use timeline_core::time::Millis;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::{debug, warn};
 
 pub use crate::auth::{Device, Devices, FAILURE_WINDOW, MAX_FAILURES, PAIRING_CODE_LIFETIME};
 use crate::auth::{Gate, Refused};
 use crate::{Client, Output, Outputs, Runtime};
+
+/// How long one frame may take to leave before the connection counts as gone.
+const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How the server behaves.
 #[derive(Clone, Debug)]
@@ -62,8 +68,14 @@ pub struct ServerConfig {
     pub other_cap: Duration,
     /// Frames waiting for one connection at most; past it the connection is cut.
     pub send_queue: usize,
+    /// Bytes waiting for one connection at most; past it the connection is cut.
+    pub send_queue_bytes: usize,
     /// The largest frame a client may send, in bytes.
     pub max_frame_bytes: usize,
+    /// The conversation page (`/`, `/app.js`) and the timeline it runs
+    /// (`/timeline.wasm`: the `timeline-wasm` crate built for `wasm32-unknown-unknown`);
+    /// not served when `None`.
+    pub page_wasm: Option<Arc<Vec<u8>>>,
 }
 
 impl Default for ServerConfig {
@@ -72,7 +84,9 @@ impl Default for ServerConfig {
             load_cap: Duration::from_millis(timeline_core::policy::LOAD_DISPATCH_CAP.as_u64()),
             other_cap: Duration::from_millis(timeline_core::policy::DISPATCH_CAP.as_u64()),
             send_queue: 256,
+            send_queue_bytes: 16 * 1024 * 1024,
             max_frame_bytes: host_wire::frame::MAX_FRAME_BYTES,
+            page_wasm: None,
         }
     }
 }
@@ -83,6 +97,14 @@ impl ServerConfig {
     pub fn dispatch_caps(mut self, load: Duration, other: Duration) -> ServerConfig {
         self.load_cap = load;
         self.other_cap = other;
+        self
+    }
+
+    /// Serves the conversation page, with `wasm` (the `timeline-wasm` build) as its
+    /// timeline.
+    #[must_use]
+    pub fn page(mut self, wasm: Vec<u8>) -> ServerConfig {
+        self.page_wasm = Some(Arc::new(wasm));
         self
     }
 
@@ -110,10 +132,29 @@ pub struct ServerStats {
     pub relayed: u64,
 }
 
+/// Which snapshot a queued frame is: a newer `blocks` snapshot of the same session and
+/// target takes its place.
+type SnapshotKey = (SessionId, String);
+
+/// The frames waiting for one connection, bounded in frames and bytes. A `blocks`
+/// snapshot replaces, in its place, the one of its target still waiting (it is the whole
+/// overlay, so the older one carries nothing the newer lacks, and the place keeps a run
+/// event behind the rows it followed); everything else queues.
+#[derive(Default)]
+struct Queue {
+    /// Frames, each with its snapshot key and whether it counts against the bounds.
+    frames: VecDeque<(Option<SnapshotKey>, String, bool)>,
+    /// Bounded frames waiting, and their bytes.
+    count: usize,
+    bytes: usize,
+}
+
 /// One connection's place in the relay routing.
 struct Conn {
     id: u64,
-    tx: mpsc::Sender<Message>,
+    queue: Mutex<Queue>,
+    /// Wakes the writer when a frame is queued.
+    ready: Notify,
     /// Set once when the connection is cut off or the server stops: the reader stops,
     /// the writer closes the socket.
     cut: watch::Sender<bool>,
@@ -136,11 +177,69 @@ struct Joined {
 }
 
 impl Conn {
-    /// Queues a frame; a full queue cuts the connection.
+    /// Queues a frame; a queue past its bounds cuts the connection.
     fn send(&self, frame: String, shared: &Shared) {
-        if self.tx.try_send(Message::Text(frame.into())).is_err() {
+        self.queue_frame(None, frame, shared);
+    }
+
+    /// Queues a relay frame, a `blocks` snapshot taking the place of the waiting one of
+    /// its target.
+    fn send_relay(&self, event: &overlay_core::live::RelayEvent, frame: String, shared: &Shared) {
+        let key = (event.json.get("event").and_then(serde_json::Value::as_str) == Some("blocks"))
+            .then(|| {
+                let target = event
+                    .json
+                    .get("timelineTargetId")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default();
+                (event.session.clone(), target.to_owned())
+            });
+        self.queue_frame(key, frame, shared);
+    }
+
+    fn queue_frame(&self, key: Option<SnapshotKey>, frame: String, shared: &Shared) {
+        let over = {
+            let mut q = lock(&self.queue);
+            let q = &mut *q;
+            let waiting = key.as_ref().and_then(|k| {
+                q.frames
+                    .iter_mut()
+                    .find(|(kk, _, _)| kk.as_ref() == Some(k))
+            });
+            match waiting {
+                Some((_, held, _)) => {
+                    q.bytes = q.bytes - held.len() + frame.len();
+                    *held = frame;
+                }
+                None => {
+                    q.count += 1;
+                    q.bytes += frame.len();
+                    q.frames.push_back((key, frame, true));
+                }
+            }
+            q.count > shared.config.send_queue || q.bytes > shared.config.send_queue_bytes
+        };
+        if over {
             self.cut_off(shared);
+        } else {
+            self.ready.notify_one();
         }
+    }
+
+    /// Queues a replay chunk outside the bounds.
+    fn send_replay(&self, frame: String) {
+        lock(&self.queue).frames.push_back((None, frame, false));
+        self.ready.notify_one();
+    }
+
+    fn next_frame(&self) -> Option<String> {
+        let mut q = lock(&self.queue);
+        let (_, frame, bounded) = q.frames.pop_front()?;
+        if bounded {
+            q.count -= 1;
+            q.bytes -= frame.len();
+        }
+        Some(frame)
     }
 
     fn cut_off(&self, shared: &Shared) {
@@ -233,10 +332,16 @@ impl Server {
             start: Instant::now(),
         }));
         let pump = tokio::spawn(pump(runtime.take_outputs(), Arc::clone(&shared), others));
-        let app = Router::new()
+        let mut app = Router::new()
             .route("/ws", get(upgrade))
-            .route("/pair", post(pair))
-            .with_state(Arc::clone(&shared));
+            .route("/pair", post(pair));
+        if shared.0.config.page_wasm.is_some() {
+            app = app
+                .route("/", get(page_html))
+                .route("/app.js", get(page_js))
+                .route("/timeline.wasm", get(page_wasm));
+        }
+        let app = app.with_state(Arc::clone(&shared));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             axum::serve(
@@ -351,7 +456,7 @@ async fn pump(
                             }
                             Some(None) => {
                                 drop(s);
-                                conn.send(frame.clone(), &shared.0);
+                                conn.send_relay(&event, frame.clone(), &shared.0);
                                 lock(&shared.0.stats).relayed += 1;
                                 false
                             }
@@ -376,6 +481,40 @@ async fn pump(
                 }
             },
         }
+    }
+}
+
+/// The page: its words and its script are part of this crate.
+const PAGE_HTML: &str = include_str!("../web/index.html");
+const PAGE_JS: &str = include_str!("../web/app.js");
+
+async fn page_html() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        PAGE_HTML,
+    )
+        .into_response()
+}
+
+async fn page_js() -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/javascript; charset=utf-8",
+        )],
+        PAGE_JS,
+    )
+        .into_response()
+}
+
+async fn page_wasm(State(shared): State<Arc<SharedHandle>>) -> Response {
+    match &shared.0.config.page_wasm {
+        Some(wasm) => (
+            [(axum::http::header::CONTENT_TYPE, "application/wasm")],
+            wasm.as_ref().clone(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
@@ -509,32 +648,46 @@ async fn connection(socket: WebSocket, device: Device, shared: Arc<SharedHandle>
     };
     lock(&shared.0.stats).connections += 1;
     debug!(id, device = %device.device_id, "connection opened");
-    let (tx, mut rx) = mpsc::channel::<Message>(shared.0.config.send_queue);
     let (cut, _) = watch::channel(false);
     let conn = Arc::new(Conn {
         id,
-        tx,
+        queue: Mutex::new(Queue::default()),
+        ready: Notify::new(),
         cut,
         state: Mutex::new(ConnState::default()),
     });
     lock(&shared.0.conns).insert(id, Arc::clone(&conn));
     let (mut sink, mut stream) = socket.split();
     let writer_cut = until_cut(conn.cut.subscribe());
+    let writer_conn = Arc::clone(&conn);
     let writer = tokio::spawn(async move {
         tokio::pin!(writer_cut);
         loop {
+            let next = writer_conn.next_frame();
             tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(msg) => if sink.send(msg).await.is_err() { break },
-                    None => break,
-                },
+                // A frame the socket takes (or a wait for one), unless cut meanwhile: a
+                // socket that takes nothing cannot hold the writer past its cut.
+                sent = async {
+                    match next {
+                        // A peer that takes nothing for WRITE_DEADLINE is gone.
+                        Some(frame) => matches!(
+                            tokio::time::timeout(WRITE_DEADLINE, sink.send(Message::Text(frame.into()))).await,
+                            Ok(Ok(()))
+                        ),
+                        None => {
+                            writer_conn.ready.notified().await;
+                            true
+                        }
+                    }
+                } => if !sent { break },
                 () = &mut writer_cut => {
                     let close = Message::Close(Some(CloseFrame {
                         code: 1013,
                         reason: "try again later".into(),
                     }));
-                    // The socket may already be gone; it closes either way.
-                    let _ = sink.send(close).await;
+                    // The socket may already be gone or take nothing; it closes either
+                    // way, within a second.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(close)).await;
                     break;
                 }
             }
@@ -730,8 +883,10 @@ async fn read(
         Err(_) => (Vec::new(), Outcome::Error(dispatch_timeout(shared_ref))),
     };
     let ok = matches!(outcome, Outcome::Result(_));
+    // A join's replay is what the phone asked for, at most the replay buffer's bytes:
+    // it never counts against the queue's bounds.
     for frame in frames {
-        conn.send(frame, shared_ref);
+        conn.send_replay(frame);
     }
     conn.send(response(id, outcome), shared_ref);
     if let Some(session) = join {

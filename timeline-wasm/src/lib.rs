@@ -1,0 +1,447 @@
+//! The client timeline for browsers: [`timeline_core::Timeline`] behind one JSON-in,
+//! JSON-out call.
+//!
+//! Each command is a JSON object with a `cmd`; the answer says what the command did
+//! (`outcome`), what the timeline wants done (`effects`: loads to send, receipts
+//! overdue), when to call `timeout` next (`timeout`, milliseconds on the caller's clock,
+//! or `null`), and, when the visible rows may have changed, the rows in order (`rows`:
+//! `{origin, block}` with `origin` `history`, `live` or `pending`). Time always comes in
+//! as `now`: the timeline reads no clock.
+//!
+//! | `cmd` | fields | what it does |
+//! |---|---|---|
+//! | `new` | `mode` (`phone` or `desktop`) | a fresh timeline |
+//! | `open` | `target`, `now` | opens a target (the session for the main conversation) |
+//! | `window` | `tag`, `answer`, `now` | a `run.chatLoad` answer |
+//! | `older` | `tag`, `answer`, `now` | a `run.chatLoadPageBefore` answer |
+//! | `anchored` | `tag`, `answer`, `now` | an anchored load's answer |
+//! | `live` | `target`, `overlay`, `now` | a relay `blocks` payload's `liveOverlay` |
+//! | `patch` | `target`, `patch`, `now` | a relay `blocks-patch` payload's `livePatch` |
+//! | `pending` | `operationId`, `createdAt`, `data` | the echo of a send |
+//! | `awaitReceipt` | `operationId`, `now` | the send went out; its receipt is due |
+//! | `confirm` | `operationId` | the receipt came |
+//! | `delivered` | `operationId` | the sent proof came |
+//! | `removePending` | `operationId` | the user removed the message |
+//! | `loadOlder`, `reload`, `recover`, `timeout` | `now` | as the timeline's methods |
+//! | `rows` | | the rows |
+//!
+//! An `answer` is `{"ok": <result>}` or `{"errorCode": <code>}` (the wire's
+//! `data.errorCode`, or `TIMED_OUT` when the caller gave up waiting). A `tag` is given
+//! back exactly as an effect carried it. A command that does not decode is answered with
+//! `{"error": <text>}` and changes nothing.
+//!
+//! Built for `wasm32`, the crate exports `input(len) -> ptr` (a buffer of `len` bytes
+//! for the command), `call() -> len` (runs it; the answer is `len` bytes at
+//! `output()`), and `output() -> ptr`.
+#![warn(unreachable_pub)]
+
+use std::cell::RefCell;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use timeline_core::anchor::Anchor;
+use timeline_core::key::{OperationId, TargetId};
+use timeline_core::time::Millis;
+use timeline_core::timeline::{
+    ClientMode, Effect, LoadFailure, LoadReason, LoadState, Origin, Outcome, PendingSend,
+    RequestTag,
+};
+use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
+use timeline_core::Timeline;
+
+/// A request tag as JSON: given back with the answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Tag {
+    target: TargetId,
+    generation: u64,
+    request: u64,
+}
+
+impl From<&RequestTag> for Tag {
+    fn from(t: &RequestTag) -> Tag {
+        Tag {
+            target: t.target.clone(),
+            generation: t.generation,
+            request: t.request,
+        }
+    }
+}
+
+impl From<Tag> for RequestTag {
+    fn from(t: Tag) -> RequestTag {
+        RequestTag {
+            target: t.target,
+            generation: t.generation,
+            request: t.request,
+        }
+    }
+}
+
+/// A load's answer as the caller got it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    #[serde(default)]
+    ok: Option<Value>,
+    #[serde(default)]
+    error_code: Option<String>,
+}
+
+impl Answer {
+    fn into_result<T: serde::de::DeserializeOwned>(
+        self,
+        validate: impl Fn(&T) -> Result<(), timeline_core::wire::ResponseError>,
+    ) -> Result<T, LoadFailure> {
+        match (self.ok, self.error_code) {
+            (Some(value), None) => {
+                let decoded: T = serde_json::from_value(value).map_err(|e| {
+                    LoadFailure::Malformed(timeline_core::wire::ResponseError::Decode(
+                        e.to_string(),
+                    ))
+                })?;
+                validate(&decoded).map_err(LoadFailure::Malformed)?;
+                Ok(decoded)
+            }
+            (_, Some(code)) => Err(match code.as_str() {
+                timeline_core::policy::SNAPSHOT_TOO_LARGE_CODE => LoadFailure::SnapshotTooLarge,
+                "INVALID_CURSOR" => LoadFailure::Invalid,
+                "TIMED_OUT" | "DISPATCH_TIMEOUT" => LoadFailure::TimedOut,
+                _ => LoadFailure::Unavailable,
+            }),
+            (None, None) => Err(LoadFailure::Unavailable),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "cmd", rename_all = "camelCase")]
+enum Command {
+    New {
+        mode: Mode,
+    },
+    Open {
+        target: TargetId,
+        now: Millis,
+    },
+    Window {
+        tag: Tag,
+        answer: Answer,
+        now: Millis,
+    },
+    Older {
+        tag: Tag,
+        answer: Answer,
+        now: Millis,
+    },
+    Anchored {
+        tag: Tag,
+        answer: Answer,
+        now: Millis,
+    },
+    Live {
+        target: TargetId,
+        overlay: LiveOverlay,
+        now: Millis,
+    },
+    Patch {
+        target: TargetId,
+        patch: LivePatch,
+        now: Millis,
+    },
+    #[serde(rename_all = "camelCase")]
+    Pending {
+        operation_id: OperationId,
+        created_at: Millis,
+        #[serde(default)]
+        data: Value,
+    },
+    #[serde(rename_all = "camelCase")]
+    AwaitReceipt {
+        operation_id: OperationId,
+        now: Millis,
+    },
+    #[serde(rename_all = "camelCase")]
+    Confirm {
+        operation_id: OperationId,
+    },
+    #[serde(rename_all = "camelCase")]
+    Delivered {
+        operation_id: OperationId,
+    },
+    #[serde(rename_all = "camelCase")]
+    RemovePending {
+        operation_id: OperationId,
+    },
+    LoadOlder {
+        now: Millis,
+    },
+    Reload {
+        now: Millis,
+    },
+    Recover {
+        now: Millis,
+    },
+    Timeout {
+        now: Millis,
+    },
+    Rows,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum Mode {
+    Phone,
+    Desktop,
+}
+
+/// One client timeline driven by JSON commands.
+#[derive(Debug)]
+pub struct Client {
+    timeline: Timeline,
+}
+
+impl Default for Client {
+    fn default() -> Client {
+        Client {
+            timeline: Timeline::new(ClientMode::Phone),
+        }
+    }
+}
+
+impl Client {
+    /// A phone's timeline.
+    pub fn new() -> Client {
+        Client::default()
+    }
+
+    /// Runs one command (JSON text); the answer's JSON text.
+    pub fn handle(&mut self, command: &str) -> String {
+        let command: Command = match serde_json::from_str(command) {
+            Ok(c) => c,
+            Err(e) => return json!({ "error": e.to_string() }).to_string(),
+        };
+        let (outcome, rows_changed) = self.run(command);
+        let mut effects = Vec::new();
+        while let Some(effect) = self.timeline.poll_effect() {
+            effects.push(effect_json(&effect));
+        }
+        let mut answer = json!({
+            "outcome": outcome,
+            "effects": effects,
+            "timeout": self.timeline.poll_timeout().map(Millis::as_u64),
+            "loadState": load_state(self.timeline.load_state()),
+        });
+        if rows_changed {
+            answer["rows"] = self.rows();
+            answer["olderCursor"] = json!(self.timeline.oldest_cursor().is_some());
+        }
+        answer.to_string()
+    }
+
+    fn run(&mut self, command: Command) -> (Value, bool) {
+        let t = &mut self.timeline;
+        let outcome = match command {
+            Command::New { mode } => {
+                *t = Timeline::new(match mode {
+                    Mode::Phone => ClientMode::Phone,
+                    Mode::Desktop => ClientMode::Desktop,
+                });
+                return (json!("applied"), true);
+            }
+            Command::Open { target, now } => {
+                t.open_target(target, now);
+                return (json!("applied"), true);
+            }
+            Command::Window { tag, answer, now } => {
+                let answer = answer.into_result(TimelineWindow::validate);
+                t.handle_latest_window(&tag.into(), answer, now)
+            }
+            Command::Older { tag, answer, now } => {
+                let answer = answer.into_result(OlderPage::validate);
+                t.handle_older_page(&tag.into(), answer, now)
+            }
+            Command::Anchored { tag, answer, now } => {
+                let answer = answer.into_result(TimelineWindow::validate);
+                t.handle_anchored(&tag.into(), answer, now)
+            }
+            Command::Live {
+                target,
+                overlay,
+                now,
+            } => t.handle_live_update(&target, overlay, now),
+            Command::Patch { target, patch, now } => t.handle_live_patch(&target, patch, now),
+            Command::Pending {
+                operation_id,
+                created_at,
+                data,
+            } => t.add_pending(PendingSend {
+                operation_id,
+                created_at,
+                data,
+            }),
+            Command::AwaitReceipt { operation_id, now } => t.await_receipt(&operation_id, now),
+            Command::Confirm { operation_id } => t.confirm_pending(&operation_id),
+            Command::Delivered { operation_id } => t.mark_delivered(&operation_id),
+            Command::RemovePending { operation_id } => t.remove_pending(&operation_id),
+            Command::LoadOlder { now } => {
+                let asked = t.load_older(now);
+                return (json!(if asked { "applied" } else { "unchanged" }), false);
+            }
+            Command::Reload { now } => {
+                t.reload(now);
+                return (json!("applied"), false);
+            }
+            Command::Recover { now } => {
+                t.recover(now);
+                return (json!("applied"), false);
+            }
+            Command::Timeout { now } => {
+                t.handle_timeout(now);
+                return (json!("applied"), true);
+            }
+            Command::Rows => return (json!("unchanged"), true),
+        };
+        let changed = !matches!(outcome, Outcome::Unchanged | Outcome::Ignored(_));
+        (outcome_json(&outcome), changed)
+    }
+
+    /// The visible rows, in order.
+    fn rows(&self) -> Value {
+        Value::Array(
+            self.timeline
+                .rows()
+                .map(|row| {
+                    json!({
+                        "origin": match row.origin {
+                            Origin::History => "history",
+                            Origin::Live => "live",
+                            Origin::Pending => "pending",
+                        },
+                        "block": row.block,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+fn outcome_json(outcome: &Outcome) -> Value {
+    match outcome {
+        Outcome::Applied => json!("applied"),
+        Outcome::Unchanged => json!("unchanged"),
+        Outcome::Ignored(why) => json!({ "ignored": format!("{why:?}") }),
+        Outcome::ReloadRequired(why) => json!({ "reloadRequired": reason(*why) }),
+        Outcome::Dropped(why) => json!({ "dropped": format!("{why:?}") }),
+        Outcome::Failed(why) => json!({ "failed": format!("{why:?}") }),
+        other => json!({ "other": format!("{other:?}") }),
+    }
+}
+
+fn reason(r: LoadReason) -> String {
+    format!("{r:?}")
+}
+
+fn load_state(state: &LoadState) -> Value {
+    match state {
+        LoadState::Closed => json!("closed"),
+        LoadState::Loading { retry } => json!({ "loading": retry }),
+        LoadState::Ready => json!("ready"),
+        LoadState::Failed(why) => json!({ "failed": format!("{why:?}") }),
+        LoadState::ReloadFailed { reason, retries } => {
+            json!({ "reloadFailed": format!("{reason:?}"), "retries": retries })
+        }
+        other => json!({ "other": format!("{other:?}") }),
+    }
+}
+
+fn effect_json(effect: &Effect) -> Value {
+    match effect {
+        Effect::LoadLatestWindow {
+            tag,
+            page_size,
+            reason: why,
+        } => json!({
+            "kind": "loadLatestWindow", "tag": Tag::from(tag), "pageSize": page_size,
+            "reason": reason(*why),
+        }),
+        Effect::LoadOlderPage {
+            tag,
+            cursor,
+            page_size,
+            expected_boundary_token,
+        } => json!({
+            "kind": "loadOlderPage", "tag": Tag::from(tag), "beforeCursor": cursor,
+            "pageSize": page_size, "expectedBoundaryToken": expected_boundary_token,
+        }),
+        Effect::LoadAnchored {
+            tag,
+            anchor,
+            page_size,
+        } => json!({
+            "kind": "loadAnchored", "tag": Tag::from(tag), "anchor": anchor_json(anchor),
+            "pageSize": page_size,
+        }),
+        Effect::StopPaging { cursor } => json!({ "kind": "stopPaging", "cursor": cursor }),
+        Effect::ReceiptOverdue { operation_id } => {
+            json!({ "kind": "receiptOverdue", "operationId": operation_id })
+        }
+        other => json!({ "kind": "other", "debug": format!("{other:?}") }),
+    }
+}
+
+fn anchor_json(anchor: &Anchor) -> Value {
+    serde_json::to_value(anchor).unwrap_or(Value::Null)
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+#[derive(Default)]
+struct State {
+    client: Client,
+    input: Vec<u8>,
+    output: Vec<u8>,
+}
+
+/// Runs one command on the one client of this module (what the wasm exports call).
+pub fn handle(command: &str) -> String {
+    STATE.with(|s| s.borrow_mut().client.handle(command))
+}
+
+/// A buffer of `len` zero bytes for the next command; its address in linear memory.
+#[allow(unsafe_code)] // `no_mangle` only: the export's name is its ABI
+#[no_mangle]
+pub extern "C" fn input(len: u32) -> u32 {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.input.clear();
+        s.input.resize(len as usize, 0);
+        s.input.as_mut_ptr() as usize as u32
+    })
+}
+
+/// Runs the command in the input buffer; the length of the answer at [`output`]. A
+/// command that is not UTF-8 is answered with an error.
+#[allow(unsafe_code)] // `no_mangle` only
+#[no_mangle]
+pub extern "C" fn call() -> u32 {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        let s = &mut *s;
+        let answer = match std::str::from_utf8(&s.input) {
+            Ok(text) => s.client.handle(text),
+            Err(_) => json!({ "error": "the command is not UTF-8" }).to_string(),
+        };
+        s.output = answer.into_bytes();
+        s.output.len() as u32
+    })
+}
+
+/// The address of the last answer.
+#[allow(unsafe_code)] // `no_mangle` only
+#[no_mangle]
+pub extern "C" fn output() -> u32 {
+    STATE.with(|s| s.borrow().output.as_ptr() as usize as u32)
+}
