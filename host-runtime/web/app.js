@@ -24,9 +24,12 @@ async function instance() {
   const x = instance.exports;
   return (command) => {
     const bytes = new TextEncoder().encode(JSON.stringify(command));
-    new Uint8Array(x.memory.buffer, x.input(bytes.length), bytes.length).set(bytes);
+    // `input` may grow the memory, which detaches the old buffer: read it after.
+    const at = x.input(bytes.length);
+    new Uint8Array(x.memory.buffer, at, bytes.length).set(bytes);
     const len = x.call();
-    return JSON.parse(new TextDecoder().decode(new Uint8Array(x.memory.buffer, x.output(), len)));
+    const out = x.output();
+    return JSON.parse(new TextDecoder().decode(new Uint8Array(x.memory.buffer, out, len)));
   };
 }
 
@@ -189,7 +192,10 @@ const DECISION_WORDS = {
   decline: "Deny", cancel: "Cancel",
 };
 
+let shown = [];
+
 function draw(rows, olderCursor) {
+  shown = rows;
   const main = $("timeline");
   const atEnd = main.scrollTop + main.clientHeight >= main.scrollHeight - 20;
   const list = document.createDocumentFragment();
@@ -233,17 +239,20 @@ function drawApproval(div, approval) {
     const b = document.createElement("button");
     b.textContent = DECISION_WORDS[decision] || decision;
     b.dataset.decision = decision;
-    b.onclick = async () => {
-      const a = await rpc("run.chatResolveApproval", {
-        requestId: approval.requestId, threadId: approval.threadId, turnId: approval.turnId,
-        itemId: approval.itemId, decision, idempotencyKey: "approval-" + crypto.randomUUID(),
-      });
-      if (a.errorCode === "APPROVAL_ALREADY_RESOLVED") notice("This request was already decided on another device.");
-      else if (a.errorCode) notice(a.message);
-    };
+    b.onclick = () => decide(approval, decision);
     box.append(b);
   }
   div.append(box);
+}
+
+async function decide(approval, decision) {
+  const a = await rpc("run.chatResolveApproval", {
+    requestId: approval.requestId, threadId: approval.threadId, turnId: approval.turnId,
+    itemId: approval.itemId, decision, idempotencyKey: "approval-" + crypto.randomUUID(),
+  });
+  if (a.errorCode === "APPROVAL_ALREADY_RESOLVED") notice("This request was already decided on another device.");
+  else if (a.errorCode) notice(a.message);
+  return a;
 }
 
 // ----- the composer and pairing --------------------------------------------------------
@@ -318,6 +327,17 @@ window.custody = {
     return vector.steps.map((step) => own(step.command).rows || null);
   },
   cut() { if (ws) ws.close(); },
+  // What a decision button does, for a card this page shows with another status.
+  decide(status, decision) {
+    const row = shown.find((r) => r.block.data && r.block.data.approval && r.block.data.approval.status === status);
+    return decide(row.block.data.approval, decision);
+  },
 };
 
-start();
+// Errors a test (or a person with the console open) can read.
+const errors = [];
+window.addEventListener("error", (e) => errors.push(String(e.message)));
+window.addEventListener("unhandledrejection", (e) => errors.push(String(e.reason)));
+window.custody.errors = errors;
+
+start().catch((e) => errors.push(String(e)));

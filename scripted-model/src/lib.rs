@@ -25,6 +25,7 @@
 
 pub mod agents;
 pub mod drive;
+pub mod echo;
 pub mod instant;
 
 use std::collections::BTreeMap;
