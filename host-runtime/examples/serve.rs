@@ -1,0 +1,130 @@
+//! A host a browser or a phone connects to: the WebSocket server of `host_runtime::server`
+//! on loopback, over a SQLite file, with the scripted in-process agent
+//! (`scripted_model::echo::EchoAgent`: write `slow ...` for a reply that streams,
+//! `approve ...` for an approval card, anything else for an echo). It prints the page's
+//! address and a pairing code, and stops by itself after ten minutes (`--minutes N`).
+//!
+//! ```sh
+//! cargo run -p host-runtime --features server --example serve
+//! ```
+//!
+//! The page's timeline is `timeline-wasm` built for wasm32 (the example builds it into
+//! `target/wasm-page` when it is not there; `rustup target add wasm32-unknown-unknown`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use host_core::{Host, HostConfig};
+use host_runtime::server::{Devices, Server, ServerConfig};
+use host_runtime::Runtime;
+use outbox_core::adapter::Capabilities;
+use outbox_core::SessionInfo;
+use overlay_core::{MemorySource, SourceKind};
+use storage_sqlite::{Settings, SqliteStore};
+use timeline_core::{BoundaryToken, HostKey, SessionId};
+
+type Error = Box<dyn std::error::Error>;
+
+fn page_wasm() -> Result<Vec<u8>, Error> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace")?
+        .to_path_buf();
+    let target = root.join("target").join("wasm-page");
+    let wasm = target.join("wasm32-unknown-unknown/release/timeline_wasm.wasm");
+    if !wasm.exists() {
+        println!("building the page's timeline (timeline-wasm for wasm32)...");
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-p",
+                "timeline-wasm",
+                "--target",
+                "wasm32-unknown-unknown",
+                "--release",
+            ])
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(&root)
+            .status()?;
+        if !status.success() {
+            return Err(
+                "building timeline-wasm failed (rustup target add wasm32-unknown-unknown)".into(),
+            );
+        }
+    }
+    Ok(std::fs::read(wasm)?)
+}
+
+fn minutes() -> Result<u64, Error> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => Ok(10),
+        [flag, n] if flag == "--minutes" => Ok(n.parse()?),
+        _ => Err("usage: serve [--minutes N]".into()),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Error> {
+    let minutes = minutes()?;
+    let wasm = page_wasm()?;
+    let dir = std::env::temp_dir().join(format!("custody-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path: PathBuf = dir.join("custody.sqlite");
+    let session = SessionId::new("s1")?;
+    let mut n = 0u64;
+    let uuids = Box::new(move || {
+        n += 1;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    });
+    let mut host = Host::new(
+        SqliteStore::open(&path, Settings::default())?,
+        SqliteStore::open(&path, Settings::default())?,
+        HostConfig::new(HostKey::from_bytes([42; 32]), uuids),
+    );
+    let history = MemorySource::new(
+        SourceKind::Codex {
+            thread_id: "thread-1".into(),
+            generation: 1,
+        },
+        BoundaryToken::codex_rollout("/sessions/rollout-1.jsonl"),
+    );
+    host.add_session(
+        &session,
+        SessionInfo::new(Capabilities::codex()),
+        Box::new(history),
+    );
+    let mut runtime = Runtime::builder(host)
+        .agent(scripted_model::echo::EchoAgent::new())
+        .start()?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = Server::start(
+        &mut runtime,
+        listener,
+        ServerConfig::default().page(wasm),
+        Devices::default(),
+        None,
+    )
+    .await?;
+    println!("database:     {}", path.display());
+    println!("open:         http://{}/?session=s1", server.local_addr());
+    println!(
+        "pairing code: {} (single use, five minutes)",
+        server.pairing_code()?
+    );
+    println!("stops in {minutes} minutes (or Ctrl-C)");
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(minutes * 60)) => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    println!(
+        "paired devices: {}; connections: {}",
+        server.devices().list().len(),
+        server.stats().connections
+    );
+    server.shutdown().await?;
+    runtime.shutdown().await?;
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
