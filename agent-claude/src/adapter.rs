@@ -208,7 +208,10 @@ impl ClaudeAdapter {
         let alive = loop {
             match live.driver.next_event(deadline) {
                 DriverEvent::Line(l) => live.take(&l, clock()),
-                DriverEvent::Exited { .. } => break false,
+                DriverEvent::Exited { .. } => {
+                    live.run.flush(clock());
+                    break false;
+                }
                 DriverEvent::TimedOut => break true,
             }
             if live.run.is_finished() {
@@ -266,6 +269,7 @@ impl ClaudeAdapter {
             match live.driver.next_event(deadline) {
                 DriverEvent::Line(l) => live.take(&l, clock()),
                 DriverEvent::Exited { code, stderr } => {
+                    live.run.flush(clock());
                     break (live.run.state_of(uuid), WaitEnd::Exited { code, stderr });
                 }
                 DriverEvent::TimedOut => {
@@ -297,7 +301,10 @@ impl ClaudeAdapter {
         let exited = loop {
             match live.driver.next_event(deadline) {
                 DriverEvent::Line(l) => live.take(&l, clock()),
-                DriverEvent::Exited { .. } => break true,
+                DriverEvent::Exited { .. } => {
+                    live.run.flush(clock());
+                    break true;
+                }
                 DriverEvent::TimedOut => break false,
             }
         };

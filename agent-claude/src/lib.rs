@@ -11,7 +11,9 @@
 //!   the message's UUID) and every line Claude prints, typed.
 //! - [`proof`]: delivery evidence (the replayed echo, `command_lifecycle`,
 //!   `result.user_message_uuid`; in history, a user entry with the UUID).
-//! - [`project`]: live lines into rows, delta events and evidence.
+//! - [`project`]: live lines into rows, delta events and evidence; messages Claude merges
+//!   into one turn are one row live, as in the transcript (the merged message's key,
+//!   their words once).
 //! - [`transcript`]: the transcript reader (lines merged by `message.id`, tool results
 //!   joined, metadata skipped, the branch of the newest item as the conversation, a
 //!   torn last line left for the next read, [`transcript::Transcript::finish`] for a
@@ -19,7 +21,9 @@
 //! - [`tail`]: pages of a transcript read from the file's end, sans-IO: the latest
 //!   window costs the bytes of its page, not the file.
 //! - [`source`]: a transcript read so far as an `overlay-core` history source.
-//! - [`permission`]: Claude's permission prompts as the shared approval model (RW-06).
+//! - [`permission`]: Claude's permission prompts as the shared approval model (RW-06);
+//!   accepting for the session forwards only the rules Claude suggests, for this session
+//!   (never a mode change, a directory or a settings file).
 //! - [`run`]: one Claude run: what its lines prove about each message written, its
 //!   rows, its approval cards.
 //! - [`file`](mod@file): the file edge: where transcripts live, whole and tail reads, the

@@ -15,10 +15,20 @@
 //! | item ID | `tool_use_id` |
 //! | kind | `Bash` → `commandExecution`; `Edit`, `MultiEdit`, `Write`, `NotebookEdit` → `fileChange`; any other tool → `permissions` |
 //! | `accept` | allow with the input as asked |
-//! | `acceptForSession` | allow and add Claude's suggested rules (`updatedPermissions`); offered only when Claude suggests some |
+//! | `acceptForSession` | allow and add Claude's suggested rules for this session only (`updatedPermissions`, see below); offered only when Claude suggests a rule |
 //! | `decline` | deny; the agent goes on without the tool |
 //! | `cancel` | deny and interrupt the turn |
 //! | `resolvedExternally` | Claude withdrew the prompt (`control_cancel_request`) |
+//!
+//! What `acceptForSession` forwards ([`session_rules`]): only what the decision covers,
+//! the rules Claude suggests allowing (`addRules` with `behavior: "allow"`), each for
+//! this session (`destination: "session"`). Claude Code 2.1.328 suggests, for a Bash
+//! call, `addRules` for `localSettings` (it would write `.claude/settings.local.json`),
+//! `addDirectories` and `setMode` `acceptEdits` for the session (every later edit
+//! allowed without asking); forwarding them as they come would persist the rule to a
+//! settings file and switch the session's mode. So a rule meant for a settings file is
+//! kept for this session only, and nothing else goes: no mode change, no directory, no
+//! settings file destination, no rule that denies or asks.
 //!
 //! Invariant: the answer names the prompt's `request_id`, and only a decision the
 //! request allows is written ([`ApprovalRequest::decide`]).
@@ -58,11 +68,32 @@ pub fn approval_kind(tool_name: &str) -> ApprovalKind {
     }
 }
 
-fn has_suggestions(prompt: &ControlRequest) -> bool {
-    prompt
+/// The permission updates an `acceptForSession` answer to `prompt` carries: each rule
+/// suggestion that allows (`addRules`, `behavior: "allow"`, with rules), for this session
+/// only (`destination: "session"`, whatever destination Claude suggested). Mode changes
+/// (`setMode`), directories (`addDirectories`), replaced or removed rules and rules that
+/// deny or ask are left out: the user's decision does not cover them.
+pub fn session_rules(prompt: &ControlRequest) -> Vec<serde_json::Value> {
+    let Some(suggestions) = prompt
         .permission_suggestions
         .as_ref()
-        .is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty()))
+        .and_then(serde_json::Value::as_array)
+    else {
+        return Vec::new();
+    };
+    suggestions
+        .iter()
+        .filter(|s| s["type"] == "addRules" && s["behavior"] == "allow")
+        .filter_map(|s| {
+            let rules = s["rules"].as_array().filter(|r| !r.is_empty())?;
+            Some(serde_json::json!({
+                "type": "addRules",
+                "rules": rules,
+                "behavior": "allow",
+                "destination": "session",
+            }))
+        })
+        .collect()
 }
 
 /// The shared request of a `can_use_tool` prompt in Claude session `thread` during
@@ -80,7 +111,7 @@ pub fn approval_request(
         .clone()
         .filter(|id| !id.trim().is_empty())?;
     let mut allowed = vec![Decision::Accept];
-    if has_suggestions(prompt) {
+    if !session_rules(prompt).is_empty() {
         allowed.push(Decision::AcceptForSession);
     }
     allowed.extend([Decision::Decline, Decision::Cancel]);
@@ -110,7 +141,7 @@ pub fn answer_line(
         Decision::AcceptForSession => serde_json::json!({
             "behavior": "allow",
             "updatedInput": input,
-            "updatedPermissions": prompt.permission_suggestions.clone().unwrap_or_default(),
+            "updatedPermissions": session_rules(prompt),
         }),
         Decision::Decline => serde_json::json!({
             "behavior": "deny",
@@ -218,7 +249,8 @@ mod tests {
         assert_eq!(v["response"]["response"]["behavior"], "deny");
         assert_eq!(v["response"]["response"]["interrupt"], true);
 
-        let rules = serde_json::json!([{"type": "addRules", "rules": [{"toolName": "Write"}]}]);
+        let rules = serde_json::json!([{"type": "addRules", "rules": [{"toolName": "Write"}],
+            "behavior": "allow", "destination": "session"}]);
         let p = prompt("Write", Some(rules.clone()));
         let r = approval_request(&p, "s", "t").unwrap();
         assert!(r.allowed.contains(&Decision::AcceptForSession));
@@ -237,6 +269,59 @@ mod tests {
         let mut other = prompt("Bash", None);
         other.subtype = "initialize".into();
         assert_eq!(approval_request(&other, "s", "t"), None);
+    }
+
+    /// The `can_use_tool` prompt Claude Code 2.1.328 printed for a Bash call (its
+    /// `blocked_path` and directory shortened).
+    const BASH_2_1_328: &str = r#"{"type":"control_request","request_id":"b24d07eb-1847-42e8-9718-fd5cf3820218","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"touch scripted-model-ran.txt && echo ran","description":"Make a file"},"description":"Make a file","permission_suggestions":[{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"touch scripted-model-ran.txt && echo ran"}],"behavior":"allow","destination":"localSettings"},{"type":"addDirectories","directories":["/tmp/p/project"],"destination":"session"},{"type":"setMode","mode":"acceptEdits","destination":"session"}],"blocked_path":"/tmp/p/project/scripted-model-ran.txt","tool_use_id":"toolu_scripted_1"}}"#;
+
+    // RW-06: accepting for the session forwards only what the decision covers: the
+    // suggested rule, for this session; never the mode change, the directory or the
+    // settings file Claude 2.1.328 suggests beside it. Accepting once forwards nothing.
+    #[test]
+    fn accept_for_session_forwards_only_the_suggested_rules_for_this_session() {
+        let decoded = crate::stream::StreamDecoder::new().decode(BASH_2_1_328.as_bytes());
+        let Some(crate::stream::StreamLine::ControlRequest(p)) = decoded else {
+            panic!("{decoded:?}");
+        };
+        let r = approval_request(&p, "s", "t").unwrap();
+        assert!(r.allowed.contains(&Decision::AcceptForSession));
+        let v: serde_json::Value =
+            serde_json::from_str(&answer_line(&p, &r, Decision::AcceptForSession).unwrap())
+                .unwrap();
+        let answer = &v["response"]["response"];
+        assert_eq!(answer["behavior"], "allow");
+        assert_eq!(
+            answer["updatedPermissions"],
+            serde_json::json!([{
+                "type": "addRules",
+                "rules": [{"toolName": "Bash", "ruleContent": "touch scripted-model-ran.txt && echo ran"}],
+                "behavior": "allow",
+                "destination": "session",
+            }])
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&answer_line(&p, &r, Decision::Accept).unwrap()).unwrap();
+        assert!(v["response"]["response"]
+            .get("updatedPermissions")
+            .is_none());
+
+        // Without a rule to allow, the decision is not offered.
+        let only_mode = serde_json::json!([
+            {"type": "setMode", "mode": "acceptEdits", "destination": "session"},
+            {"type": "addDirectories", "directories": ["/w"], "destination": "session"},
+            {"type": "addRules", "rules": [{"toolName": "Bash"}], "behavior": "deny",
+             "destination": "session"},
+            {"type": "addRules", "rules": [], "behavior": "allow", "destination": "session"},
+        ]);
+        let p = prompt("Bash", Some(only_mode));
+        assert!(session_rules(&p).is_empty());
+        let r = approval_request(&p, "s", "t").unwrap();
+        assert!(!r.allowed.contains(&Decision::AcceptForSession));
+        assert_eq!(
+            answer_line(&p, &r, Decision::AcceptForSession),
+            Err(DecisionNotAllowed(Decision::AcceptForSession))
+        );
     }
 
     // RW-06: "The card is a live activity row of kind event." Pending, then the result,

@@ -17,9 +17,21 @@
 //! row. Frames of a subagent (`parent_tool_use_id` set) belong to another timeline
 //! target and are counted in [`Projector::subagent_frames`], not projected here.
 //!
+//! Merged messages: Claude Code 2.1.328 merges the messages queued behind a turn into
+//! one user turn when it takes them (B, C and D become one entry under D's UUID, its
+//! text their texts joined by newlines, `mergedSendUuids` naming B and C). It first
+//! replays B and C on their own, without a `timestamp` (every other echo has one), then
+//! D with the merged text. The transcript keeps only D's entry, so the live rows must
+//! show only D's row, with the merged words, once. An echo without a `timestamp` is
+//! therefore held back: the echo that merges it (its text starts with the held texts,
+//! each followed by a newline) drops it; anything else of the turn (another echo, a
+//! reply, a tool result, the turn's end, a prompt) or [`Projector::flush`] shows it
+//! first, so no message is ever left without its row.
+//!
 //! Invariants: a row keeps the timestamp and live sequence (`[2, sequence]`) it got when
 //! it first appeared, so every later upsert places it the same way; delta sequence
-//! numbers increase by one from the host's base.
+//! numbers increase by one from the host's base; a held echo is shown before any later
+//! row, or dropped for the merged row that carries its words.
 //!
 //! ```
 //! use agent_claude::project::{Output, Projector};
@@ -88,6 +100,13 @@ struct Target {
     block: String,
 }
 
+/// A replayed echo held back until it is known whether a merged message carries it.
+struct HeldEcho {
+    uuid: String,
+    text: String,
+    at: Millis,
+}
+
 #[derive(Default)]
 struct MessageRows {
     text: Vec<String>,
@@ -107,6 +126,8 @@ pub struct Projector {
     messages: HashMap<String, MessageRows>,
     tools: HashMap<String, ToolCall>,
     subagent_frames: u64,
+    /// Echoes that may be merged into the next one (see the module doc), oldest first.
+    held: Vec<HeldEcho>,
     out: VecDeque<Output>,
 }
 
@@ -124,7 +145,20 @@ impl Projector {
             messages: HashMap::new(),
             tools: HashMap::new(),
             subagent_frames: 0,
+            held: Vec::new(),
             out: VecDeque::new(),
+        }
+    }
+
+    /// True while an echo is held back (see the module doc).
+    pub fn holds_echo(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Shows the echoes held back (the run's process ended, nothing more comes).
+    pub fn flush(&mut self) {
+        for h in std::mem::take(&mut self.held) {
+            self.user_row(&h.uuid, &h.text, h.at);
         }
     }
 
@@ -164,8 +198,12 @@ impl Projector {
                 claude_session: i.session_id.clone(),
                 version: i.version.clone(),
             }),
-            StreamLine::Event(e) => self.event(&e.event, now),
+            StreamLine::Event(e) => {
+                self.flush();
+                self.event(&e.event, now);
+            }
             StreamLine::Assistant(a) => {
+                self.flush();
                 let Some(id) = a.message.id.clone() else {
                     return;
                 };
@@ -175,6 +213,7 @@ impl Projector {
             }
             StreamLine::User(u) => match &u.message.content {
                 c if c.has_tool_results() => {
+                    self.flush();
                     for b in c.blocks() {
                         if let ContentBlock::ToolResult {
                             tool_use_id,
@@ -189,26 +228,37 @@ impl Projector {
                 // The interruption marker: the interrupted-turn row, keyed by the
                 // marker's UUID like its transcript twin, not a user row.
                 c if c.is_interruption_marker() => {
+                    self.flush();
                     if let Some(uuid) = &u.uuid {
                         self.interrupted(uuid, now);
                     }
                 }
                 c => {
                     if let (Some(uuid), Some(text)) = (&u.uuid, c.user_text()) {
-                        let (at, seq) = self.place_user(uuid, now);
-                        if let Some(b) = blocks::user_block(uuid, at, SourceOrder::live(seq), &text)
-                        {
-                            self.out.push_back(Output::Row(b));
+                        if u.is_replay && u.timestamp.is_none() {
+                            // Perhaps merged into the next echo: wait for it.
+                            self.held.push(HeldEcho {
+                                uuid: uuid.clone(),
+                                text,
+                                at: now,
+                            });
+                        } else {
+                            self.merge_held(&text);
+                            self.user_row(uuid, &text, now);
                         }
                     }
                 }
             },
             StreamLine::Result(r) => {
+                self.flush();
                 self.targets.clear();
                 self.message_id = None;
                 self.out.push_back(Output::TurnEnded(r.clone()));
             }
-            StreamLine::ControlRequest(c) => self.out.push_back(Output::Permission(c.clone())),
+            StreamLine::ControlRequest(c) => {
+                self.flush();
+                self.out.push_back(Output::Permission(c.clone()));
+            }
             StreamLine::ControlCancel(id) => {
                 self.out.push_back(Output::PermissionWithdrawn(id.clone()));
             }
@@ -236,6 +286,39 @@ impl Projector {
         match timeline_core::key::OperationId::new(uuid) {
             Ok(op) => self.place(BlockKey::user_message(&op), now),
             Err(_) => (now, self.next_live),
+        }
+    }
+
+    fn user_row(&mut self, uuid: &str, text: &str, now: Millis) {
+        let (at, seq) = self.place_user(uuid, now);
+        if let Some(b) = blocks::user_block(uuid, at, SourceOrder::live(seq), text) {
+            self.out.push_back(Output::Row(b));
+        }
+    }
+
+    /// The echo with `text` came: the held echoes it merged (the last ones, whose texts
+    /// it starts with, each followed by a newline) are dropped; the older ones are
+    /// shown first.
+    fn merge_held(&mut self, text: &str) {
+        let merged_from = (0..self.held.len()).find(|&from| {
+            let mut rest = text;
+            self.held[from..].iter().all(|h| {
+                match rest
+                    .strip_prefix(h.text.as_str())
+                    .and_then(|r| r.strip_prefix('\n'))
+                {
+                    Some(r) => {
+                        rest = r;
+                        true
+                    }
+                    None => false,
+                }
+            })
+        });
+        let held = std::mem::take(&mut self.held);
+        let keep = merged_from.unwrap_or(held.len());
+        for h in held.into_iter().take(keep) {
+            self.user_row(&h.uuid, &h.text, h.at);
         }
     }
 

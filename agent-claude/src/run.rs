@@ -334,6 +334,20 @@ impl ClaudeRun {
             return;
         };
         self.projector.handle_line(&decoded, now);
+        if self.projector.holds_echo() {
+            // An echo the projection holds back is a turn's like its row: busy until
+            // its result.
+            self.busy = true;
+        }
+        while let Some(o) = self.projector.poll_output() {
+            self.take(o, now);
+        }
+    }
+
+    /// The process ended: what the projection held back is shown
+    /// ([`Projector::flush`]), at `now`.
+    pub fn flush(&mut self, now: Millis) {
+        self.projector.flush();
         while let Some(o) = self.projector.poll_output() {
             self.take(o, now);
         }

@@ -17,7 +17,7 @@
 //! | send, start | a new process, then the user line whose `uuid` is the operation | [`AgentInput::SendResult`] once a line names the UUID (`command_lifecycle` queued: accepted; started, the echo or a result: delivered) or the wait ends (the process's end, the 30 s deadline, a turn that ended without naming it: uncertain); later proof is [`AgentInput::DeliveryProof`] |
 //! | send, steer | the user line into the run's open input | the same |
 //! | history read | nothing: the session's transcript is read ([`AgentEffect::ReadFile`]) and searched for the UUID | [`AgentInput::HistoryRead`] |
-//! | stop | an `interrupt` control request with `cancel_queued` | [`AgentInput::StopResult`] once Claude's receipt came and the interrupted turn ended: the messages Claude cancelled before they started are untaken (a message that had started stays delivered) |
+//! | stop | an `interrupt` control request with `cancel_queued` | [`AgentInput::StopResult`] once Claude's receipt came and the interrupted turn ended: the messages Claude cancelled before they started are untaken (a message that had started stays delivered); a stop that comes while another of the run waits joins it (one interrupt is written, every stop gets the one result) |
 //! | take back | a `cancel_async_message` control request | `DetachedForReplay` when Claude cancelled it, `NotDetached` when it had already taken it |
 //! | approval decision | the `control_response` to the `can_use_tool` prompt | [`AgentInput::ApprovalResolved`] |
 //!
@@ -97,9 +97,12 @@ struct PendingSend {
     results_at_write: u64,
 }
 
+/// The interrupt of a run and the stops waiting for it: a stop that comes while one
+/// waits joins it (one interrupt is written), and every one gets the one result.
 #[derive(Debug)]
 struct PendingStop {
-    attempt: AttemptId,
+    /// Every stop attempt waiting, oldest first.
+    attempts: Vec<AttemptId>,
     request_id: String,
     deadline: Millis,
     /// Whether a turn ran when the interrupt was written.
@@ -472,6 +475,11 @@ impl ClaudeAgent {
                 },
             });
         };
+        if let Some(waiting) = live.stop.as_mut() {
+            // The interrupt is on its way: this stop waits for the same answer.
+            waiting.attempts.push(attempt);
+            return;
+        }
         let request_id = format!("stop-{id}");
         let line = serde_json::json!({
             "type": "control_request",
@@ -480,7 +488,7 @@ impl ClaudeAgent {
         })
         .to_string();
         live.stop = Some(PendingStop {
-            attempt,
+            attempts: vec![attempt],
             request_id,
             deadline: now.saturating_add(STOP_DEADLINE),
             was_busy: live.run.is_busy(),
@@ -755,10 +763,14 @@ impl ClaudeAgent {
             if let Some(stop) = live.stop.take() {
                 let mut untaken = untaken_ops(live, stop.receipt.as_deref().unwrap_or_default());
                 untaken.dedup();
-                inputs.push(AgentInput::StopResult {
-                    attempt: stop.attempt,
-                    result: StopResult::Stopped { untaken },
-                });
+                for attempt in stop.attempts {
+                    inputs.push(AgentInput::StopResult {
+                        attempt,
+                        result: StopResult::Stopped {
+                            untaken: untaken.clone(),
+                        },
+                    });
+                }
             }
         }
         // The run ends when its turn ended with nothing waiting.
@@ -791,7 +803,8 @@ impl ClaudeAgent {
         let Some(mut live) = self.sessions.get_mut(session).and_then(|s| s.live.take()) else {
             return;
         };
-        // Lines read before the end count first.
+        // Lines read before the end count first, and what the projection held back.
+        live.run.flush(now);
         if let Some(s) = self.sessions.get_mut(session) {
             s.live = Some(live);
         }
@@ -829,10 +842,14 @@ impl ClaudeAgent {
         }
         if let Some(stop) = live.stop.take() {
             let untaken = untaken_ops(&live, stop.receipt.as_deref().unwrap_or_default());
-            self.input(AgentInput::StopResult {
-                attempt: stop.attempt,
-                result: StopResult::Stopped { untaken },
-            });
+            for attempt in stop.attempts {
+                self.input(AgentInput::StopResult {
+                    attempt,
+                    result: StopResult::Stopped {
+                        untaken: untaken.clone(),
+                    },
+                });
+            }
         }
         for (_, t) in std::mem::take(&mut live.take_backs) {
             self.input(AgentInput::TakeBack {

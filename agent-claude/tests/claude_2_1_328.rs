@@ -1,7 +1,7 @@
 //! Claude Code 2.1.328, as it really ran against a scripted model: the history side of
 //! what it writes (the delivery proof, the rows) for a message that joined a running
-//! turn, messages merged into one turn, a message cancelled while queued, and the
-//! interruption marker.
+//! turn, messages merged into one turn (live and saved), a message cancelled while
+//! queued, and the interruption marker.
 //!
 //! Every line is copied from the captures of those runs (the stream-json output and
 //! the transcript of the same run). Lines marked `// abbreviated` lost their large
@@ -133,6 +133,53 @@ const INTERRUPT_STDOUT: &[&str] = &[
 /// `two_queued_no_interrupt`: B and C queued behind A's text reply, merged into one
 /// turn. The transcript's only entry for them: the user entry C, listing B.
 const MERGED_ENTRY: &str = r#"{"parentUuid":"97fead9f-a779-4b69-bfd6-64d38c1b7fb1","isSidechain":false,"promptId":"76ef1ae8-c805-4339-b8e8-550611071ce1","type":"user","message":{"role":"user","content":"Second, queued. [[text]]\nThird, queued. [[text]]"},"uuid":"cccccccc-0000-4000-8000-00000000000c","timestamp":"2026-12-02T05:39:31.711Z","permissionMode":"default","promptSource":"sdk","turnOrigin":"sdk","turnPosition":{"promptIndex":0,"turnIndex":2},"mergedSendUuids":["bbbbbbbb-0000-4000-8000-00000000000b"],"turnAttributionKey":"cccccccc-0000-4000-8000-00000000000c","userType":"external","entrypoint":"sdk-cli","cwd":"/tmp/explore-claude/runs/two_queued_no_interrupt/proj","sessionId":"37edc019-62ba-4372-bfe7-a00895be5e91","version":"2.1.328","gitBranch":"HEAD"}"#;
+
+/// `two_queued_no_interrupt`, run again: B and C queued behind A's slow reply and
+/// merged into one turn. The stream-json output from A's echo to the merged turn's
+/// reply: B's own echo first (no `timestamp`), then C's with both texts.
+const MERGED_STDOUT: &[&str] = &[
+    r#"{"type":"user","message":{"role":"user","content":"First. [[slow]]"},"session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","parent_tool_use_id":null,"uuid":"aaaaaaaa-0000-4000-8000-00000000000a","timestamp":"2026-12-02T20:39:39.653Z","isReplay":true}"#,
+    r#"{"type":"assistant","message":{"content":[{"text":"Reply to: First.","type":"text"}],"id":"msg_1","model":"scripted","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":10,"output_tokens":1},"context_management":null},"parent_tool_use_id":null,"session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","uuid":"5069e951-2327-41ec-adb7-83f27a13f24f","timestamp":"2026-12-02T20:39:45.842Z","request_id":"req_scripted","user_message_uuid":"aaaaaaaa-0000-4000-8000-00000000000a","user_message_uuids":["aaaaaaaa-0000-4000-8000-00000000000a"]}"#,
+    // abbreviated
+    r#"{"type":"result","subtype":"success","is_error":false,"stop_reason":"end_turn","session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","user_message_uuid":"aaaaaaaa-0000-4000-8000-00000000000a","uuid":"857a88ca-2e5f-4ab8-a2ee-43c0e516d0f4"}"#,
+    r#"{"type":"command_lifecycle","command_uuid":"aaaaaaaa-0000-4000-8000-00000000000a","state":"completed","uuid":"61c1d346-bd40-4ef9-97f1-13eaace1fd65","session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b"}"#,
+    r#"{"type":"user","message":{"role":"user","content":"Second, queued. [[text]]"},"session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","parent_tool_use_id":null,"uuid":"bbbbbbbb-0000-4000-8000-00000000000b","isReplay":true}"#,
+    r#"{"type":"command_lifecycle","command_uuid":"bbbbbbbb-0000-4000-8000-00000000000b","state":"started","uuid":"21df1879-91be-4cb6-9518-e5030fc3a236","session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b"}"#,
+    r#"{"type":"command_lifecycle","command_uuid":"cccccccc-0000-4000-8000-00000000000c","state":"started","uuid":"c88e3b4d-abfb-4c62-84c9-529dead731e3","session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b"}"#,
+    // abbreviated
+    r#"{"type":"system","subtype":"init","cwd":"/tmp/explore/claudehome-23750/project","session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","uuid":"fb00dce4-825e-4602-aa63-6553b8ec57c2","claude_code_version":"2.1.328"}"#,
+    r#"{"type":"user","message":{"role":"user","content":"Second, queued. [[text]]\nThird, queued. [[text]]"},"session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","parent_tool_use_id":null,"uuid":"cccccccc-0000-4000-8000-00000000000c","timestamp":"2026-12-02T20:39:45.977Z","isReplay":true}"#,
+    r#"{"type":"assistant","message":{"content":[{"text":"Reply to: Second, queued. Third, queued. [[text]]","type":"text"}],"id":"msg_2","model":"scripted","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":10,"output_tokens":1},"context_management":null},"parent_tool_use_id":null,"session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","uuid":"0eab9fea-fb5b-44e3-b7fe-9f4a49f0108d","timestamp":"2026-12-02T20:39:46.080Z","request_id":"req_scripted","user_message_uuid":"cccccccc-0000-4000-8000-00000000000c","user_message_uuids":["bbbbbbbb-0000-4000-8000-00000000000b","cccccccc-0000-4000-8000-00000000000c"]}"#,
+];
+
+/// The chain lines of the same run's transcript (its metadata lines left out): A, its
+/// reply, and the one entry of the merged turn, under C, listing B.
+const MERGED_TRANSCRIPT: &[&str] = &[
+    r#"{"parentUuid":null,"isSidechain":false,"promptId":"c73094b6-f34b-4877-8d41-fc8188156da2","type":"user","message":{"role":"user","content":"First. [[slow]]"},"uuid":"aaaaaaaa-0000-4000-8000-00000000000a","timestamp":"2026-12-02T20:39:39.653Z","permissionMode":"default","promptSource":"sdk","turnOrigin":"sdk","turnPosition":{"promptIndex":0,"turnIndex":1},"turnAttributionKey":"aaaaaaaa-0000-4000-8000-00000000000a","userType":"external","entrypoint":"sdk-cli","cwd":"/tmp/explore/claudehome-23750/project","sessionId":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","version":"2.1.328","gitBranch":"HEAD"}"#,
+    // abbreviated
+    r#"{"parentUuid":"aaaaaaaa-0000-4000-8000-00000000000a","isSidechain":false,"attachment":{"type":"environment"},"type":"attachment","uuid":"13cc0130-2b1f-443f-8bc2-1ed279b473bd","timestamp":"2026-12-02T20:39:39.649Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"13cc0130-2b1f-443f-8bc2-1ed279b473bd","isSidechain":false,"attachment":{"type":"model"},"type":"attachment","uuid":"aeba2ec7-b206-4a06-a30d-14578a75d90e","timestamp":"2026-12-02T20:39:39.649Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"aeba2ec7-b206-4a06-a30d-14578a75d90e","isSidechain":false,"attachment":{"type":"deferred_tools_delta"},"type":"attachment","uuid":"800f9c49-4ca0-4ed8-be9a-3a738a008212","timestamp":"2026-12-02T20:39:39.649Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"800f9c49-4ca0-4ed8-be9a-3a738a008212","isSidechain":false,"attachment":{"type":"agent_listing_delta"},"type":"attachment","uuid":"a5cd17bd-3e52-4768-afe5-bed28976b9a2","timestamp":"2026-12-02T20:39:39.650Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"a5cd17bd-3e52-4768-afe5-bed28976b9a2","isSidechain":false,"attachment":{"type":"skill_listing"},"type":"attachment","uuid":"cce935fc-6d2b-4fe4-ae68-f6a0079cf053","timestamp":"2026-12-02T20:39:39.650Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"cce935fc-6d2b-4fe4-ae68-f6a0079cf053","isSidechain":false,"attachment":{"type":"session_context"},"type":"attachment","uuid":"5353b503-689a-4f63-acb7-60581ed6a6c1","timestamp":"2026-12-02T20:39:39.714Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"5353b503-689a-4f63-acb7-60581ed6a6c1","isSidechain":false,"attachment":{"type":"date"},"type":"attachment","uuid":"5fb15d8c-94d9-4925-be95-84f1de03dfe3","timestamp":"2026-12-02T20:39:39.714Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"5fb15d8c-94d9-4925-be95-84f1de03dfe3","isSidechain":false,"attachment":{"type":"remote_session_change"},"type":"attachment","uuid":"a66a9e54-f0e9-48eb-9ee2-a65f741e9ac5","timestamp":"2026-12-02T20:39:39.718Z"}"#,
+    // abbreviated
+    r#"{"parentUuid":"a66a9e54-f0e9-48eb-9ee2-a65f741e9ac5","isSidechain":false,"attachment":{"type":"prompt_snapshot"},"type":"attachment","uuid":"f4d7f49e-2b2e-4c52-9c66-07efba6083cc","timestamp":"2026-12-02T20:39:39.721Z"}"#,
+    r#"{"parentUuid":"f4d7f49e-2b2e-4c52-9c66-07efba6083cc","isSidechain":false,"message":{"content":[{"text":"Reply to: First.","type":"text"}],"id":"msg_1","model":"scripted","role":"assistant","stop_reason":"end_turn","stop_sequence":null,"type":"message","usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":5,"output_tokens_details":{"thinking_tokens":0},"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard","cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0},"inference_geo":"","iterations":[],"speed":"standard","fallback_credit":null},"stop_details":null},"apiBlockIndex":0,"requestId":"req_scripted","requestRef":"f46be7a7-07fc-47ae-b610-52de93983463","requestedModel":"claude-opus-5-5","promptCacheRequested":"5m","type":"assistant","uuid":"5069e951-2327-41ec-adb7-83f27a13f24f","timestamp":"2026-12-02T20:39:45.842Z","effort":"medium","perTurnEffort":"medium","madeBy":"model","userType":"external","entrypoint":"sdk-cli","cwd":"/tmp/explore/claudehome-23750/project","sessionId":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","version":"2.1.328","gitBranch":"HEAD"}"#,
+    // abbreviated
+    r#"{"parentUuid":"5069e951-2327-41ec-adb7-83f27a13f24f","isSidechain":false,"attachment":{"type":"prompt_snapshot"},"type":"attachment","uuid":"c9746514-66f9-4fe5-a572-19692dabb76d","timestamp":"2026-12-02T20:39:45.891Z"}"#,
+    r#"{"parentUuid":"c9746514-66f9-4fe5-a572-19692dabb76d","isSidechain":false,"promptId":"7af0c1dd-a389-4469-8443-cbbcaf791e56","type":"user","message":{"role":"user","content":"Second, queued. [[text]]\nThird, queued. [[text]]"},"uuid":"cccccccc-0000-4000-8000-00000000000c","timestamp":"2026-12-02T20:39:45.977Z","permissionMode":"default","promptSource":"sdk","turnOrigin":"sdk","turnPosition":{"promptIndex":0,"turnIndex":2},"mergedSendUuids":["bbbbbbbb-0000-4000-8000-00000000000b"],"turnAttributionKey":"cccccccc-0000-4000-8000-00000000000c","userType":"external","entrypoint":"sdk-cli","cwd":"/tmp/explore/claudehome-23750/project","sessionId":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","version":"2.1.328","gitBranch":"HEAD"}"#,
+    r#"{"parentUuid":"cccccccc-0000-4000-8000-00000000000c","isSidechain":false,"message":{"content":[{"text":"Reply to: Second, queued. Third, queued. [[text]]","type":"text"}],"id":"msg_2","model":"scripted","role":"assistant","stop_reason":"end_turn","stop_sequence":null,"type":"message","usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":5,"output_tokens_details":{"thinking_tokens":0},"server_tool_use":{"web_search_requests":0,"web_fetch_requests":0},"service_tier":"standard","cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0},"inference_geo":"","iterations":[],"speed":"standard","fallback_credit":null},"stop_details":null},"apiBlockIndex":0,"requestId":"req_scripted","requestRef":"bbdd1a8d-82fa-480b-af90-8e858ce48c0d","requestedModel":"claude-opus-5-5","promptCacheRequested":"5m","type":"assistant","uuid":"0eab9fea-fb5b-44e3-b7fe-9f4a49f0108d","timestamp":"2026-12-02T20:39:46.080Z","effort":"medium","perTurnEffort":"medium","madeBy":"model","userType":"external","entrypoint":"sdk-cli","cwd":"/tmp/explore/claudehome-23750/project","sessionId":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","version":"2.1.328","gitBranch":"HEAD"}"#,
+];
 
 /// `interrupt_cancel_queued`: B queued, then an interrupt with `cancel_queued: true`
 /// drops it. The lines of the transcript that name B, and the marker.
@@ -374,4 +421,95 @@ fn the_interruption_marker_is_the_interrupted_row_live_and_saved() {
         saved[&system_key("1ed73aa9-4cd0-4534-9161-66f09e7d4150")].data["text"],
         "Interrupted"
     );
+}
+
+// TL-01, TL-02: messages merged into one turn are one row live as in history: the
+// merged message's key, the merged words, once. B's own echo (2.1.328 replays it
+// without a `timestamp` before the merged one) gives no row of its own; it still
+// proves B delivered.
+#[test]
+fn merged_messages_are_one_row_live_and_saved() {
+    // AG-01
+    let t = transcript(MERGED_TRANSCRIPT);
+    let saved = saved_rows(&t);
+    let live = live_rows(MERGED_STDOUT);
+    assert_eq!(shown(&live), shown(&saved));
+    assert!(!live.contains_key(&user_key(B)), "{:?}", live.keys());
+    let row = &live[&user_key(C)];
+    assert_eq!(row.operation_id.as_ref().map(|o| o.as_str()), Some(C));
+    assert_eq!(
+        row.data["text"],
+        "Second, queued. [[text]]\nThird, queued. [[text]]"
+    );
+    let said = live
+        .values()
+        .filter(|b| b.operation_id.is_some() && b.data.to_string().contains("Second, queued."))
+        .count();
+    assert_eq!(
+        said, 1,
+        "the earlier text is shown once among the user rows"
+    );
+    // The live rows come in the conversation's order: A, its reply, the merged turn.
+    let mut order: Vec<&Block> = live.values().collect();
+    order.sort_by_key(|b| b.order_key());
+    let keys: Vec<String> = order.iter().map(|b| b.key().encoded()).collect();
+    let at = |k: &str| keys.iter().position(|x| x == k).expect(k);
+    let reply = |id: &str| {
+        BlockKey::parse(BlockType::AgentReply, id)
+            .expect("a key")
+            .encoded()
+    };
+    assert!(at(&user_key(A)) < at(&reply("msg_1")));
+    assert!(at(&reply("msg_1")) < at(&user_key(C)));
+    assert!(at(&user_key(C)) < at(&reply("msg_2")));
+    // B's echo still proves it delivered.
+    let mut dec = StreamDecoder::new();
+    let b = MessageUuid::parse(B).expect("a UUID");
+    assert!(MERGED_STDOUT.iter().any(|l| {
+        let line = dec.decode(l.as_bytes()).expect("a stream-json line");
+        agent_claude::proof::evidence(&line).is_some_and(|e| e.uuid == b.as_str())
+    }));
+    assert_eq!(read_everywhere(MERGED_TRANSCRIPT, B), HistoryRead::Found);
+}
+
+// TL-02: an echo held back for a merge that does not come is still shown, before
+// whatever follows it: the next reply, an echo that does not carry its words, the end
+// of the process.
+#[test]
+fn an_echo_no_merge_carries_is_still_shown_once() {
+    let b_echo = MERGED_STDOUT
+        .iter()
+        .find(|l| l.contains(B) && l.contains(r#""type":"user""#))
+        .expect("B's echo");
+    let reply = MERGED_STDOUT
+        .iter()
+        .find(|l| l.contains("msg_2"))
+        .expect("the reply");
+    let other = r#"{"type":"user","message":{"role":"user","content":"Something else"},"session_id":"7c2e9a41-3b5d-4f60-8a1b-2c3d4e5f6a7b","parent_tool_use_id":null,"uuid":"cccccccc-0000-4000-8000-00000000000c","timestamp":"2026-12-02T20:39:45.977Z","isReplay":true}"#;
+    for (case, lines) in [
+        ("a reply", vec![*b_echo, *reply]),
+        ("an echo of other words", vec![*b_echo, other]),
+    ] {
+        let rows = live_rows(&lines);
+        assert_eq!(
+            rows[&user_key(B)].data["text"],
+            "Second, queued. [[text]]",
+            "{case}"
+        );
+        let mut order: Vec<&Block> = rows.values().collect();
+        order.sort_by_key(|b| b.order_key());
+        assert_eq!(order[0].key().encoded(), user_key(B), "{case}: shown first");
+    }
+    // The process ends right after it.
+    let mut dec = StreamDecoder::new();
+    let mut p = Projector::new("s", 0);
+    p.handle_line(&dec.decode(b_echo.as_bytes()).expect("a line"), Millis(1));
+    let rows = |p: &mut Projector| {
+        std::iter::from_fn(|| p.poll_output())
+            .filter(|o| matches!(o, Output::Row(_)))
+            .count()
+    };
+    assert_eq!(rows(&mut p), 0, "held");
+    p.flush();
+    assert_eq!(rows(&mut p), 1, "shown at the end");
 }

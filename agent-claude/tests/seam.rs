@@ -669,3 +669,214 @@ fn a_stop_while_the_start_looks_for_its_transcript_means_it_never_starts() {
         "{inputs:?}"
     );
 }
+
+fn stop(session: &SessionId, attempt: u64) -> AgentCall {
+    AgentCall::Stop {
+        attempt: AttemptId(attempt),
+        session: session.clone(),
+        run: run(),
+    }
+}
+
+fn interrupts(r: &Rig) -> usize {
+    r.writes
+        .iter()
+        .filter(|w| w["request"]["subtype"] == "interrupt")
+        .count()
+}
+
+fn stop_results(inputs: &[AgentInput]) -> Vec<(AttemptId, StopResult)> {
+    inputs
+        .iter()
+        .filter_map(|i| match i {
+            AgentInput::StopResult { attempt, result } => Some((*attempt, result.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_stop_while_the_first_waits_shares_its_interrupt_and_its_result() {
+    // AG-01, OB-15: two stops of one run write one interrupt; both are answered with
+    // the one result, once the receipt came and the interrupted turn ended.
+    let mut r = running();
+    let s = r.session.clone();
+    r.line(lifecycle(A, "started"), Millis(3));
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(4));
+    r.line(lifecycle(B, "queued"), Millis(5));
+    r.take();
+    r.call(stop(&s, 9), Millis(6));
+    r.call(stop(&s, 10), Millis(7));
+    assert_eq!(interrupts(&r), 1, "Claude is asked once");
+    assert!(r.take().is_empty(), "neither is answered before Claude");
+    let id = r.writes.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    r.line(lifecycle(B, "cancelled"), Millis(8));
+    r.line(
+        json!({"type": "control_response", "response": {"subtype": "success", "request_id": id,
+            "response": {"still_queued": [], "cancelled": [B]}}}),
+        Millis(9),
+    );
+    r.line(result(A, true), Millis(10));
+    let inputs = r.take();
+    let b = vec![OperationId::new(B).unwrap()];
+    assert_eq!(
+        stop_results(&inputs),
+        vec![
+            (AttemptId(9), StopResult::Stopped { untaken: b.clone() }),
+            (AttemptId(10), StopResult::Stopped { untaken: b }),
+        ],
+        "{inputs:?}"
+    );
+    assert_eq!(interrupts(&r), 1);
+}
+
+#[test]
+fn a_stop_after_the_first_gave_up_waiting_is_answered_by_the_runs_end_with_it() {
+    // AG-01: the first stop's deadline killed the run; a second stop before the end
+    // comes joins it: no new interrupt, no second kill, both answered by the end.
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(stop(&s, 9), Millis(10));
+    let at = Millis(10).saturating_add(STOP_DEADLINE);
+    r.agent.handle_timeout(at);
+    r.drain(at);
+    assert_eq!(r.killed, 1);
+    r.call(stop(&s, 10), at);
+    assert_eq!(interrupts(&r), 1);
+    let p = r.spawned[0].0;
+    r.agent.handle_exit(p, "claude ended: signal 9".into(), at);
+    r.drain(at);
+    let inputs = r.take();
+    let attempts: Vec<AttemptId> = stop_results(&inputs).into_iter().map(|(a, _)| a).collect();
+    assert_eq!(attempts, [AttemptId(9), AttemptId(10)], "{inputs:?}");
+    assert_eq!(r.killed, 1);
+    assert_eq!(r.agent.poll_timeout(), None, "nothing waits");
+}
+
+fn echo(uuid: &str, text: &str, timestamp: Option<&str>) -> Value {
+    let mut v = json!({"type": "user", "message": {"role": "user", "content": text},
+        "session_id": CLAUDE, "parent_tool_use_id": null, "uuid": uuid, "isReplay": true});
+    if let Some(t) = timestamp {
+        v["timestamp"] = json!(t);
+    }
+    v
+}
+
+fn reply(id: &str, text: &str) -> Value {
+    json!({"type": "assistant", "message": {"content": [{"text": text, "type": "text"}],
+        "id": id, "role": "assistant", "type": "message"},
+        "parent_tool_use_id": null, "session_id": CLAUDE, "uuid": format!("u-{id}")})
+}
+
+/// The user rows the host was given, last version of each: key and words.
+fn user_rows(inputs: &[AgentInput]) -> Vec<(String, Value)> {
+    let mut rows = std::collections::BTreeMap::new();
+    for i in inputs {
+        if let AgentInput::Rows { rows: r, .. } = i {
+            for row in r.iter().filter(|r| r.block.operation_id.is_some()) {
+                rows.insert(
+                    row.block.id.as_str().to_owned(),
+                    row.block.data["text"].clone(),
+                );
+            }
+        }
+    }
+    rows.into_iter().collect()
+}
+
+#[test]
+fn messages_claude_merges_are_one_row_and_their_turn_keeps_the_run_open() {
+    // AG-01, TL-02: the order of lines Claude Code 2.1.328 printed for B and C queued
+    // behind A and merged into one turn under C (shortened): B's own echo, without a
+    // `timestamp`, gives no row; C's echo carries both texts. The run goes on until
+    // the merged turn's result.
+    const C: &str = "cccccccc-0000-4000-8000-00000000000c";
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(3));
+    r.call(send(&s, C, SendKind::Steer { run: run() }, 3), Millis(3));
+    r.line(lifecycle(B, "queued"), Millis(4));
+    r.line(lifecycle(C, "queued"), Millis(4));
+    r.line(lifecycle(A, "started"), Millis(5));
+    r.line(
+        echo(A, "First. [[slow]]", Some("2026-12-02T20:39:39.653Z")),
+        Millis(6),
+    );
+    r.line(reply("msg_1", "Reply to: First."), Millis(7));
+    r.line(result(A, false), Millis(8));
+    r.line(lifecycle(A, "completed"), Millis(8));
+    r.line(echo(B, "Second, queued. [[text]]", None), Millis(9));
+    r.line(lifecycle(B, "started"), Millis(9));
+    r.line(lifecycle(C, "started"), Millis(9));
+    assert!(
+        !r.inputs
+            .iter()
+            .any(|i| matches!(i, AgentInput::RunEnded { .. })),
+        "the merged turn still runs: {:?}",
+        r.inputs
+    );
+    assert_eq!(r.closed, 0, "Claude's input stays open");
+    r.line(
+        echo(
+            C,
+            "Second, queued. [[text]]\nThird, queued. [[text]]",
+            Some("2026-12-02T20:39:45.977Z"),
+        ),
+        Millis(10),
+    );
+    r.line(
+        reply("msg_2", "Reply to: Second, queued. Third, queued. [[text]]"),
+        Millis(11),
+    );
+    r.line(result(C, false), Millis(12));
+    let inputs = r.take();
+    assert!(
+        inputs
+            .iter()
+            .any(|i| matches!(i, AgentInput::RunEnded { .. })),
+        "{inputs:?}"
+    );
+    assert_eq!(
+        user_rows(&inputs),
+        [
+            (format!("user-message::{A}"), json!("First. [[slow]]")),
+            (
+                format!("user-message::{C}"),
+                json!("Second, queued. [[text]]\nThird, queued. [[text]]")
+            ),
+        ]
+    );
+    for op in [B, C] {
+        assert!(
+            inputs.iter().any(|i| matches!(i,
+                AgentInput::DeliveryProof { operation_id, .. } if operation_id.as_str() == op)),
+            "{op}: {inputs:?}"
+        );
+    }
+}
+
+#[test]
+fn an_echo_held_for_a_merge_is_shown_when_claude_ends() {
+    // AG-01, TL-02: the process ends after an echo without a `timestamp`: its row is
+    // still given.
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(3));
+    r.line(lifecycle(B, "queued"), Millis(4));
+    r.line(echo(B, "Second, queued. [[text]]", None), Millis(5));
+    assert!(user_rows(&r.inputs).is_empty());
+    let p = r.spawned[0].0;
+    r.agent
+        .handle_exit(p, "claude ended: signal 9".into(), Millis(6));
+    r.drain(Millis(6));
+    assert_eq!(
+        user_rows(&r.take()),
+        [(
+            format!("user-message::{B}"),
+            json!("Second, queued. [[text]]")
+        )]
+    );
+}

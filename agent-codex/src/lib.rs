@@ -19,13 +19,16 @@
 //!   deadlines; its end is seen.
 //! - [`adapter`]: the [`outbox_core::adapter::AgentAdapter`] for Codex over the driver.
 //! - [`seam`]: Codex behind the host's agent seam ([`host_core::Agent`]): the same
-//!   steps without blocking and without IO, for a runtime to drive.
+//!   steps without blocking and without IO, for a runtime to drive. One process serves
+//!   every session: a thread that does not open in time fails only its own session's
+//!   sends, and a thread Codex closes (`thread/closed`) is resumed before its next turn.
 //! - [`edge`]: the file IO: rollout bytes (plain or `.jsonl.zst`) and the rollout as an
 //!   `overlay-core` history source ([`edge::RolloutSource`]).
 //!
 //! Versions known to work: `codex app-server` of `@openai/codex` 0.169.0 (the pinned
-//! one: its JSON Schema is checked in under `schema/0.169.0/` and every request the codec
-//! writes validates against it) and 0.168.0, both run by the real-agent tests
+//! one: its JSON Schema is checked in under `schema/0.169.0/`, every request the codec
+//! writes validates against it, and the server notifications it prints are there too)
+//! and 0.168.0, both run by the real-agent tests
 //! (`tests/real_codex.rs` here, `host-runtime/tests/real_codex.rs`); 0.147's recordings
 //! are replayed by the stand-in tests. Versions are pinned in the repository's
 //! `agents/package.json` and `agents/older/package.json`.

@@ -433,6 +433,14 @@ pub enum ServerNotification {
         /// The `waitingOnApproval` flag.
         waiting_on_approval: bool,
     },
+    /// `thread/closed`: Codex unloaded the thread (0.169 does so about a minute after
+    /// the last subscriber left an idle thread, after `thread/status/changed` with
+    /// `notLoaded`). Nothing more of it comes, and a `turn/start` on it is refused
+    /// ("thread not found") until `thread/resume` loads it again.
+    ThreadClosed {
+        /// The thread.
+        thread_id: String,
+    },
     /// `turn/started`.
     TurnStarted {
         /// The thread.
@@ -535,7 +543,6 @@ pub const IGNORED_NOTIFICATIONS: &[&str] = &[
     "thread/compacted",
     "thread/archived",
     "thread/unarchived",
-    "thread/closed",
     "deprecationNotice",
     "warning",
     "model/rerouted",
@@ -587,6 +594,9 @@ impl ServerNotification {
                         .is_some_and(|f| f.iter().any(|x| x == "waitingOnApproval")),
                 }
             }
+            "thread/closed" => ServerNotification::ThreadClosed {
+                thread_id: s("threadId")?,
+            },
             "turn/started" => ServerNotification::TurnStarted {
                 thread_id: s("threadId")?,
                 turn: turn()?,

@@ -8,10 +8,10 @@
 //!
 //! | host call | what Codex is sent | what the host gets |
 //! |---|---|---|
-//! | send, start | `thread/start` (or `thread/resume` after a restart) when the session has no loaded thread, then `turn/start` with the operation as `clientUserMessageId` | [`AgentInput::SendResult`] through the one table of [`crate::send`]; the echo later proves delivery ([`AgentInput::DeliveryProof`]) |
+//! | send, start | `thread/start` (or `thread/resume` after a restart or after Codex closed the thread) when the session has no loaded thread, then `turn/start` with the operation as `clientUserMessageId` | [`AgentInput::SendResult`] through the one table of [`crate::send`]; the echo later proves delivery ([`AgentInput::DeliveryProof`]) |
 //! | send, steer | `turn/steer` with the run's turn as `expectedTurnId` | the same |
 //! | history read | `thread/items/list`, newest first, [`HISTORY_PAGE`] items a page, searched for the client ID (`thread/read` with its turns on a Codex without it) | [`AgentInput::HistoryRead`]: found, missing once the last page is read, `Unreadable` when a read fails or [`HISTORY_READ_PAGES`] pages pass |
-//! | stop | `turn/interrupt`, then the turn's end | [`AgentInput::StopResult`] with the steers the interruption proved undelivered as untaken; a turn Codex calls not running (`-32600`: no active turn, another turn's ID, thread not found) is stopped, not failed, and its run ends with its `turn/completed` or [`END_GRACE`] later |
+//! | stop | `turn/interrupt`, then the turn's end | [`AgentInput::StopResult`] with the steers the interruption proved undelivered as untaken; a turn Codex calls not running (`-32600`: no active turn, another turn's ID, thread not found) is stopped, not failed, and its run ends with its `turn/completed` or [`END_GRACE`] later; a stop that comes while another of the same run waits joins it (Codex is asked once, every stop gets the one result) |
 //! | take back | nothing: Codex cannot take input back out of a running turn | `NotDetached` |
 //! | approval decision | the answer to Codex's request, once | [`AgentInput::ApprovalResolved`]; a request Codex already settled (`serverRequest/resolved`) is refused, never answered as taken |
 //! | clear thread link | nothing; the next send opens a fresh thread | |
@@ -20,10 +20,21 @@
 //! session's main target ([`crate::project::Projector`]); a turn's end is
 //! [`AgentInput::RunEnded`] for the run it belongs to; an approval request is
 //! [`AgentInput::ApprovalAsked`]; the process's end is uncertain for every send that
-//! waits and ends every run (a later call starts Codex again).
+//! waits and ends every run (a later call starts Codex again). `thread/closed` (Codex
+//! 0.169 unloads a thread nobody subscribes to about a minute after it went idle; a
+//! `turn/start` on it is refused, "thread not found") marks the session's thread not
+//! loaded, so its next send resumes it first; every run still open on the thread ends
+//! (aborted when a stop waits for it, failed otherwise: no turn end will come), its
+//! stops are answered, and its open approvals close as settled elsewhere.
 //!
 //! Every request waits at most the reply deadline ([`REPLY_DEADLINE`], the seed's 30 s)
-//! from its write; a send that passes it is uncertain.
+//! from its write; a send that passes it is uncertain. A `thread/start` or
+//! `thread/resume` that passes it fails only the sends that wait for that session's
+//! thread, as proven unadmitted (no `turn/start` or `turn/steer` of theirs was
+//! written); the one process and the other sessions go on. Its late answer finds
+//! nothing waiting and is dropped: no thread is recorded for a request given up, and
+//! the session's next send opens its thread again. Only an `initialize` that passes the
+//! deadline takes Codex down.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -144,8 +155,9 @@ enum Pending {
         /// Codex without it).
         pages: Option<u32>,
     },
+    /// The run's `turn/interrupt`; the stops it answers wait in the run
+    /// ([`RunState::stop`]).
     Interrupt {
-        attempt: outbox_core::AttemptId,
         run: RunId,
     },
 }
@@ -165,10 +177,21 @@ struct RunState {
     ended: bool,
     /// Operations this run accepted.
     accepted: Vec<OperationId>,
-    /// A stop waiting for the turn's end, and its deadline.
-    stop: Option<(outbox_core::AttemptId, Millis)>,
+    /// The stops of this run waiting for their answer (one interrupt for all).
+    stop: Option<Stopping>,
     /// Codex said the turn is not running: it ends by then if its end is not read.
     end_by: Option<Millis>,
+}
+
+/// The stops of a run that wait, answered together with one result: a stop that comes
+/// while another waits joins it, and Codex is asked to interrupt the turn once.
+#[derive(Debug)]
+struct Stopping {
+    /// Every stop attempt waiting, oldest first.
+    attempts: Vec<outbox_core::AttemptId>,
+    /// `None` while the interrupt waits for Codex's answer (its own reply deadline
+    /// runs); then the deadline of the turn's end.
+    until: Option<Millis>,
 }
 
 /// An approval Codex asked, until it is answered or settled.
@@ -651,7 +674,33 @@ impl CodexAgent {
             thread_id: r.thread_id.clone(),
             turn_id: r.turn_id.clone(),
         };
-        self.request(&interrupt, Pending::Interrupt { attempt, run });
+        let Some(r) = self.runs.get_mut(&run) else {
+            return;
+        };
+        // A stop while another of the run waits joins it: one interrupt, one result
+        // for both.
+        if let Some(waiting) = r.stop.as_mut() {
+            waiting.attempts.push(attempt);
+            return;
+        }
+        r.stop = Some(Stopping {
+            attempts: vec![attempt],
+            until: None,
+        });
+        self.request(&interrupt, Pending::Interrupt { run });
+    }
+
+    /// Answers every stop of `run` that waits with `result`.
+    fn answer_stops(&mut self, run: &RunId, result: &StopResult) {
+        let Some(stopping) = self.runs.get_mut(run).and_then(|r| r.stop.take()) else {
+            return;
+        };
+        for attempt in stopping.attempts {
+            self.input(AgentInput::StopResult {
+                attempt,
+                result: result.clone(),
+            });
+        }
     }
 
     /// The run's operations the interruption proved not delivered. One still waiting
@@ -690,49 +739,31 @@ impl CodexAgent {
                     self.out.push_back(AgentEffect::Kill {
                         process: self.process,
                     });
-                    self.gone(reason, now);
+                    self.gone(reason);
                 }
             },
-            Pending::OpenThread { session } => {
-                let Some(s) = self.sessions.get_mut(&session) else {
-                    return;
-                };
-                s.opening = None;
-                let queued = std::mem::take(&mut s.queued);
-                match answer {
-                    Ok(Response::ThreadStart { thread } | Response::ThreadResume { thread }) => {
-                        self.threads.insert(thread.id.clone(), session.clone());
-                        s.thread_id = Some(thread.id);
-                        s.loaded = true;
-                        for (call, at) in queued {
-                            self.call(call, at.max(now));
-                        }
-                    }
-                    other => {
-                        let why = match other {
-                            Err(e) => format!("({}: {})", e.code, e.message),
-                            Ok(r) => format!("with {r:?}"),
-                        };
-                        // Nothing of the messages was written.
-                        for (call, _) in queued {
-                            if let AgentCall::Send(request) = call {
-                                let method = match request.kind {
-                                    SendKind::Start { .. } => SendMethod::TurnStart,
-                                    SendKind::Steer { .. } => SendMethod::TurnSteer,
-                                };
-                                let reason = format!("Codex did not open the thread {why}");
-                                self.input(AgentInput::SendResult {
-                                    attempt: request.attempt,
-                                    result: send::failed(
-                                        method,
-                                        &SendFailure::NotWritten { reason },
-                                    ),
-                                });
-                            }
-                        }
+            Pending::OpenThread { session } => match answer {
+                Ok(Response::ThreadStart { thread } | Response::ThreadResume { thread }) => {
+                    let Some(s) = self.sessions.get_mut(&session) else {
+                        return;
+                    };
+                    s.opening = None;
+                    let queued = std::mem::take(&mut s.queued);
+                    self.threads.insert(thread.id.clone(), session.clone());
+                    s.thread_id = Some(thread.id);
+                    s.loaded = true;
+                    for (call, at) in queued {
+                        self.call(call, at.max(now));
                     }
                 }
-            }
+                other => {
+                    let why = match other {
+                        Err(e) => format!("({}: {})", e.code, e.message),
+                        Ok(r) => format!("with {r:?}"),
+                    };
+                    self.not_opened(&session, &format!("Codex did not open the thread {why}"));
+                }
+            },
             Pending::Send {
                 request,
                 method,
@@ -831,19 +862,12 @@ impl CodexAgent {
                 };
                 self.input(AgentInput::HistoryRead { attempt, read });
             }
-            Pending::Interrupt { attempt, run } => match answer {
+            Pending::Interrupt { run } => match answer {
                 Ok(_) => {
-                    if let Some(r) = self.runs.get_mut(&run) {
-                        if r.ended {
-                            let untaken = self.untaken(&run);
-                            self.input(AgentInput::StopResult {
-                                attempt,
-                                result: StopResult::Stopped { untaken },
-                            });
-                        } else {
-                            // The turn ends with `turn/completed` (interrupted).
-                            r.stop = Some((attempt, now.saturating_add(REPLY_DEADLINE)));
-                        }
+                    // The turn ends with `turn/completed` (interrupted); a run that
+                    // ended first answered its stops then.
+                    if let Some(stopping) = self.runs.get_mut(&run).and_then(|r| r.stop.as_mut()) {
+                        stopping.until = Some(now.saturating_add(REPLY_DEADLINE));
                     }
                 }
                 // The turn is not running (it ended before the interrupt reached it, or
@@ -857,21 +881,47 @@ impl CodexAgent {
                             r.end_by = Some(now.saturating_add(END_GRACE));
                         }
                     }
-                    self.input(AgentInput::StopResult {
-                        attempt,
-                        result: StopResult::Stopped { untaken },
-                    });
+                    self.answer_stops(&run, &StopResult::Stopped { untaken });
                 }
-                Err(e) => self.input(AgentInput::StopResult {
-                    attempt,
-                    result: StopResult::Failed {
+                Err(e) => self.answer_stops(
+                    &run,
+                    &StopResult::Failed {
                         error: format!(
                             "Codex refused to interrupt the turn ({}: {}).",
                             e.code, e.message
                         ),
                     },
-                }),
+                ),
             },
+        }
+    }
+
+    /// The thread of `session` did not open (refused, or no answer in time): the sends
+    /// that waited for it are answered; none of them was written (no `turn/start` or
+    /// `turn/steer` goes before the thread is open), so none was admitted. The process
+    /// and the other sessions are left alone, and the session's next send opens the
+    /// thread again.
+    fn not_opened(&mut self, session: &SessionId, reason: &str) {
+        let Some(s) = self.sessions.get_mut(session) else {
+            return;
+        };
+        s.opening = None;
+        for (call, _) in std::mem::take(&mut s.queued) {
+            if let AgentCall::Send(request) = call {
+                let method = match request.kind {
+                    SendKind::Start { .. } => SendMethod::TurnStart,
+                    SendKind::Steer { .. } => SendMethod::TurnSteer,
+                };
+                self.input(AgentInput::SendResult {
+                    attempt: request.attempt,
+                    result: send::failed(
+                        method,
+                        &SendFailure::NotWritten {
+                            reason: reason.to_owned(),
+                        },
+                    ),
+                });
+            }
         }
     }
 
@@ -912,16 +962,13 @@ impl CodexAgent {
         }
         r.ended = true;
         let session = r.session.clone();
-        let stop = r.stop.take();
         let untaken = self.untaken(run);
-        if let Some((attempt, _)) = stop {
-            self.input(AgentInput::StopResult {
-                attempt,
-                result: StopResult::Stopped {
-                    untaken: untaken.clone(),
-                },
-            });
-        }
+        self.answer_stops(
+            run,
+            &StopResult::Stopped {
+                untaken: untaken.clone(),
+            },
+        );
         self.input(AgentInput::RunEnded {
             session,
             run: run.clone(),
@@ -1076,6 +1123,9 @@ impl CodexAgent {
                 });
             }
         }
+        if let ServerNotification::ThreadClosed { thread_id } = &n.body {
+            return self.thread_closed(thread_id);
+        }
         let session = match &n.body {
             ServerNotification::ItemStarted { thread_id, .. }
             | ServerNotification::ItemCompleted { thread_id, .. }
@@ -1141,9 +1191,66 @@ impl CodexAgent {
         }
     }
 
+    /// Codex closed (unloaded) `thread_id`: nothing more of it comes. Its session's
+    /// next send resumes it (`thread/resume`) before its `turn/start`; every run still
+    /// open on it ends (aborted when a stop waits for it, failed otherwise: Codex told
+    /// no outcome), its stops are answered, what its messages proved stays (nothing
+    /// else is claimed untaken: a history read decides), and its open approvals close
+    /// as settled elsewhere. A send or interrupt already written gets Codex's own
+    /// answer.
+    fn thread_closed(&mut self, thread_id: &str) {
+        let Some(session) = self.session_of_thread(thread_id) else {
+            return;
+        };
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.loaded = false;
+        }
+        let open: Vec<(RunId, RunEventKind)> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| !r.ended && r.session == session && r.thread_id == thread_id)
+            .map(|(id, r)| {
+                let kind = if r.stop.is_some() {
+                    RunEventKind::Aborted
+                } else {
+                    RunEventKind::Failed
+                };
+                (id.clone(), kind)
+            })
+            .collect();
+        for (run, kind) in open {
+            // No echo of the thread comes any more.
+            let ops: Vec<OperationId> = self
+                .runs
+                .get(&run)
+                .map(|r| r.accepted.clone())
+                .unwrap_or_default();
+            self.watches.retain(|(op, _, _)| !ops.contains(op));
+            self.end_run(&run, kind);
+        }
+        let closed: Vec<String> = self
+            .approvals
+            .iter()
+            .filter(|(_, a)| a.request.thread_id == thread_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in closed {
+            if let Some(open) = self.approvals.remove(&id) {
+                let r = open.request;
+                self.input(AgentInput::ApprovalResolved {
+                    request_id: r.request_id,
+                    thread_id: r.thread_id,
+                    turn_id: r.turn_id,
+                    item_id: r.item_id,
+                    result: Ok(ApprovalResult::ResolvedExternally),
+                });
+            }
+        }
+    }
+
     /// The process is gone: every request waiting fails as the table says, every run
     /// ends, open approvals close.
-    fn gone(&mut self, reason: String, now: Millis) {
+    fn gone(&mut self, reason: String) {
         self.conn = Conn::Down;
         self.exits += 1;
         self.codec.abandon();
@@ -1184,13 +1291,9 @@ impl CodexAgent {
                     attempt,
                     read: HistoryRead::Unreadable,
                 }),
-                Pending::Interrupt { attempt, run } => {
-                    // The turn went with the process: stopped, nothing claimed untaken.
-                    if let Some(r) = self.runs.get_mut(&run) {
-                        r.stop = Some((attempt, now));
-                    }
-                }
-                Pending::Initialize | Pending::OpenThread { .. } => {}
+                // The turn went with the process: its run ends below, which answers
+                // its stops (stopped, nothing claimed untaken).
+                Pending::Interrupt { .. } | Pending::Initialize | Pending::OpenThread { .. } => {}
             }
         }
         // Sends that waited for a thread: nothing of them was written.
@@ -1236,18 +1339,18 @@ impl CodexAgent {
     }
 
     /// A request other than a send whose line could not be written.
-    fn unwritten(&mut self, what: Pending, why: &str, now: Millis) {
+    fn unwritten(&mut self, what: Pending, why: &str) {
         match what {
             Pending::Read { attempt, .. } => self.input(AgentInput::HistoryRead {
                 attempt,
                 read: HistoryRead::Unreadable,
             }),
-            Pending::Interrupt { attempt, .. } => self.input(AgentInput::StopResult {
-                attempt,
-                result: StopResult::Failed {
+            Pending::Interrupt { run } => self.answer_stops(
+                &run,
+                &StopResult::Failed {
                     error: format!("The interrupt could not be written to Codex: {why}"),
                 },
-            }),
+            ),
             // Without the connection or the thread nothing else can go: take Codex
             // down, so what waits is answered as at its end, and the next call starts
             // it again.
@@ -1255,7 +1358,7 @@ impl CodexAgent {
                 self.out.push_back(AgentEffect::Kill {
                     process: self.process,
                 });
-                self.gone(format!("a line could not be written to Codex: {why}"), now);
+                self.gone(format!("a line could not be written to Codex: {why}"));
             }
             Pending::Send { .. } => {}
         }
@@ -1337,9 +1440,9 @@ impl Agent for CodexAgent {
         }
     }
 
-    fn handle_exit(&mut self, process: ProcessId, reason: String, now: Millis) {
+    fn handle_exit(&mut self, process: ProcessId, reason: String, _now: Millis) {
         if process == self.process && self.conn != Conn::Down {
-            self.gone(reason, now);
+            self.gone(reason);
         }
     }
 
@@ -1398,7 +1501,7 @@ impl Agent for CodexAgent {
                     });
                 } else {
                     // Answered now: a request that never reached Codex waits for nothing.
-                    self.unwritten(w.what, &failure.to_string(), now);
+                    self.unwritten(w.what, &failure.to_string());
                 }
             }
         }
@@ -1415,7 +1518,7 @@ impl Agent for CodexAgent {
         let stops = self
             .runs
             .values()
-            .filter_map(|r| r.stop.as_ref().map(|s| s.1));
+            .filter_map(|r| r.stop.as_ref().and_then(|s| s.until));
         let ends = self
             .runs
             .values()
@@ -1446,16 +1549,20 @@ impl Agent for CodexAgent {
                     attempt,
                     read: HistoryRead::Unreadable,
                 }),
-                Pending::Interrupt { attempt, .. } => self.input(AgentInput::StopResult {
-                    attempt,
-                    result: StopResult::Crashed,
-                }),
-                Pending::Initialize | Pending::OpenThread { .. } => {
+                Pending::Interrupt { run } => self.answer_stops(&run, &StopResult::Crashed),
+                // The thread of one session did not open in time: only its sends fail.
+                // A late answer finds nothing waiting and is dropped (no thread is
+                // recorded for it; the next send opens the thread again).
+                Pending::OpenThread { session } => self.not_opened(
+                    &session,
+                    "Codex did not open the thread within the reply deadline",
+                ),
+                Pending::Initialize => {
                     // Codex does not answer: take it down; what waits fails as at an end.
                     self.out.push_back(AgentEffect::Kill {
                         process: self.process,
                     });
-                    self.gone("Codex did not answer in time".to_owned(), now);
+                    self.gone("Codex did not answer in time".to_owned());
                 }
             }
         }
@@ -1471,28 +1578,23 @@ impl Agent for CodexAgent {
         let stops: Vec<RunId> = self
             .runs
             .iter()
-            .filter(|(_, r)| r.stop.as_ref().is_some_and(|s| s.1 <= now))
+            .filter(|(_, r)| {
+                r.stop
+                    .as_ref()
+                    .is_some_and(|s| s.until.is_some_and(|d| d <= now))
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for run in stops {
-            let Some(r) = self.runs.get_mut(&run) else {
-                continue;
-            };
-            let Some((attempt, _)) = r.stop.take() else {
-                continue;
-            };
-            if r.ended || self.conn == Conn::Down {
-                let untaken = self.untaken(&run);
-                self.input(AgentInput::StopResult {
-                    attempt,
-                    result: StopResult::Stopped { untaken },
-                });
+            let ended = self.runs.get(&run).is_some_and(|r| r.ended);
+            let result = if ended || self.conn == Conn::Down {
+                StopResult::Stopped {
+                    untaken: self.untaken(&run),
+                }
             } else {
-                self.input(AgentInput::StopResult {
-                    attempt,
-                    result: StopResult::Crashed,
-                });
-            }
+                StopResult::Crashed
+            };
+            self.answer_stops(&run, &result);
         }
     }
 }

@@ -7,10 +7,17 @@
 #![allow(clippy::unwrap_used)] // a test: a failed step is a failed test
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // the driver loop reads the clock
 
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::rc::Rc;
 use std::time::Duration;
 
 use agent_codex::{CodexAgent, ThreadConfig};
-use host_core::{AgentCall, AgentInput, ProcessSpec};
+use host_core::{
+    Agent, AgentCall, AgentEffect, AgentInput, FileError, ProcessId, ProcessSpec, ReadId,
+    WriteFailure, WriteId,
+};
+use outbox_core::adapter::Capabilities;
 use outbox_core::adapter::{
     AttemptId, HistoryRead, ProofKind, SendKind, SendRequest, SendResult, StopResult,
 };
@@ -23,8 +30,8 @@ use timeline_core::time::Millis;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-struct Real {
-    d: Blocking<CodexAgent>,
+struct Real<A: Agent = CodexAgent> {
+    d: Blocking<A>,
     session: SessionId,
     _model: ModelServer,
     home: std::path::PathBuf,
@@ -32,6 +39,16 @@ struct Real {
 
 impl Real {
     fn new(thread: impl FnOnce(ThreadConfig) -> ThreadConfig) -> Real {
+        Real::with(thread, |codex| codex)
+    }
+}
+
+impl<A: Agent> Real<A> {
+    /// Codex as `wrap` makes it, on the thread `thread` describes.
+    fn with(
+        thread: impl FnOnce(ThreadConfig) -> ThreadConfig,
+        wrap: impl FnOnce(CodexAgent) -> A,
+    ) -> Real<A> {
         let model = ModelServer::start().unwrap();
         let home = std::env::temp_dir().join(format!(
             "custody-agent-codex-real-{}-{}",
@@ -55,7 +72,7 @@ impl Real {
             thread(ThreadConfig::new(work).sandbox("danger-full-access")),
         );
         Real {
-            d: Blocking::new(agent),
+            d: Blocking::new(wrap(agent)),
             session,
             _model: model,
             home,
@@ -77,7 +94,7 @@ impl Real {
     }
 }
 
-impl Drop for Real {
+impl<A: Agent> Drop for Real<A> {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.home);
     }
@@ -298,4 +315,179 @@ fn a_steer_real_codex_gets_after_its_turn_ended_is_proven_unadmitted() {
         "{:?}",
         r.d.inputs
     );
+}
+
+/// `CodexAgent` with a tap on its process: a test writes a line of its own to Codex
+/// (what another client of the same app-server could ask), and sees whether Codex said
+/// `thread/closed`. Lines and writes of the tap's own never reach the agent.
+struct Tap {
+    codex: CodexAgent,
+    inject: VecDeque<AgentEffect>,
+    closed: Rc<Cell<bool>>,
+}
+
+/// The first write ID of the tap's own lines (the agent counts up from 1).
+const TAP_WRITES: u64 = u64::MAX - 1_000;
+
+impl Tap {
+    fn new(codex: CodexAgent) -> Tap {
+        Tap {
+            codex,
+            inject: VecDeque::new(),
+            closed: Rc::new(Cell::new(false)),
+        }
+    }
+
+    /// Writes `line` to Codex at the next effect.
+    fn write(&mut self, line: &serde_json::Value) {
+        let process = self.codex.process().expect("Codex runs");
+        let n = u64::try_from(self.inject.len()).unwrap();
+        self.inject.push_back(AgentEffect::Write {
+            process,
+            write: WriteId(TAP_WRITES + n),
+            line: serde_json::to_vec(line).unwrap(),
+        });
+    }
+}
+
+impl Agent for Tap {
+    fn capabilities(&self) -> Capabilities {
+        self.codex.capabilities()
+    }
+    fn serves(&self, session: &SessionId) -> bool {
+        self.codex.serves(session)
+    }
+    fn handle_call(&mut self, call: AgentCall, now: Millis) {
+        self.codex.handle_call(call, now);
+    }
+    fn handle_line(&mut self, process: ProcessId, line: &[u8], now: Millis) {
+        let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
+        if v["method"] == "thread/closed" {
+            self.closed.set(true);
+        }
+        if v["id"].as_str().is_some_and(|id| id.starts_with("tap-")) {
+            return;
+        }
+        self.codex.handle_line(process, line, now);
+    }
+    fn handle_line_too_long(&mut self, process: ProcessId, now: Millis) {
+        self.codex.handle_line_too_long(process, now);
+    }
+    fn handle_exit(&mut self, process: ProcessId, reason: String, now: Millis) {
+        self.codex.handle_exit(process, reason, now);
+    }
+    fn handle_written(
+        &mut self,
+        process: ProcessId,
+        write: WriteId,
+        result: Result<(), WriteFailure>,
+        now: Millis,
+    ) {
+        if write.0 >= TAP_WRITES {
+            result.unwrap();
+            return;
+        }
+        self.codex.handle_written(process, write, result, now);
+    }
+    fn handle_file(&mut self, read: ReadId, result: Result<Vec<u8>, FileError>, now: Millis) {
+        self.codex.handle_file(read, result, now);
+    }
+    fn poll_effect(&mut self) -> Option<AgentEffect> {
+        self.inject.pop_front().or_else(|| self.codex.poll_effect())
+    }
+    fn poll_timeout(&self) -> Option<Millis> {
+        self.codex.poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Millis) {
+        self.codex.handle_timeout(now);
+    }
+}
+
+#[test]
+fn a_thread_real_codex_closes_ends_its_run_and_is_resumed_for_the_next_send() {
+    // AG-01, AG-02
+    // Codex 0.169 unloads a thread nobody subscribes to about a minute after it went
+    // idle and says `thread/closed`; a `turn/start` on it is then refused ("thread not
+    // found"). Here the subscription is dropped mid-turn (`thread/unsubscribe`, as
+    // another client could ask), so the turn's end never reaches the agent: the closing
+    // ends the run, and the next send resumes the thread before its turn.
+    let mut r = Real::with(|t| t, Tap::new);
+    let closed = Rc::clone(&r.d.agent.closed);
+    let s = r.session.clone();
+    r.call(start(&s, "op-real-1", "Count slowly [[slow]]"));
+    r.until("the acceptance", |i| {
+        has(i, |i| {
+            matches!(
+                i,
+                AgentInput::SendResult {
+                    result: SendResult::Accepted(_),
+                    ..
+                }
+            )
+        })
+    });
+    let thread = r.d.agent.codex.thread_of(&s).unwrap().to_owned();
+    r.d.agent.write(&serde_json::json!({
+        "id": "tap-unsubscribe",
+        "method": "thread/unsubscribe",
+        "params": {"threadId": thread},
+    }));
+    r.d.until("the run's end", 3 * MINUTE, |i| {
+        has(i, |i| matches!(i, AgentInput::RunEnded { .. }))
+    });
+    assert!(closed.get(), "the run ended before Codex closed the thread");
+    assert!(
+        has(&r.d.inputs, |i| matches!(
+            i,
+            AgentInput::RunEnded {
+                outcome: overlay_core::live::RunEventKind::Failed,
+                ..
+            }
+        )),
+        "{:?}",
+        r.d.inputs
+    );
+    r.d.inputs.clear();
+    let sent = r.d.written.len();
+    let run2 = RunId::new("run-2").unwrap();
+    r.call(AgentCall::Send(SendRequest {
+        attempt: AttemptId(2),
+        session: s.clone(),
+        operation_id: OperationId::new("op-real-2").unwrap(),
+        request: MessageRequest::text("Say hello", "phone", Millis(0)),
+        kind: SendKind::Start { run: run2.clone() },
+        rollback_before_send: false,
+        fresh_thread: false,
+    }));
+    r.until("the second run's acceptance, proof and end", |i| {
+        has(i, |i| {
+            matches!(
+                i,
+                AgentInput::SendResult {
+                    attempt: AttemptId(2),
+                    result: SendResult::Accepted(_),
+                }
+            )
+        }) && has(i, |i| matches!(i, AgentInput::DeliveryProof { .. }))
+            && has(
+                i,
+                |i| matches!(i, AgentInput::RunEnded { run, .. } if *run == run2),
+            )
+    });
+    let methods: Vec<&serde_json::Value> = r.d.written[sent..]
+        .iter()
+        .filter(|v| v.get("id").is_some())
+        .map(|v| &v["method"])
+        .collect();
+    assert_eq!(
+        methods.first().copied(),
+        Some(&serde_json::json!("thread/resume")),
+        "{methods:?}"
+    );
+    let turn = r.d.written[sent..]
+        .iter()
+        .find(|v| v["method"] == "turn/start")
+        .unwrap();
+    assert_eq!(turn["params"]["threadId"], thread.as_str());
+    assert_eq!(r.d.agent.codex.thread_of(&s), Some(thread.as_str()));
 }

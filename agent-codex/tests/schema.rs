@@ -1,6 +1,8 @@
 //! The protocol contract: every line the codec can write validates against the JSON
 //! Schema the pinned Codex prints (`codex app-server generate-json-schema`), checked in
-//! under `agent-codex/schema/<version>/`; and the pinned binary still prints that schema.
+//! under `agent-codex/schema/<version>/`; the notifications the seam acts on without a
+//! recording of them (`thread/closed`) are read in the schema's shape; and the pinned
+//! binary still prints that schema.
 
 #![allow(clippy::unwrap_used)] // a test: a bad schema or line is a failed test
 #![allow(clippy::disallowed_methods)] // reads the checked-in schema and runs the binary
@@ -11,9 +13,10 @@ use serde_json::{json, Value};
 use timeline_core::rows::Decision;
 
 const VERSION: &str = "0.169.0";
-const FILES: [&str; 4] = [
+const FILES: [&str; 5] = [
     "ClientRequest.json",
     "ClientNotification.json",
+    "ServerNotification.json",
     "CommandExecutionRequestApprovalResponse.json",
     "FileChangeRequestApprovalResponse.json",
 ];
@@ -211,4 +214,32 @@ fn the_schema_refuses_a_request_codex_would_refuse() {
     ] {
         assert!(!v.is_valid(&bad), "{bad} validated");
     }
+}
+
+#[test]
+fn the_thread_closed_codex_sends_is_the_one_the_codec_reads() {
+    // AG-02: the notification that says a thread was unloaded, as the pinned schema has
+    // it (`ThreadClosedNotification`: its `threadId` only), reads as `ThreadClosed`; one
+    // without its thread is refused by the schema and not read as one.
+    use agent_codex::codec::Incoming;
+    use agent_codex::protocol::ServerNotification;
+    let line = json!({"method": "thread/closed", "params": {"threadId": "019a-t"}});
+    check("ServerNotification.json", &line);
+    let mut codec = Codec::new();
+    let read = codec.handle_line(line.to_string().as_bytes()).unwrap();
+    let Incoming::Notification(n) = read else {
+        panic!("{read:?}");
+    };
+    assert_eq!(
+        n.body,
+        ServerNotification::ThreadClosed {
+            thread_id: "019a-t".into()
+        }
+    );
+    let bad = json!({"method": "thread/closed", "params": {}});
+    let s = schema("ServerNotification.json");
+    assert!(!jsonschema::validator_for(&s).unwrap().is_valid(&bad));
+    assert!(Codec::new()
+        .handle_line(bad.to_string().as_bytes())
+        .is_err());
 }

@@ -994,3 +994,298 @@ fn a_long_session_keeps_only_the_last_ended_runs() {
         }]
     ));
 }
+
+fn stop_call(session: &SessionId, attempt: u64) -> AgentCall {
+    AgentCall::Stop {
+        attempt: AttemptId(attempt),
+        session: session.clone(),
+        run: run(),
+    }
+}
+
+/// The attempts of the stop results in `inputs`, with their results, in order.
+fn stop_results(inputs: &[AgentInput]) -> Vec<(AttemptId, StopResult)> {
+    inputs
+        .iter()
+        .filter_map(|i| match i {
+            AgentInput::StopResult { attempt, result } => Some((*attempt, result.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn writes_of(r: &Rig, method: &str) -> usize {
+    r.writes
+        .iter()
+        .filter(|(_, v)| v["method"] == method)
+        .count()
+}
+
+#[test]
+fn a_thread_open_that_times_out_fails_only_its_sessions_sends_and_keeps_codex() {
+    // AG-01, OB-08, OB-09: the thread of one session not opening in time fails the sends
+    // that waited for it as proven unadmitted (no `turn/start` was written), and
+    // nothing else: the one Codex process and the other sessions go on; a late answer
+    // records no thread, and the session's next send opens its thread again.
+    for resume in [None, Some("thr-old")] {
+        let mut r = running();
+        let s1 = r.session.clone();
+        let s2 = SessionId::new("s-2").unwrap();
+        let config = ThreadConfig::new("/work");
+        r.agent.add_session(
+            &s2,
+            match resume {
+                Some(t) => config.resume(t),
+                None => config,
+            },
+        );
+        let open = if resume.is_some() {
+            "thread/resume"
+        } else {
+            "thread/start"
+        };
+        let p = r.process();
+        let run2 = RunId::new("run-2").unwrap();
+        r.call(
+            send(&s2, "op-2", SendKind::Start { run: run2.clone() }, 2),
+            Millis(100),
+        );
+        let late = r.request_id(open);
+        // The other session's steer is written later and waits still.
+        r.call(
+            send(&s1, "op-3", SendKind::Steer { run: run() }, 3),
+            Millis(20_000),
+        );
+        let due = Millis(100).saturating_add(REPLY_DEADLINE);
+        assert_eq!(r.agent.poll_timeout(), Some(due));
+        r.agent.handle_timeout(due);
+        r.drain(due);
+        let inputs = r.take_inputs();
+        assert!(
+            matches!(
+                inputs.as_slice(),
+                [AgentInput::SendResult {
+                    attempt: AttemptId(2),
+                    result: SendResult::ProvenUnadmitted { .. }
+                }]
+            ),
+            "{open}: {inputs:?}"
+        );
+        assert_eq!(r.killed, 0, "{open}: Codex is not killed");
+        assert_eq!(r.spawned.len(), 1, "{open}: nor started again");
+        assert_eq!(r.agent.process(), Some(p));
+        assert_eq!(writes_of(&r, "turn/start"), 1, "{open}: only s-1's turn");
+        // The other session's run and steer are untouched.
+        r.answer("turn/steer", json!({"turnId": TURN}), Millis(30_200));
+        let inputs = r.take_inputs();
+        assert!(
+            matches!(
+                inputs.as_slice(),
+                [AgentInput::SendResult {
+                    attempt: AttemptId(3),
+                    result: SendResult::Accepted(_)
+                }]
+            ),
+            "{open}: {inputs:?}"
+        );
+        // The late answer is dropped: no thread is recorded for it.
+        r.line(
+            json!({"id": late, "result": {"thread": {"id": "thr-late", "turns": []}}}),
+            Millis(31_000),
+        );
+        assert!(r.take_inputs().is_empty());
+        assert_eq!(r.agent.thread_of(&s2), resume);
+        assert_eq!(writes_of(&r, "turn/start"), 1, "{open}: nothing was sent");
+        // The next send opens the thread again, then starts its turn on it.
+        let opened = writes_of(&r, open);
+        r.call(
+            send(&s2, "op-4", SendKind::Start { run: run2.clone() }, 4),
+            Millis(32_000),
+        );
+        assert_eq!(writes_of(&r, open), opened + 1, "{open}: opened again");
+        assert_ne!(r.request_id(open), late);
+        r.answer(
+            open,
+            json!({"thread": {"id": "thr-2", "path": "/tmp/r2.jsonl", "turns": []}}),
+            Millis(32_001),
+        );
+        let turn_start = &r.writes.last().unwrap().1;
+        assert_eq!(turn_start["method"], "turn/start");
+        assert_eq!(turn_start["params"]["threadId"], "thr-2");
+        assert_eq!(turn_start["params"]["clientUserMessageId"], "op-4");
+        // A notification of the thread the late answer named is no one's.
+        r.line(
+            json!({"method": "turn/completed", "params": {"threadId": "thr-late",
+                "turn": {"id": "t-late", "items": [], "status": "completed", "error": null}}}),
+            Millis(32_002),
+        );
+        assert!(r.take_inputs().is_empty(), "{open}");
+    }
+}
+
+fn thread_closed(thread: &str) -> Value {
+    json!({"method": "thread/closed", "params": {"threadId": thread}, "emittedAtMs": 1})
+}
+
+#[test]
+fn a_thread_codex_closed_ends_its_run_and_is_resumed_before_the_next_turn() {
+    // AG-01: Codex 0.169 unloads a thread and says `thread/closed` (its schema:
+    // `ThreadClosedNotification {threadId}`); a `turn/start` on it would be refused
+    // ("thread not found"). The run on it ends (failed: Codex told no outcome), its
+    // open approval closes, and the next send resumes the thread first.
+    let mut r = running();
+    let s = r.session.clone();
+    let request = approval_asked(&mut r);
+    // Another thread's closing is not this session's.
+    r.line(thread_closed("thr-other"), Millis(29));
+    assert!(r.take_inputs().is_empty());
+    r.line(
+        json!({"method": "thread/status/changed", "params": {"threadId": THREAD,
+            "status": {"type": "notLoaded"}}, "emittedAtMs": 1}),
+        Millis(30),
+    );
+    r.line(thread_closed(THREAD), Millis(30));
+    let inputs = r.take_inputs();
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+            AgentInput::RunEnded { run: rr, outcome: RunEventKind::Failed, untaken, .. }
+                if *rr == run() && untaken.is_empty())),
+        "{inputs:?}"
+    );
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+            AgentInput::ApprovalResolved { request_id, result: Ok(ApprovalResult::ResolvedExternally), .. }
+                if *request_id == request.request_id)),
+        "{inputs:?}"
+    );
+    // A decision after it is refused, nothing written.
+    let writes = r.writes.len();
+    r.call(
+        AgentCall::ResolveApproval {
+            session: s.clone(),
+            request,
+            decision: Decision::Accept,
+        },
+        Millis(31),
+    );
+    assert_eq!(r.writes.len(), writes);
+    assert!(matches!(
+        r.take_inputs().as_slice(),
+        [AgentInput::ApprovalResolved { result: Err(_), .. }]
+    ));
+    // The next send resumes the same thread, then starts its turn.
+    let run2 = RunId::new("run-2").unwrap();
+    r.call(
+        send(&s, "op-2", SendKind::Start { run: run2 }, 2),
+        Millis(40),
+    );
+    let resume = &r.writes.last().unwrap().1;
+    assert_eq!(resume["method"], "thread/resume");
+    assert_eq!(resume["params"]["threadId"], THREAD);
+    assert_eq!(
+        writes_of(&r, "turn/start"),
+        1,
+        "no turn/start before the resume"
+    );
+    r.answer(
+        "thread/resume",
+        json!({"thread": {"id": THREAD, "path": "/tmp/rollout.jsonl", "turns": []}}),
+        Millis(41),
+    );
+    let turn_start = &r.writes.last().unwrap().1;
+    assert_eq!(turn_start["method"], "turn/start");
+    assert_eq!(turn_start["params"]["threadId"], THREAD);
+    assert_eq!(r.agent.thread_of(&s), Some(THREAD));
+}
+
+#[test]
+fn a_thread_closed_under_a_stop_aborts_its_run_and_answers_the_stop() {
+    // AG-01: a stop that waits for the turn's end is answered when the thread closes;
+    // the run ends aborted.
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(stop_call(&s, 5), Millis(10));
+    r.answer("turn/interrupt", json!({}), Millis(11));
+    assert!(r.take_inputs().is_empty());
+    r.line(thread_closed(THREAD), Millis(12));
+    let inputs = r.take_inputs();
+    assert!(
+        matches!(
+            stop_results(&inputs).as_slice(),
+            [(AttemptId(5), StopResult::Stopped { .. })]
+        ),
+        "{inputs:?}"
+    );
+    assert!(
+        inputs.iter().any(|i| matches!(
+            i,
+            AgentInput::RunEnded {
+                outcome: RunEventKind::Aborted,
+                ..
+            }
+        )),
+        "{inputs:?}"
+    );
+    assert_eq!(r.agent.poll_timeout(), None, "nothing waits");
+}
+
+#[test]
+fn a_second_stop_while_the_first_waits_is_answered_with_it_and_interrupts_once() {
+    // AG-01, OB-15: two stops of one run share one `turn/interrupt`, and both get the
+    // one result, whichever way it comes.
+    for how in ["the turn's end", "not running", "no answer", "a refusal"] {
+        let mut r = running();
+        let s = r.session.clone();
+        r.call(stop_call(&s, 5), Millis(10));
+        r.call(stop_call(&s, 6), Millis(11));
+        assert_eq!(
+            writes_of(&r, "turn/interrupt"),
+            1,
+            "{how}: interrupted once"
+        );
+        assert!(r.take_inputs().is_empty(), "{how}");
+        let want: fn(&StopResult) -> bool = match how {
+            "the turn's end" => {
+                r.answer("turn/interrupt", json!({}), Millis(12));
+                // A third stop while the turn's end is awaited joins too.
+                r.call(stop_call(&s, 7), Millis(13));
+                assert_eq!(writes_of(&r, "turn/interrupt"), 1);
+                r.line(turn_completed("interrupted"), Millis(14));
+                |x| matches!(x, StopResult::Stopped { .. })
+            }
+            "not running" => {
+                r.refuse(
+                    "turn/interrupt",
+                    -32600,
+                    "no active turn to interrupt",
+                    Millis(12),
+                );
+                |x| matches!(x, StopResult::Stopped { .. })
+            }
+            "no answer" => {
+                let due = Millis(10).saturating_add(REPLY_DEADLINE);
+                r.agent.handle_timeout(due);
+                r.drain(due);
+                |x| matches!(x, StopResult::Crashed)
+            }
+            _ => {
+                r.refuse("turn/interrupt", -32603, "internal", Millis(12));
+                |x| matches!(x, StopResult::Failed { .. })
+            }
+        };
+        let inputs = r.take_inputs();
+        let results = stop_results(&inputs);
+        let attempts: Vec<AttemptId> = results.iter().map(|(a, _)| *a).collect();
+        let expected = if how == "the turn's end" {
+            vec![AttemptId(5), AttemptId(6), AttemptId(7)]
+        } else {
+            vec![AttemptId(5), AttemptId(6)]
+        };
+        assert_eq!(attempts, expected, "{how}: {inputs:?}");
+        assert!(results.iter().all(|(_, x)| want(x)), "{how}: {results:?}");
+        assert!(
+            results.windows(2).all(|w| w[0].1 == w[1].1),
+            "{how}: one result"
+        );
+    }
+}
