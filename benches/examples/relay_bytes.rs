@@ -85,7 +85,9 @@ fn phone_at(target: &TargetId, overlay: LiveOverlay) -> Timeline {
 
 /// Bytes per sink: `[relay, window]`.
 #[derive(Clone, Copy, Default)]
-struct Bytes([usize; 2]);
+/// Bytes by sink: the relay's JSON, the window's JSON, and the relay's frames on the
+/// wire (each event in its `chat:timeline-updated` notification, as a phone reads it).
+struct Bytes([usize; 3]);
 
 /// Streams `tokens` tokens; returns the bytes of the snapshot hub and the patch hub.
 fn stream(tokens: u64) -> (Bytes, Bytes) {
@@ -159,6 +161,9 @@ fn stream(tokens: u64) -> (Bytes, Bytes) {
                     _ => continue,
                 };
                 bytes[h].0[sink] += size;
+                if let Delivery::Relay(r) = &d {
+                    bytes[h].0[2] += host_wire::relay_frame(r).len();
+                }
                 if h == 1 {
                     if let Delivery::Relay(r) = &d {
                         if r.json["event"] == BLOCKS_PATCH_EVENT {
@@ -220,6 +225,19 @@ fn main() {
                 missed = true;
             }
         }
+    }
+    println!();
+    println!("on the wire (the relay's notification frames, as a phone reads them):");
+    println!("| tokens | whole snapshots, bytes per token | patches, bytes per token | patches / snapshots |");
+    println!("|---:|---:|---:|---:|");
+    for tokens in [100u64, 500, 2_000] {
+        let (whole, patched) = stream(tokens);
+        println!(
+            "| {tokens} | {:.0} | {:.0} | {:.2} % |",
+            whole.0[2] as f64 / tokens as f64,
+            patched.0[2] as f64 / tokens as f64,
+            patched.0[2] as f64 / whole.0[2] as f64 * 100.0
+        );
     }
     if missed {
         println!("MISSED: relay bytes with patches <= 2 % of whole snapshots (500 tokens)");

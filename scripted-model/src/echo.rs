@@ -24,6 +24,8 @@ use timeline_core::Block;
 /// - `flood:N`: N reply rows of 32 KB, one write every 5 ms;
 /// - `stream:N`: one reply row of 64 KB written N times, 10 ms apart, its text starting
 ///   with the write's number (`0000`, `0001`, ...);
+/// - `tick:N`: one reply row written N times, 100 ms apart, each carrying the host's
+///   time of the write (`data.sentAtMs`);
 /// - `slow`: one reply row whose text grows by a word every 40 ms, 40 times;
 /// - `approve`: an approval card (accept or decline); the decision's result is the reply;
 /// - `hold`: nothing more, and the run never ends (nor is a stop answered);
@@ -136,6 +138,20 @@ impl Agent for EchoAgent {
                         let text = format!("{i:04}{body}");
                         let r = row(BlockType::AgentReply, &reply_key, &text, &run, None, now);
                         self.later.push_back((Millis(10), r));
+                    }
+                } else if let Some(n) = number("tick:") {
+                    // Each write carries the host's time of the write, for latency.
+                    for i in 0..n {
+                        let mut r = row(
+                            BlockType::AgentReply,
+                            &reply_key,
+                            &format!("tick {i}"),
+                            &run,
+                            None,
+                            now,
+                        );
+                        r.block.data["sentAtMs"] = serde_json::json!(0);
+                        self.later.push_back((Millis(100), r));
                     }
                 } else if text.starts_with("slow") {
                     let mut words = String::new();
