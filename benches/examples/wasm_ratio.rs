@@ -74,10 +74,10 @@ const fs = require("fs");
 const [wasmPath, commandsPath, rounds, perRound] = process.argv.slice(2);
 const commands = JSON.parse(fs.readFileSync(commandsPath, "utf8"));
 const bytes = fs.readFileSync(wasmPath);
-const module = new WebAssembly.Module(bytes);
+const compiled = new WebAssembly.Module(bytes);
 const { performance } = require("perf_hooks");
 function client() {
-  const x = new WebAssembly.Instance(module, {}).exports;
+  const x = new WebAssembly.Instance(compiled, {}).exports;
   return (text) => {
     const b = new TextEncoder().encode(text);
     const at = x.input(b.length);
@@ -131,10 +131,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("wasm-ratio-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("commands.json"), serde_json::to_string(&commands)?)?;
-    std::fs::write(dir.join("run.js"), NODE)?;
+    std::fs::write(dir.join("run.cjs"), NODE)?;
     let (native_us, native_rows) = native(&commands);
     let out = Command::new("node")
-        .arg(dir.join("run.js"))
+        .arg(dir.join("run.cjs"))
         .arg(&wasm)
         .arg(dir.join("commands.json"))
         .arg(ROUNDS.to_string())

@@ -55,6 +55,9 @@ pub use crate::auth::{Device, Devices, FAILURE_WINDOW, MAX_FAILURES, PAIRING_COD
 use crate::auth::{Gate, Refused};
 use crate::{Client, Output, Outputs, Runtime};
 
+/// The read and write buffer of each WebSocket.
+const SOCKET_BUFFER: usize = 4 * 1024;
+
 /// How long one frame may take to leave before the connection counts as gone.
 const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -564,8 +567,12 @@ async fn upgrade(
         }
     };
     let max = shared.0.config.max_frame_bytes;
+    // Small socket buffers: an idle phone costs what it holds, not tungstenite's 128 KiB
+    // defaults; a large frame still goes (the buffers grow while it passes).
     ws.max_message_size(max)
         .max_frame_size(max)
+        .read_buffer_size(SOCKET_BUFFER)
+        .write_buffer_size(SOCKET_BUFFER)
         .on_upgrade(move |socket| connection(socket, device, shared))
 }
 

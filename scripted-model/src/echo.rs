@@ -248,16 +248,25 @@ impl Agent for EchoAgent {
     }
     fn poll_timeout(&self) -> Option<Millis> {
         let end = self.end_at.as_ref().map(|(at, _, _)| *at);
-        end.into_iter()
-            .chain(self.later.front().map(|(at, _)| *at))
-            .min()
+        end.into_iter().chain(self.next_at).min()
     }
     fn handle_timeout(&mut self, now: Millis) {
-        while self.later.front().is_some_and(|(at, _)| *at <= now) {
-            if let (Some((_, r)), Some(session)) =
+        // One row per tick, the next one its gap after this one: a steady pace whatever
+        // the host loop's delay.
+        if self.next_at.is_some_and(|at| at <= now) {
+            if let (Some((_, mut r)), Some(session)) =
                 (self.later.pop_front(), self.later_session.clone())
             {
+                if r.block.data.get("sentAtMs").is_some() {
+                    r.block.data["sentAtMs"] = serde_json::json!(now.as_u64());
+                }
                 self.publish(&session, vec![r]);
+            }
+            self.next_at = self.later.front().map(|(gap, _)| now.saturating_add(*gap));
+            if self.next_at.is_none() {
+                if let Some((session, run)) = self.after_later.take() {
+                    self.end_at = Some((now.saturating_add(Millis(50)), session, run));
+                }
             }
         }
         if self.end_at.as_ref().is_some_and(|(at, _, _)| *at <= now) {

@@ -82,8 +82,9 @@ impl From<Tag> for RequestTag {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Answer {
+    /// Kept as its text: decoded once, straight into the answer's type.
     #[serde(default)]
-    ok: Option<Value>,
+    ok: Option<Box<serde_json::value::RawValue>>,
     #[serde(default)]
     error_code: Option<String>,
 }
@@ -95,7 +96,7 @@ impl Answer {
     ) -> Result<T, LoadFailure> {
         match (self.ok, self.error_code) {
             (Some(value), None) => {
-                let decoded: T = serde_json::from_value(value).map_err(|e| {
+                let decoded: T = serde_json::from_str(value.get()).map_err(|e| {
                     LoadFailure::Malformed(timeline_core::wire::ResponseError::Decode(
                         e.to_string(),
                     ))
@@ -114,6 +115,23 @@ impl Answer {
     }
 }
 
+/// The `cmd` of a command, read first: a load's answer is decoded on its own path, once,
+/// straight into its type.
+#[derive(Debug, Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    cmd: std::borrow::Cow<'a, str>,
+}
+
+/// `window`, `older` and `anchored`: a load's answer.
+#[derive(Debug, Deserialize)]
+struct AnswerCommand {
+    tag: Tag,
+    answer: Answer,
+    now: Millis,
+}
+
+/// Every other command.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "cmd", rename_all = "camelCase")]
 enum Command {
@@ -122,21 +140,6 @@ enum Command {
     },
     Open {
         target: TargetId,
-        now: Millis,
-    },
-    Window {
-        tag: Tag,
-        answer: Answer,
-        now: Millis,
-    },
-    Older {
-        tag: Tag,
-        answer: Answer,
-        now: Millis,
-    },
-    Anchored {
-        tag: Tag,
-        answer: Answer,
         now: Millis,
     },
     Live {
@@ -217,11 +220,23 @@ impl Client {
 
     /// Runs one command (JSON text); the answer's JSON text.
     pub fn handle(&mut self, command: &str) -> String {
-        let command: Command = match serde_json::from_str(command) {
-            Ok(c) => c,
-            Err(e) => return json!({ "error": e.to_string() }).to_string(),
+        let refused = |e: serde_json::Error| json!({ "error": e.to_string() }).to_string();
+        let head: Head<'_> = match serde_json::from_str(command) {
+            Ok(h) => h,
+            Err(e) => return refused(e),
         };
-        let (outcome, rows_changed) = self.run(command);
+        let (outcome, rows_changed) = match head.cmd.as_ref() {
+            kind @ ("window" | "older" | "anchored") => {
+                match serde_json::from_str::<AnswerCommand>(command) {
+                    Ok(c) => self.answer(kind, c),
+                    Err(e) => return refused(e),
+                }
+            }
+            _ => match serde_json::from_str::<Command>(command) {
+                Ok(c) => self.run(c),
+                Err(e) => return refused(e),
+            },
+        };
         let mut effects = Vec::new();
         while let Some(effect) = self.timeline.poll_effect() {
             effects.push(effect_json(&effect));
@@ -233,10 +248,35 @@ impl Client {
             "loadState": load_state(self.timeline.load_state()),
         });
         if rows_changed {
-            answer["rows"] = self.rows();
             answer["olderCursor"] = json!(self.timeline.oldest_cursor().is_some());
+            // The rows go in as text: the answer's other fields are small, the rows not.
+            let head = answer.to_string();
+            let rows = self.rows();
+            let mut out = String::with_capacity(head.len() + rows.get().len() + 10);
+            out.push_str(&head[..head.len() - 1]);
+            out.push_str(r#","rows":"#);
+            out.push_str(rows.get());
+            out.push('}');
+            return out;
         }
         answer.to_string()
+    }
+
+    /// A load's answer.
+    fn answer(&mut self, kind: &str, c: AnswerCommand) -> (Value, bool) {
+        let t = &mut self.timeline;
+        let tag = c.tag.into();
+        let outcome = match kind {
+            "older" => t.handle_older_page(&tag, c.answer.into_result(OlderPage::validate), c.now),
+            "anchored" => {
+                t.handle_anchored(&tag, c.answer.into_result(TimelineWindow::validate), c.now)
+            }
+            _ => {
+                t.handle_latest_window(&tag, c.answer.into_result(TimelineWindow::validate), c.now)
+            }
+        };
+        let changed = !matches!(outcome, Outcome::Unchanged | Outcome::Ignored(_));
+        (outcome_json(&outcome), changed)
     }
 
     fn run(&mut self, command: Command) -> (Value, bool) {
@@ -252,18 +292,6 @@ impl Client {
             Command::Open { target, now } => {
                 t.open_target(target, now);
                 return (json!("applied"), true);
-            }
-            Command::Window { tag, answer, now } => {
-                let answer = answer.into_result(TimelineWindow::validate);
-                t.handle_latest_window(&tag.into(), answer, now)
-            }
-            Command::Older { tag, answer, now } => {
-                let answer = answer.into_result(OlderPage::validate);
-                t.handle_older_page(&tag.into(), answer, now)
-            }
-            Command::Anchored { tag, answer, now } => {
-                let answer = answer.into_result(TimelineWindow::validate);
-                t.handle_anchored(&tag.into(), answer, now)
             }
             Command::Live {
                 target,
@@ -306,23 +334,28 @@ impl Client {
         (outcome_json(&outcome), changed)
     }
 
-    /// The visible rows, in order.
-    fn rows(&self) -> Value {
-        Value::Array(
-            self.timeline
-                .rows()
-                .map(|row| {
-                    json!({
-                        "origin": match row.origin {
-                            Origin::History => "history",
-                            Origin::Live => "live",
-                            Origin::Pending => "pending",
-                        },
-                        "block": row.block,
-                    })
-                })
-                .collect(),
-        )
+    /// The visible rows, in order, as JSON text (written once, with no value built).
+    fn rows(&self) -> Box<serde_json::value::RawValue> {
+        #[derive(Serialize)]
+        struct RowOut<'a> {
+            origin: &'static str,
+            block: &'a timeline_core::Block,
+        }
+        let rows: Vec<RowOut<'_>> = self
+            .timeline
+            .rows()
+            .map(|row| RowOut {
+                origin: match row.origin {
+                    Origin::History => "history",
+                    Origin::Live => "live",
+                    Origin::Pending => "pending",
+                },
+                block: row.block,
+            })
+            .collect();
+        serde_json::value::to_raw_value(&rows).unwrap_or_else(|_| {
+            serde_json::value::RawValue::from_string("[]".into()).unwrap_or_default()
+        })
     }
 }
 
