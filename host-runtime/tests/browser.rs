@@ -114,8 +114,7 @@ async fn browser(port: u16, profile: &Path) -> Client {
             ],
         }),
     );
-    ClientBuilder::rustls()
-        .unwrap()
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{port}"))
         .await
