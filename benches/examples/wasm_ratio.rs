@@ -8,7 +8,6 @@
 //! `cargo run --release -p benches --example wasm_ratio` (needs `node` and the wasm32
 //! target; it builds `timeline-wasm` into `target/wasm-page`).
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -105,28 +104,7 @@ console.log(JSON.stringify({ micros: times[Math.floor(times.length / 2)], rows }
 "#;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no workspace")?;
-    let target = root.join("target").join("wasm-page");
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-p",
-            "timeline-wasm",
-            "--target",
-            "wasm32-unknown-unknown",
-            "--release",
-        ])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(root)
-        .status()?;
-    if !status.success() {
-        return Err(
-            "building timeline-wasm failed (rustup target add wasm32-unknown-unknown)".into(),
-        );
-    }
-    let wasm = target.join("wasm32-unknown-unknown/release/timeline_wasm.wasm");
+    let wasm = scripted_model::wasm::timeline_wasm_path()?;
     let commands = commands();
     let dir = std::env::temp_dir().join(format!("wasm-ratio-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

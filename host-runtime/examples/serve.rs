@@ -9,10 +9,9 @@
 //! ```
 //!
 //! The page's timeline is `timeline-wasm` built for wasm32 (the example builds it into
-//! `target/wasm-page` when it is not there; `rustup target add wasm32-unknown-unknown`).
+//! `target/wasm-page`; `rustup target add wasm32-unknown-unknown`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use host_core::{Host, HostConfig};
@@ -26,36 +25,6 @@ use timeline_core::{BoundaryToken, HostKey, SessionId};
 
 type Error = Box<dyn std::error::Error>;
 
-fn page_wasm() -> Result<Vec<u8>, Error> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no workspace")?
-        .to_path_buf();
-    let target = root.join("target").join("wasm-page");
-    let wasm = target.join("wasm32-unknown-unknown/release/timeline_wasm.wasm");
-    if !wasm.exists() {
-        println!("building the page's timeline (timeline-wasm for wasm32)...");
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "timeline-wasm",
-                "--target",
-                "wasm32-unknown-unknown",
-                "--release",
-            ])
-            .env("CARGO_TARGET_DIR", &target)
-            .current_dir(&root)
-            .status()?;
-        if !status.success() {
-            return Err(
-                "building timeline-wasm failed (rustup target add wasm32-unknown-unknown)".into(),
-            );
-        }
-    }
-    Ok(std::fs::read(wasm)?)
-}
-
 fn minutes() -> Result<u64, Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
@@ -68,7 +37,7 @@ fn minutes() -> Result<u64, Error> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
     let minutes = minutes()?;
-    let wasm = page_wasm()?;
+    let wasm = scripted_model::wasm::timeline_wasm()?;
     let dir = std::env::temp_dir().join(format!("custody-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let path: PathBuf = dir.join("custody.sqlite");

@@ -281,9 +281,11 @@ where
                 {
                     Ok(rt) => rt,
                     Err(e) => {
-                        // `start` waits on the other end until this answer comes, so
-                        // the send cannot fail.
-                        let _ = started_tx.send(Err(RuntimeError::Start(e)));
+                        // `start` waits on the other end until this answer comes; were
+                        // it gone, there is nobody to tell and the thread ends anyway.
+                        if started_tx.send(Err(RuntimeError::Start(e))).is_err() {
+                            debug!("the runtime's start stopped waiting");
+                        }
                         return;
                     }
                 };
@@ -303,27 +305,34 @@ where
                     stats: RuntimeStats::default(),
                 };
                 if let Err(e) = l.host.start(clock.now()) {
-                    // `start` is waiting for this answer: the send cannot fail.
-                    let _ = started_tx.send(Err(RuntimeError::Host(e)));
+                    // As above: nobody left to tell means nothing left to do.
+                    if started_tx.send(Err(RuntimeError::Host(e))).is_err() {
+                        debug!("the runtime's start stopped waiting");
+                    }
                     return;
                 }
-                // `start` is waiting for this answer: the send cannot fail.
-                let _ = started_tx.send(Ok(()));
+                // Nobody waiting for the start means no runtime to serve: end.
+                if started_tx.send(Ok(())).is_err() {
+                    return;
+                }
                 local.block_on(l.run(command_rx, io_rx, stop_loop));
             })?;
         match started_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                // The thread returns right after this answer without running anything
-                // that could panic, so its join result holds nothing `e` does not say.
-                let _ = thread.join();
-                return Err(e);
+                // The thread returns right after this answer; a panic on its way out
+                // is still said.
+                return Err(match thread.join() {
+                    Ok(()) => e,
+                    Err(_) => RuntimeError::Panicked,
+                });
             }
             Err(_) => {
-                // The thread died before answering (a panic): that is the error
-                // returned, and the join only waits for it to be gone.
-                let _ = thread.join();
-                return Err(RuntimeError::Panicked);
+                // The thread died before answering (a panic): the join waits for it
+                // to be gone, and the error is the panic either way.
+                return Err(match thread.join() {
+                    Ok(()) | Err(_) => RuntimeError::Panicked,
+                });
             }
         }
         Ok(Runtime {

@@ -26,31 +26,6 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// The page's timeline: `timeline-wasm` built for wasm32, in a target directory of its
-/// own (the test's cargo holds the workspace's).
-fn timeline_wasm() -> Vec<u8> {
-    let target = workspace().join("target").join("wasm-page");
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-p",
-            "timeline-wasm",
-            "--target",
-            "wasm32-unknown-unknown",
-            "--release",
-        ])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(workspace())
-        .status()
-        .expect("cargo runs");
-    assert!(
-        status.success(),
-        "building timeline-wasm for the browser failed; is the target installed? \
-         (rustup target add wasm32-unknown-unknown)"
-    );
-    std::fs::read(target.join("wasm32-unknown-unknown/release/timeline_wasm.wasm")).unwrap()
-}
-
 fn tool(var: &str, default: &str) -> PathBuf {
     let path = std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from);
     assert!(
@@ -184,7 +159,7 @@ fn count_text(rows: &[(String, String, String)], text: &str) -> usize {
 // SV-04, WI-06, TL-03, TL-08: two pages, one conversation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_pages_show_one_conversation() {
-    let wasm = timeline_wasm();
+    let wasm = scripted_model::wasm::timeline_wasm().unwrap_or_else(|e| panic!("{e}"));
     let (runtime, server, sends) = page::serve(ServerConfig::default().page(wasm), 30).await;
     let addr = server.local_addr();
     let (driver, port) = chromedriver().await;

@@ -22,7 +22,7 @@
 //! sockets and the host.
 //!
 //! ```
-//! use host_wire::{decode_request, reply_frames, Call};
+//! use host_wire::{decode_request, reply_frames};
 //!
 //! let frame = r#"{"jsonrpc":"2.0","id":7,"method":"run.chatLoad","params":{"appSessionId":"s1","pageSize":12}}"#;
 //! let request = decode_request(frame).unwrap();
@@ -40,7 +40,6 @@
 //! let reply = host_core::Reply::Runs(Vec::new());
 //! let frames = reply_frames(request.id, &reply);
 //! assert_eq!(frames, vec![r#"{"jsonrpc":"2.0","id":7,"result":{"runs":[]}}"#.to_owned()]);
-//! # let _ = Call::method;
 //! ```
 #![warn(unreachable_pub)]
 

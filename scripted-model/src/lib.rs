@@ -27,6 +27,7 @@ pub mod agents;
 pub mod drive;
 pub mod echo;
 pub mod instant;
+pub mod wasm;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
