@@ -46,6 +46,10 @@ pub struct HostConfig {
     pub replay: ReplayConfig,
     /// Fresh UUIDs for custody (run IDs, attempt bases). The host draws no randomness.
     pub uuids: Box<dyn FnMut() -> String + Send>,
+    /// Serve only the sessions granted with [`Host::grant_session`] (default: every
+    /// session): for a host among several on one database, each serving the session
+    /// scopes whose lease it holds.
+    pub granted_only: bool,
 }
 
 impl HostConfig {
@@ -56,6 +60,7 @@ impl HostConfig {
             key,
             replay: ReplayConfig::default(),
             uuids,
+            granted_only: false,
         }
     }
 }
@@ -127,6 +132,8 @@ pub struct Host<O, V> {
     /// loaded its window before would otherwise never see them, and a card never comes
     /// back from history at all.
     unsaved: BTreeMap<(SessionId, TargetId, BlockKey), Unsaved>,
+    /// Scopes an overlay write found this host no longer holds: let go at the next pump.
+    lost: BTreeSet<SessionId>,
     retry_at: Option<Millis>,
     /// Sessions whose history lost rows (OV-10) and whose announcing write the overlay
     /// store refused: written again at `retry_at`.
@@ -266,8 +273,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// A host over an outbox store and an overlay store (two connections to one SQLite
     /// file, or the memory stores). Call [`Host::start`] before anything else.
     pub fn new(outbox: O, overlays: V, config: HostConfig) -> Self {
+        let mut custody = Custody::new(outbox, config.uuids);
+        if config.granted_only {
+            custody.grant_only();
+        }
         Host {
-            custody: Custody::new(outbox, config.uuids),
+            custody,
             overlays,
             key: config.key,
             sessions: BTreeMap::new(),
@@ -283,6 +294,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             phones: BTreeMap::new(),
             stopping: BTreeMap::new(),
             unsaved: BTreeMap::new(),
+            lost: BTreeSet::new(),
             retry_at: None,
             rewrites: BTreeSet::new(),
             rewrites_journaled: BTreeSet::new(),
@@ -575,6 +587,38 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     .saturating_add(Millis(1))
             })
             .min()
+    }
+
+    /// Serves the scope of `session` (its base session and the alias) from now on: this
+    /// host acquired its lease ([`HostConfig::granted_only`]). Called again while held,
+    /// it reads the scope again (another host wrote into it: a session message). Each
+    /// saved outbox of the scope is read and checked as at a restart, so a message a
+    /// host that died had out with its agent is confirmed from history, never sent
+    /// again blindly; then the queues drain.
+    pub fn grant_session(&mut self, session: &SessionId, now: Millis) {
+        self.custody.grant_scope(session, now);
+        self.pump(now);
+    }
+
+    /// Stops serving the scope of `session` (the host hands it over, or its lease was
+    /// lost): custody drops it, [`Notice::SessionReleased`] says so. What the agent still
+    /// answers for it is ignored; its rows are refused by the store's fencing.
+    pub fn release_session(&mut self, session: &SessionId, reason: &str, now: Millis) {
+        self.let_go(session, reason, now);
+        self.pump(now);
+    }
+
+    /// Drops the scope of `session` from custody and the rows waiting to be written again.
+    fn let_go(&mut self, session: &SessionId, reason: &str, now: Millis) {
+        let base = outbox_core::ids::base_session(session);
+        self.custody.release_scope(&base, reason, now);
+        self.unsaved
+            .retain(|(s, _, _), _| outbox_core::ids::base_session(s) != base);
+    }
+
+    /// Whether this host serves the scope of `session` now.
+    pub fn serves(&self, session: &SessionId) -> bool {
+        self.custody.scope_granted(session)
     }
 
     /// A client request; its [`Reply`] comes out of [`Host::poll_effect`] addressed to
@@ -1439,6 +1483,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     fn pump(&mut self, now: Millis) {
         loop {
             let mut progressed = false;
+            for (session, reason) in std::mem::take(&mut self.lost)
+                .into_iter()
+                .map(|s| (s, "an overlay write found the lease lost"))
+            {
+                self.let_go(&session, reason, now);
+            }
             while let Some(effect) = self.custody.poll_effect() {
                 progressed = true;
                 self.custody_effect(effect, now);
@@ -1566,6 +1616,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 error,
             }),
             C::StoreFailed(failure) => Effect::Notice(Notice::OutboxStoreFailed(failure)),
+            C::ScopeReleased { session, reason } => {
+                Effect::Notice(Notice::SessionReleased { session, reason })
+            }
             other => Effect::Notice(Notice::Unknown(format!("{other:?}"))),
         };
         self.effects.push_back(out);
@@ -1735,6 +1788,15 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             Notice::OverlayWriteFailed { .. } | Notice::HistoryRewriteFailed { .. }
         ) {
             self.stats.overlay_write_failures += 1;
+        }
+        if let Notice::OverlayWriteFailed {
+            error: OverlayError::LeaseLost { session, .. },
+            ..
+        } = &notice
+        {
+            if self.custody.scope_granted(session) {
+                self.lost.insert(session.clone());
+            }
         }
         self.effects.push_back(Effect::Notice(notice));
     }

@@ -564,6 +564,15 @@ pub enum Notice {
         /// The new delivery.
         delivery: RouteDelivery,
     },
+    /// This host let a session scope go: its lease was lost (expired, or another host
+    /// took the scope over) or [`crate::Host::release_session`] was called. Its clients
+    /// must be told to load it from the host that serves it now.
+    SessionReleased {
+        /// The base session of the scope.
+        session: SessionId,
+        /// Why, in words for the user or the log.
+        reason: String,
+    },
 }
 
 /// How much a [`Notice`] matters, for a log level or what a user is shown. Ordered:
@@ -591,7 +600,8 @@ impl Notice {
             Notice::RouteDeliveryChanged { .. } => Severity::Info,
             Notice::ScanGaveUp { .. }
             | Notice::RunRefused { .. }
-            | Notice::HandoffRefused { .. } => Severity::Warning,
+            | Notice::HandoffRefused { .. }
+            | Notice::SessionReleased { .. } => Severity::Warning,
             Notice::OutboxStoreFailed(_)
             | Notice::OverlayWriteFailed { .. }
             | Notice::HistoryRewriteFailed { .. }
@@ -616,7 +626,8 @@ impl Notice {
             | Notice::RelayRefused { session, .. }
             | Notice::RunRefused { session, .. }
             | Notice::HandoffRefused { session, .. }
-            | Notice::CardsUnread { session, .. } => Some(session),
+            | Notice::CardsUnread { session, .. }
+            | Notice::SessionReleased { session, .. } => Some(session),
             Notice::RouteDeliveryChanged { sender_session, .. } => Some(sender_session),
             Notice::JournalFailed { session, .. } => session.as_ref(),
             Notice::Unknown(_) => None,
@@ -684,6 +695,10 @@ impl std::fmt::Display for Notice {
                 "defect: the replay of session {session} refused an event the host built: {error}"
             ),
             Notice::Unknown(what) => write!(f, "defect: an effect the host does not know: {what}"),
+            Notice::SessionReleased { session, reason } => write!(
+                f,
+                "this host no longer serves session {session}; another host does: {reason}"
+            ),
             Notice::ScanGaveUp { session, run } => write!(
                 f,
                 "the exact scans of session {session}, run {run} ended with rows unsettled; the next latest window settles them"

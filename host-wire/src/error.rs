@@ -63,6 +63,9 @@ pub const ERROR_CODES: &[&str] = &[
     "UNAUTHORIZED",
     "TOO_MANY_ATTEMPTS",
     "PAIRING_CODE_INVALID",
+    // Several hosts on one database: the session is served by another host
+    // (`data.servedBy` says which, and where), or its lease was lost mid-request.
+    "SESSION_ELSEWHERE",
 ];
 
 /// The `data` of a JSON-RPC error: the stable code a client switches on.
@@ -71,6 +74,20 @@ pub const ERROR_CODES: &[&str] = &[
 pub struct ErrorData {
     /// One of [`ERROR_CODES`] (a newer host may send one this version does not list).
     pub error_code: String,
+    /// With `SESSION_ELSEWHERE`: the host that serves the session now, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<ServedBy>,
+}
+
+/// The host that serves a session, for a client to connect to instead.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedBy {
+    /// Its host ID.
+    pub host: String,
+    /// Where to connect (the address it registered; absent when it registered none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// A JSON-RPC 2.0 error object: `code`, `message` (the seed's text) and
@@ -95,8 +112,16 @@ impl WireError {
             message: message.into(),
             data: ErrorData {
                 error_code: error_code.to_owned(),
+                served_by: None,
             },
         }
+    }
+
+    /// `SESSION_ELSEWHERE`: the session is served by `served_by` (when known).
+    pub fn elsewhere(message: impl Into<String>, served_by: Option<ServedBy>) -> WireError {
+        let mut e = WireError::new(SERVER_ERROR, "SESSION_ELSEWHERE", message);
+        e.data.served_by = served_by;
+        e
     }
 
     /// What the host refused or failed: [`SERVER_ERROR`], or [`INVALID_PARAMS`] when its

@@ -52,7 +52,7 @@ pub mod method;
 pub mod schema;
 
 pub use answer::{reply_frames, reply_response};
-pub use error::{WireError, ERROR_CODES};
+pub use error::{ServedBy, WireError, ERROR_CODES};
 pub use event::{relay_frame, replay_frame, Event, StructuredReplay, TimelineUpdated};
 pub use frame::{decode_request, Notification, Outcome, Refusal, Request, RequestId, Response};
 pub use idempotency::{Admission, Idempotency};

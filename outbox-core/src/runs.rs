@@ -213,6 +213,13 @@ impl RunRegistry {
         self.cancelling.iter().any(|(s, _)| base_session(s) == base)
     }
 
+    /// Forgets every run and pending cancellation of the scope whose base is `base`
+    /// (custody let the scope go: another host serves it now).
+    pub fn release_scope(&mut self, base: &SessionId) {
+        self.active.retain(|s, _| base_session(s) != *base);
+        self.cancelling.retain(|(s, _)| base_session(s) != *base);
+    }
+
     /// True when the scope of `session` must not drain: more than one active run, or a
     /// pending cancellation (OB-06).
     pub fn scope_ambiguous(&self, session: &SessionId) -> bool {

@@ -33,7 +33,7 @@
 //! with one ID would each take the other's runs and leases for their own.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_core::entry::AccessLevel;
@@ -144,8 +144,9 @@ pub enum LeaseError {
 }
 
 /// A write or renewal under a session lease that this store no longer holds (it expired,
-/// another host took the scope over, or it was never acquired). The source of the
-/// outbox's `Unavailable` error for a fenced write.
+/// another host took the scope over, or it was never acquired). A fenced write refused
+/// for it is the stores' typed `LeaseLost` error (outbox and overlay), which custody
+/// never retries.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("this host does not hold the lease of session {session}{}", match .token { Some(t) => format!(" (token {t} was lost)"), None => String::new() })]
 pub struct LeaseLost {
@@ -155,21 +156,61 @@ pub struct LeaseLost {
     pub token: Option<u64>,
 }
 
-/// The leases this store holds, and whether its outbox writes must hold one.
+/// The session leases a host holds, shared by its connections: the store that acquires
+/// a lease and the stores that write under it (the outbox's, the overlays') see the same
+/// set, so every write of the host is fenced by the token its lease keeper holds.
+/// [`PostgresStore::lease_set`] gives a store's set; [`PostgresStore::share_leases`]
+/// makes another store use it (and turns its fencing on). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct LeaseSet(Arc<Mutex<HashMap<SessionId, u64>>>);
+
+impl LeaseSet {
+    fn get(&self, base: &SessionId) -> Option<u64> {
+        self.lock().get(base).copied()
+    }
+    fn insert(&self, base: SessionId, token: u64) {
+        self.lock().insert(base, token);
+    }
+    fn remove(&self, base: &SessionId) {
+        self.lock().remove(base);
+    }
+    /// The base sessions held, with their tokens.
+    pub fn held(&self) -> Vec<(SessionId, u64)> {
+        let mut held: Vec<(SessionId, u64)> =
+            self.lock().iter().map(|(s, t)| (s.clone(), *t)).collect();
+        held.sort();
+        held
+    }
+    /// Whether the scope of `session` is held.
+    pub fn holds(&self, session: &SessionId) -> bool {
+        self.get(&base_session(session)).is_some()
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, u64>> {
+        // A panic while the map was held cannot leave it half-changed (one insert or
+        // remove), so its contents are still right.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The leases this store holds, and whether its writes must hold one.
 #[derive(Debug, Default)]
 pub(crate) struct Fence {
     enabled: bool,
-    held: HashMap<SessionId, u64>,
+    held: LeaseSet,
 }
 
 /// With fencing on, checks inside the caller's transaction that this store holds a live
 /// lease on the scope of each of `sessions`, and locks the lease rows `FOR SHARE` until
-/// the transaction ends, so a takeover waits for this write.
-pub(crate) fn fence_check<C: GenericClient>(
+/// the transaction ends, so a takeover waits for this write. `refuse` makes the store's
+/// typed error of a lost lease.
+pub(crate) fn fence_check<C: GenericClient, E>(
     c: &mut Conn<'_, C>,
     fence: &Fence,
     sessions: &[&SessionId],
-) -> Result<(), Fail<OutboxError>> {
+    refuse: fn(SessionId, String) -> E,
+) -> Result<(), Fail<E>> {
     if !fence.enabled {
         return Ok(());
     }
@@ -182,12 +223,9 @@ pub(crate) fn fence_check<C: GenericClient>(
                 session: base.clone(),
                 token,
             };
-            Fail::Refused(OutboxError::Unavailable {
-                message: lost.to_string(),
-                source: Some(Arc::new(lost)),
-            })
+            Fail::Refused(refuse(base.clone(), lost.to_string()))
         };
-        let Some(&token) = fence.held.get(&base) else {
+        let Some(token) = fence.held.get(&base) else {
             return Err(lost(None));
         };
         let row = c.query_opt(
@@ -200,6 +238,27 @@ pub(crate) fn fence_check<C: GenericClient>(
             return Err(lost(Some(token)));
         }
     }
+    Ok(())
+}
+
+/// The channel on which a write into a session another host may serve wakes that host:
+/// the payload is the base session (empty for one too long for a notification, which
+/// wakes every session the listener serves).
+pub const WAKE_CHANNEL: &str = "custody_wake";
+
+/// Wakes the host serving the scope of `session` when the caller's transaction commits.
+pub(crate) fn notify_wake<C: GenericClient, E>(
+    c: &mut Conn<'_, C>,
+    session: &SessionId,
+) -> Result<(), Fail<E>> {
+    let base = base_session(session);
+    // PostgreSQL refuses a payload of 8,000 bytes or more.
+    let payload = if base.as_str().len() < 7_900 {
+        base.as_str()
+    } else {
+        ""
+    };
+    c.execute("SELECT pg_notify($1, $2)", &[&WAKE_CHANNEL, &payload])?;
     Ok(())
 }
 
@@ -862,5 +921,182 @@ impl PostgresStore {
     /// write's own transaction.
     pub fn set_fencing(&mut self, on: bool) {
         self.local.fence.enabled = on;
+    }
+
+    /// The session leases this store holds (shared with the stores given it through
+    /// [`PostgresStore::share_leases`]).
+    pub fn lease_set(&self) -> LeaseSet {
+        self.local.fence.held.clone()
+    }
+
+    /// Makes this store write under the leases of `leases` (another store's, the one that
+    /// acquires and renews them) and turns its fencing on: each of its writes is refused
+    /// with the typed lease-lost error unless the set holds a live lease of the scope.
+    pub fn share_leases(&mut self, leases: &LeaseSet) {
+        self.local.fence.held = leases.clone();
+        self.local.fence.enabled = true;
+    }
+
+    /// Records where `host` can be reached (a WebSocket URL, say) and that it is alive
+    /// now; call at start and with every heartbeat.
+    pub fn register_host(&mut self, host: &HostId, address: &str) -> Result<(), OutboxError> {
+        self.read(ob, |c, _| {
+            c.execute(
+                "INSERT INTO chat_hosts (host_id, address, seen_at)
+                 VALUES ($1, $2, clock_timestamp())
+                 ON CONFLICT (host_id) DO UPDATE SET
+                     address = excluded.address, seen_at = excluded.seen_at",
+                &[&b(host.as_str()), &address],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Who holds a live lease on the scope of `session`, with the address it registered
+    /// (if any); `None` when nobody does.
+    pub fn lease_holder(
+        &mut self,
+        session: &SessionId,
+    ) -> Result<Option<(HostId, Option<String>)>, OutboxError> {
+        let base = base_session(session);
+        self.read(ob, |c, _| {
+            let row = c.query_opt(
+                "SELECT l.host_id, h.address FROM chat_session_leases l
+                 LEFT JOIN chat_hosts h ON h.host_id = l.host_id
+                 WHERE l.base_session_id = $1 AND l.expires_at > clock_timestamp()",
+                &[&b(base.as_str())],
+            )?;
+            let Some(row) = row else { return Ok(None) };
+            let host = id_of(&row, 0, LEASE_HOST, HostId::new)?;
+            let address: Option<String> =
+                columns::get(&row, 1, Column::new("chat_hosts", "address"))
+                    .map_err(|r| corrupt("host address", r))?;
+            Ok(Some((host, address)))
+        })
+    }
+
+    /// Base sessions nobody serves that have something to serve: a lease that expired
+    /// (its host died or let it lapse), or a saved outbox whose scope has no lease (a
+    /// session message written for a session no host served). At most `limit`, in byte
+    /// order. Costs one read of the lease table and of the outbox's session index.
+    pub fn orphaned_sessions(&mut self, limit: usize) -> Result<Vec<SessionId>, OutboxError> {
+        self.read(ob, |c, _| {
+            let leases = c.query(
+                "SELECT base_session_id, expires_at > clock_timestamp() FROM chat_session_leases",
+                &[],
+            )?;
+            let mut live = std::collections::BTreeSet::new();
+            let mut orphans = std::collections::BTreeSet::new();
+            for row in &leases {
+                let base = id_of(
+                    row,
+                    0,
+                    Column::new(LEASES, "base_session_id"),
+                    SessionId::new,
+                )?;
+                let held: bool =
+                    columns::get(row, 1, LEASE_LEFT).map_err(|r| corrupt("session lease", r))?;
+                if held {
+                    live.insert(base);
+                } else {
+                    orphans.insert(base);
+                }
+            }
+            let saved = c.query("SELECT DISTINCT session_id FROM workspace_chat_outbox", &[])?;
+            for row in &saved {
+                let session = id_of(
+                    row,
+                    0,
+                    Column::new("workspace_chat_outbox", "session_id"),
+                    SessionId::new,
+                )?;
+                let base = base_session(&session);
+                if !live.contains(&base) {
+                    orphans.insert(base);
+                }
+            }
+            Ok(orphans.into_iter().take(limit).collect())
+        })
+    }
+
+    /// Turns this store into a listener of wake-ups ([`WAKE_CHANNEL`]): a write into a
+    /// session another host may serve (a session message) wakes whoever listens. Give it
+    /// a connection of its own.
+    ///
+    /// # Errors
+    ///
+    /// The database's error when `LISTEN` fails.
+    pub fn into_wake_listener(mut self) -> Result<WakeListener, OutboxError> {
+        self.read(ob, |c, _| {
+            c.execute("LISTEN custody_wake", &[])?;
+            Ok(())
+        })?;
+        Ok(WakeListener { store: self })
+    }
+
+    /// The outbox's typed error for a write refused under a lost lease.
+    pub(crate) fn outbox_lease_lost(session: SessionId, message: String) -> OutboxError {
+        OutboxError::LeaseLost { session, message }
+    }
+}
+
+/// A connection that listens for wake-ups ([`PostgresStore::into_wake_listener`]).
+pub struct WakeListener {
+    store: PostgresStore,
+}
+
+impl std::fmt::Debug for WakeListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeListener").finish_non_exhaustive()
+    }
+}
+
+/// One wake-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wake {
+    /// Something was written into the scope of this base session.
+    Session(SessionId),
+    /// Something was written into a scope whose name is too long for a notification:
+    /// read every scope served again.
+    Every,
+}
+
+impl WakeListener {
+    /// The wake-ups that arrive within `timeout` (returns at the first, with any others
+    /// already there, or empty after `timeout`).
+    ///
+    /// # Errors
+    ///
+    /// The connection failed: open a new listener (wake-ups meanwhile are lost, so read
+    /// every scope served again).
+    pub fn wait(&mut self, timeout: Duration) -> Result<Vec<Wake>, OutboxError> {
+        let mut notes = self.store.client.notifications();
+        let mut wakes = Vec::new();
+        let first = notes.timeout_iter(timeout).next();
+        let mut take = |n: postgres::Notification| {
+            if n.channel() != WAKE_CHANNEL {
+                return;
+            }
+            wakes.push(match SessionId::new(n.payload()) {
+                Ok(s) => Wake::Session(s),
+                Err(_) => Wake::Every,
+            });
+        };
+        use postgres::fallible_iterator::FallibleIterator;
+        match first {
+            Ok(Some(n)) => take(n),
+            Ok(None) => return Ok(wakes),
+            Err(e) => return Err(crate::outbox::ob(e)),
+        }
+        let mut more = notes.iter();
+        loop {
+            match more.next() {
+                Ok(Some(n)) => take(n),
+                Ok(None) => break,
+                Err(e) => return Err(crate::outbox::ob(e)),
+            }
+        }
+        Ok(wakes)
     }
 }

@@ -167,18 +167,22 @@ pub(crate) use error::pg_message;
 pub use error::{DatabaseError, DatabaseErrorKind};
 
 pub use hosts::{
-    Heartbeat, HostId, HostedRun, LeaseError, LeaseLost, Leases, RunStartError, SessionBusy,
-    SessionLease,
+    Heartbeat, HostId, HostedRun, LeaseError, LeaseLost, LeaseSet, Leases, RunStartError,
+    SessionBusy, SessionLease, Wake, WakeListener, WAKE_CHANNEL,
 };
 pub use overlay::OVERLAY_CACHE_TARGETS;
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
-pub const MIGRATIONS: [(&str, &str); 2] = [
+pub const MIGRATIONS: [(&str, &str); 3] = [
     (
         "0001_initial",
         include_str!("../migrations/0001_initial.sql"),
     ),
     ("0002_hosts", include_str!("../migrations/0002_hosts.sql")),
+    (
+        "0003_host_addresses",
+        include_str!("../migrations/0003_host_addresses.sql"),
+    ),
 ];
 
 /// The schema version this build writes.

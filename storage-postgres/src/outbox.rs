@@ -502,7 +502,12 @@ impl OutboxStore for PostgresStore {
     ) -> Result<Claim, OutboxError> {
         let json = entry_json(entry)?;
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session])?;
+            fence_check(
+                c,
+                &local.fence,
+                &[session],
+                PostgresStore::outbox_lease_lost,
+            )?;
             claim_in(c, session, fingerprint, entry, &json)
         })
     }
@@ -517,7 +522,12 @@ impl OutboxStore for PostgresStore {
     ) -> Result<Claim, OutboxError> {
         let json = entry_json(entry)?;
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session, ledger_session])?;
+            fence_check(
+                c,
+                &local.fence,
+                &[session, ledger_session],
+                PostgresStore::outbox_lease_lost,
+            )?;
             let claim = claim_in(c, session, fingerprint, entry, &json)?;
             if claim == Claim::Claimed {
                 put_ledger(c, ledger_session, &entry.operation_id, record)?;
@@ -535,7 +545,15 @@ impl OutboxStore for PostgresStore {
     ) -> Result<RouteClaim, OutboxError> {
         let json = entry_json(entry)?;
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[recipient])?;
+            // The sender's host writes into the recipient's outbox whoever serves the
+            // recipient: under the sender's lease, and the recipient's owner is woken
+            // when this commits (it reads the outbox again).
+            fence_check(
+                c,
+                &local.fence,
+                &[&route.sender_session_id],
+                PostgresStore::outbox_lease_lost,
+            )?;
             // The route's unique keys decide among racing claims: the sender's call
             // (its own route again) and the operation (taken by another call).
             let placed = c.execute(
@@ -590,6 +608,7 @@ impl OutboxStore for PostgresStore {
                 )));
             }
             insert_entry(c, recipient, entry, &json)?;
+            crate::hosts::notify_wake(c, recipient)?;
             Ok(RouteClaim::Claimed)
         })
     }
@@ -647,7 +666,12 @@ impl OutboxStore for PostgresStore {
     ) -> Result<bool, OutboxError> {
         let json = entry_json(new)?;
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session])?;
+            fence_check(
+                c,
+                &local.fence,
+                &[session],
+                PostgresStore::outbox_lease_lost,
+            )?;
             if !still(c, session, expected)? {
                 return Ok(false);
             }
@@ -666,7 +690,12 @@ impl OutboxStore for PostgresStore {
     ) -> Result<bool, OutboxError> {
         let json = entry_json(new)?;
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session, ledger_session])?;
+            fence_check(
+                c,
+                &local.fence,
+                &[session, ledger_session],
+                PostgresStore::outbox_lease_lost,
+            )?;
             if !still(c, session, expected)? {
                 return Ok(false);
             }
@@ -685,7 +714,12 @@ impl OutboxStore for PostgresStore {
     ) -> Result<bool, OutboxError> {
         let json = entry_json(new)?;
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session])?;
+            fence_check(
+                c,
+                &local.fence,
+                &[session],
+                PostgresStore::outbox_lease_lost,
+            )?;
             if !still(c, session, expected)? {
                 return Ok(false);
             }
@@ -713,7 +747,7 @@ impl OutboxStore for PostgresStore {
         queue_id: &QueueId,
     ) -> Result<Option<OutboxEntry>, OutboxError> {
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session])?;
+            fence_check(c, &local.fence, &[session], PostgresStore::outbox_lease_lost)?;
             let row = c.query_opt(
                 concat!(
                     "DELETE FROM workspace_chat_outbox WHERE session_id = $1 AND queue_id = $2 RETURNING ",
@@ -737,7 +771,12 @@ impl OutboxStore for PostgresStore {
         let queues: Vec<&[u8]> = positions.iter().map(|(q, _)| b(q.as_str())).collect();
         let places: Vec<i64> = positions.iter().map(|(_, p)| *p).collect();
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session])?;
+            fence_check(
+                c,
+                &local.fence,
+                &[session],
+                PostgresStore::outbox_lease_lost,
+            )?;
             // The position is a column of its own; the entry JSON does not hold it.
             c.execute(
                 "UPDATE workspace_chat_outbox AS o SET position = p.position
@@ -771,7 +810,12 @@ impl OutboxStore for PostgresStore {
         record: &LedgerRecord,
     ) -> Result<(), OutboxError> {
         self.transact(ob, |c, local| {
-            fence_check(c, &local.fence, &[session])?;
+            fence_check(
+                c,
+                &local.fence,
+                &[session],
+                PostgresStore::outbox_lease_lost,
+            )?;
             put_ledger(c, session, op, record)
         })
     }
@@ -787,7 +831,7 @@ impl OutboxStore for PostgresStore {
         };
         self.transact(ob, |c, local| {
             let sessions: Vec<&SessionId> = scope.iter().collect();
-            fence_check(c, &local.fence, &sessions)?;
+            fence_check(c, &local.fence, &sessions, PostgresStore::outbox_lease_lost)?;
             put_ledger(c, base, op, record)?;
             let mut removed = Vec::new();
             for session in scope {

@@ -63,6 +63,11 @@ fn corrupt(what: impl Into<String>, reason: impl Into<String>) -> OverlayError {
     }
 }
 
+/// The overlay store's typed error for a write refused under a lost lease.
+fn overlay_lease_lost(session: SessionId, message: String) -> OverlayError {
+    OverlayError::LeaseLost { session, message }
+}
+
 fn what(session: &SessionId, target: &TargetId) -> String {
     format!("overlay {session}/{target}")
 }
@@ -501,6 +506,7 @@ impl OverlayStore for PostgresStore {
         let key = self.target_key(session, target);
         let rows = OverlayRows::from_blocks(blocks);
         let stored = self.transact(ov, |c, local| {
+            crate::hosts::fence_check(c, &local.fence, &[session], overlay_lease_lost)?;
             lock_target(c, key)?;
             if read_header(c, session, target)?.map(|(revision, _)| revision) != expected {
                 let now = read_overlay(c, &mut local.overlays, session, target)?;
@@ -540,6 +546,7 @@ impl OverlayStore for PostgresStore {
     ) -> Result<Update, OverlayError> {
         let key = self.target_key(session, target);
         let update = self.transact(ov, |c, local| {
+            crate::hosts::fence_check(c, &local.fence, &[session], overlay_lease_lost)?;
             lock_target(c, key)?;
             let current = read_overlay(c, &mut local.overlays, session, target)?;
             let rows = current
@@ -574,7 +581,8 @@ impl OverlayStore for PostgresStore {
 
     fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, OverlayError> {
         let key = self.target_key(session, target);
-        let deleted = self.transact(ov, |c, _| {
+        let deleted = self.transact(ov, |c, local| {
+            crate::hosts::fence_check(c, &local.fence, &[session], overlay_lease_lost)?;
             lock_target(c, key)?;
             // The epoch is read back checked: a header whose epoch does not read back is
             // `Corrupt` and stays, rather than letting the target start over at epoch 0.
@@ -654,7 +662,9 @@ impl OverlayStore for PostgresStore {
 
 impl CleanupJournal for PostgresStore {
     fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), OverlayError> {
-        self.read(ov, |c, _| {
+        self.transact(ov, |c, local| {
+            crate::hosts::fence_check(c, &local.fence, &[session], overlay_lease_lost)?;
+
             c.execute(
                 "INSERT INTO chat_pending_terminal_overlay_cleanups (app_session_id, run_id)
                  VALUES ($1, $2) ON CONFLICT DO NOTHING",
@@ -665,7 +675,9 @@ impl CleanupJournal for PostgresStore {
     }
 
     fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, OverlayError> {
-        self.read(ov, |c, _| {
+        self.transact(ov, |c, local| {
+            crate::hosts::fence_check(c, &local.fence, &[session], overlay_lease_lost)?;
+
             let n = c.execute(
                 "DELETE FROM chat_pending_terminal_overlay_cleanups
                  WHERE app_session_id = $1 AND run_id = $2",

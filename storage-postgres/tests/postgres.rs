@@ -20,7 +20,9 @@ use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::runs::RunError;
 use outbox_core::store::{OutboxStore, StoreError as OutboxError, StoreErrorKind};
 use overlay_core::overlay::{write, Change};
-use overlay_core::store::{OverlayStore, RowClass, StoreError as OverlayError, StoredBlock};
+use overlay_core::store::{
+    CleanupJournal, OverlayStore, RowClass, StoreError as OverlayError, StoredBlock,
+};
 use storage_postgres::hosts::{LeaseError, LeaseLost};
 use storage_postgres::{
     DatabaseError, DatabaseErrorKind, HostId, OpenError, PostgresStore, RunStartError, Settings,
@@ -614,9 +616,9 @@ fn a_session_lease_has_one_holder_and_rising_tokens() {
     ));
 }
 
-// OB-10: with fencing on, an outbox write needs the session's lease: without one, or after
-// the lease passed to another host, the write is refused as unavailable with a
-// `LeaseLost` source and writes nothing.
+// OB-10, MH-02: with fencing on, an outbox write needs the session's lease: without one,
+// or after the lease passed to another host, the write is refused with the typed
+// `LeaseLost` error (never retried) and writes nothing.
 #[test]
 fn fenced_writes_need_the_sessions_lease() {
     let db = TestDb::new("fence");
@@ -627,8 +629,10 @@ fn fenced_writes_need_the_sessions_lease() {
     let e = entry("1");
     let print = request_fingerprint(&s("a"), &e.queue_id, &e.request);
     let refused = one.claim(&s("a"), &print, &e).unwrap_err();
-    let lost = refused.source().and_then(|x| x.downcast_ref::<LeaseLost>());
-    assert_eq!(lost.map(|l| l.session.clone()), Some(s("a")), "{refused:?}");
+    assert!(
+        matches!(&refused, OutboxError::LeaseLost { session, .. } if *session == s("a")),
+        "{refused:?}"
+    );
     assert!(one.entries(&s("a")).unwrap().is_empty());
 
     one.acquire_session(&h, &s("a")).unwrap();
@@ -638,7 +642,7 @@ fn fenced_writes_need_the_sessions_lease() {
     let e2 = entry("2");
     let print2 = request_fingerprint(&s("a"), &e2.queue_id, &e2.request);
     let refused = one.claim(&s("a::skills-agent"), &print2, &e2).unwrap_err();
-    assert_eq!(refused.kind(), StoreErrorKind::Unavailable);
+    assert_eq!(refused.kind(), StoreErrorKind::LeaseLost);
     assert!(
         refused
             .to_string()
@@ -689,5 +693,244 @@ fn failures_to_open_are_typed_with_the_drivers_message_and_code() {
             assert!(e.message().contains("does not exist"), "{e}");
         }
         other => panic!("{other:?}"),
+    }
+}
+
+// MH-02: the stores of one host share the leases its lease keeper holds: the overlay
+// store and the outbox store write under the keeper's lease, and once it is lost both are
+// refused with their typed `LeaseLost` error; the cleanup journal too. Nothing is
+// written.
+#[test]
+fn a_hosts_stores_write_under_the_lease_its_keeper_holds() {
+    let db = TestDb::new("shared_leases");
+    let mut keeper = db.open_with(quick());
+    let mut outbox = db.open_with(quick());
+    let mut overlays = db.open_with(quick());
+    let mut other = db.open_with(quick());
+    let leases = keeper.lease_set();
+    outbox.share_leases(&leases);
+    overlays.share_leases(&leases);
+    let (h, g) = (HostId::new("h").unwrap(), HostId::new("g").unwrap());
+    let t = TargetId::main(&s("a"));
+    let refused = write(
+        &mut overlays,
+        &s("a"),
+        &t,
+        &Change::Publish(vec![row("r1")]),
+    );
+    assert!(
+        matches!(&refused, Err(OverlayError::LeaseLost { session, .. }) if *session == s("a")),
+        "{refused:?}"
+    );
+    let lease = keeper.acquire_session(&h, &s("a")).unwrap();
+    assert!(leases.holds(&s("a::skills-agent")));
+    write(
+        &mut overlays,
+        &s("a"),
+        &t,
+        &Change::Publish(vec![row("r1")]),
+    )
+    .unwrap();
+    let e = entry("1");
+    let print = request_fingerprint(&s("a"), &e.queue_id, &e.request);
+    outbox.claim(&s("a"), &print, &e).unwrap();
+    overlays.add_cleanup(&s("a"), &run("run-1")).unwrap();
+
+    // The lease lapses and another host takes it; the keeper learns at its renewal.
+    std::thread::sleep(Duration::from_millis(700));
+    let taken = other.acquire_session(&g, &s("a")).unwrap();
+    assert!(taken.token > lease.token, "the token rises with the holder");
+    let refused = write(
+        &mut overlays,
+        &s("a"),
+        &t,
+        &Change::Publish(vec![row("r2")]),
+    );
+    assert!(
+        matches!(refused, Err(OverlayError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        overlays.remove_cleanup(&s("a"), &run("run-1")),
+        Err(OverlayError::LeaseLost { .. })
+    ));
+    let e2 = entry("2");
+    let print2 = request_fingerprint(&s("a"), &e2.queue_id, &e2.request);
+    assert_eq!(
+        outbox.claim(&s("a"), &print2, &e2).unwrap_err().kind(),
+        StoreErrorKind::LeaseLost
+    );
+    assert!(matches!(
+        keeper.renew_session(&lease),
+        Err(LeaseError::Lost(LeaseLost { .. }))
+    ));
+    assert!(
+        !leases.holds(&s("a")),
+        "a lost renewal leaves the shared set"
+    );
+    // Nothing the old holder tried after losing the lease is there.
+    let stored = other.load(&s("a"), &t).unwrap().unwrap();
+    let keys: Vec<String> = stored
+        .blocks
+        .iter()
+        .map(|b| b.block.key().id.as_str().to_owned())
+        .collect();
+    assert_eq!(keys, vec!["r1".to_owned()]);
+    assert_eq!(other.entries(&s("a")).unwrap().len(), 1);
+    assert_eq!(other.pending_cleanups(Some(&s("a"))).unwrap().len(), 1);
+}
+
+// MH-04: a session message is written into the recipient's outbox under the sender's
+// lease, whoever serves the recipient, and wakes the recipient's owner through
+// `LISTEN`/`NOTIFY` once it commits.
+#[test]
+fn a_session_message_to_a_session_another_host_serves_is_written_and_wakes_it() {
+    use outbox_core::ids::CallId;
+    use outbox_core::store::{RouteClaim, RouteDelivery, SessionMessageRoute};
+    use storage_postgres::hosts::Wake;
+    let db = TestDb::new("wake");
+    let mut sender = db.open_with(quick());
+    let mut owner = db.open_with(quick());
+    let listener = db.open_with(quick());
+    let mut listener = listener.into_wake_listener().unwrap();
+    sender.set_fencing(true);
+    owner.set_fencing(true);
+    let (h, g) = (HostId::new("h").unwrap(), HostId::new("g").unwrap());
+    sender.acquire_session(&h, &s("s1")).unwrap();
+    owner.acquire_session(&g, &s("s2")).unwrap();
+    let route = SessionMessageRoute {
+        operation_id: OperationId::new("session-message-1").unwrap(),
+        recipient_session_id: s("s2"),
+        sender_session_id: s("s1"),
+        sender_call_id: CallId::new("call-1").unwrap(),
+        sender_run_id: None,
+        sender_thread_id: None,
+        chain_id: "chain-1".into(),
+        hop: 1,
+        created_at: Millis(1),
+        delivery: RouteDelivery::Sent,
+    };
+    let e = OutboxEntry::queued(
+        QueueId::new("session-message-1").unwrap(),
+        route.operation_id.clone(),
+        MessageRequest::text("from s1", "session-message", Millis(1)),
+        Controls::automatic(),
+        0,
+    );
+    let print = request_fingerprint(&s("s2"), &e.queue_id, &e.request);
+    assert_eq!(
+        sender
+            .claim_session_message(&s("s2"), &print, &e, &route)
+            .unwrap(),
+        RouteClaim::Claimed
+    );
+    let wakes = listener.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!(wakes, vec![Wake::Session(s("s2"))]);
+    assert_eq!(owner.entries(&s("s2")).unwrap().len(), 1);
+    // Nothing else arrives.
+    assert!(listener
+        .wait(Duration::from_millis(100))
+        .unwrap()
+        .is_empty());
+    // A sender that does not hold its own session's lease writes nothing.
+    let mut stranger = db.open_with(quick());
+    stranger.set_fencing(true);
+    let route2 = SessionMessageRoute {
+        operation_id: OperationId::new("session-message-2").unwrap(),
+        sender_call_id: CallId::new("call-2").unwrap(),
+        ..route
+    };
+    let e2 = OutboxEntry {
+        queue_id: QueueId::new("session-message-2").unwrap(),
+        operation_id: route2.operation_id.clone(),
+        ..e
+    };
+    let refused = stranger.claim_session_message(&s("s2"), &print, &e2, &route2);
+    assert!(
+        matches!(refused, Err(OutboxError::LeaseLost { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(owner.entries(&s("s2")).unwrap().len(), 1);
+    assert!(listener
+        .wait(Duration::from_millis(100))
+        .unwrap()
+        .is_empty());
+}
+
+// MH-04: a client that asks the wrong host is told where to go: the holder and its
+// registered address; a scope whose lease lapsed, or a saved outbox nobody serves, is an
+// orphan another host takes up.
+#[test]
+fn the_holder_of_a_session_and_orphaned_sessions_are_found() {
+    let db = TestDb::new("holders");
+    let mut one = db.open_with(quick());
+    let mut two = db.open_with(quick());
+    let (h, g) = (HostId::new("h").unwrap(), HostId::new("g").unwrap());
+    one.register_host(&h, "ws://127.0.0.1:4001/ws").unwrap();
+    assert_eq!(two.lease_holder(&s("a")).unwrap(), None);
+    one.acquire_session(&h, &s("a")).unwrap();
+    assert_eq!(
+        two.lease_holder(&s("a::skills-agent")).unwrap(),
+        Some((h.clone(), Some("ws://127.0.0.1:4001/ws".to_owned())))
+    );
+    two.acquire_session(&g, &s("b")).unwrap();
+    assert_eq!(one.lease_holder(&s("b")).unwrap(), Some((g.clone(), None)));
+    assert!(two.orphaned_sessions(10).unwrap().is_empty());
+    // A saved outbox whose scope nobody holds.
+    let e = entry("1");
+    let print = request_fingerprint(&s("c::skills-agent"), &e.queue_id, &e.request);
+    two.claim(&s("c::skills-agent"), &print, &e).unwrap();
+    assert_eq!(two.orphaned_sessions(10).unwrap(), vec![s("c")]);
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(
+        two.orphaned_sessions(10).unwrap(),
+        vec![s("a"), s("b"), s("c")]
+    );
+    assert_eq!(two.orphaned_sessions(2).unwrap(), vec![s("a"), s("b")]);
+    assert_eq!(
+        two.lease_holder(&s("a")).unwrap(),
+        None,
+        "a lapsed lease holds nothing"
+    );
+}
+
+// MH-03: two hosts race to take one expired lease, again and again: exactly one wins each
+// time, the other is told who holds it, and the token rises with every new holder.
+#[test]
+fn two_hosts_racing_for_one_expired_lease_have_one_winner() {
+    let db = TestDb::new("lease_race");
+    let mut dead = db.open_with(quick());
+    let mut last_token = 0;
+    for round in 0..20 {
+        let session = s(&format!("s{round}"));
+        let first = dead
+            .acquire_session(&HostId::new("dead").unwrap(), &session)
+            .unwrap();
+        assert!(first.token > last_token);
+        std::thread::sleep(Duration::from_millis(650));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let racers: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let mut store = db.open_with(quick());
+                let barrier = barrier.clone();
+                let session = session.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    store.acquire_session(&HostId::new(name).unwrap(), &session)
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        let won: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(won.len(), 1, "round {round}: {results:?}");
+        let winner = won[0];
+        assert!(winner.token > first.token);
+        last_token = winner.token;
+        let lost = results.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert!(
+            matches!(lost, LeaseError::Busy(b) if b.holder == winner.host),
+            "round {round}: {lost:?}"
+        );
     }
 }

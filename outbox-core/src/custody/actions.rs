@@ -21,6 +21,19 @@ impl<S: OutboxStore> Custody<S> {
         request: MessageRequest,
         now: Millis,
     ) -> Result<Receipt, ActionError> {
+        let edited = self.edit_granted(session, queue_id, new_operation, request, now);
+        self.action_failed(edited.as_ref().err(), now);
+        edited
+    }
+
+    fn edit_granted(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        new_operation: OperationId,
+        request: MessageRequest,
+        now: Millis,
+    ) -> Result<Receipt, ActionError> {
         self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         let mut new = current.clone();
@@ -60,6 +73,24 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
+        let removed = self.remove_granted(session, queue_id, now);
+        self.action_failed(removed.as_ref().err(), now);
+        removed
+    }
+
+    /// An action's store error that says the lease is lost lets the scope go.
+    pub(super) fn action_failed(&mut self, error: Option<&ActionError>, now: Millis) {
+        if let Some(ActionError::Store(error)) = error {
+            self.lease_lost(error, now);
+        }
+    }
+
+    fn remove_granted(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        now: Millis,
+    ) -> Result<(), ActionError> {
         self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         if let Err(e) = self.store.remove_entry(session, queue_id) {
@@ -80,6 +111,17 @@ impl<S: OutboxStore> Custody<S> {
     /// on. A session message is approved by this. A canceled operation goes through the
     /// reopen check first (OB-12).
     pub fn send_now(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        now: Millis,
+    ) -> Result<(), ActionError> {
+        let sent = self.send_now_granted(session, queue_id, now);
+        self.action_failed(sent.as_ref().err(), now);
+        sent
+    }
+
+    fn send_now_granted(
         &mut self,
         session: &SessionId,
         queue_id: &QueueId,

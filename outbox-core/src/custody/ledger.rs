@@ -205,6 +205,9 @@ impl<S: OutboxStore> Custody<S> {
         error: StoreError,
         retry_at: Option<Millis>,
     ) {
+        if self.lease_lost(&error, self.clock) {
+            return;
+        }
         self.stats.store_failures += 1;
         self.effects.push_back(Effect::StoreFailed(StoreFailure {
             session: session.clone(),

@@ -316,6 +316,7 @@ impl SubmitError {
             SubmitError::Conflict(ConflictKind::DifferentRequest) => "OPERATION_CONFLICT",
             SubmitError::Conflict(ConflictKind::Removed) => "OPERATION_REMOVED",
             SubmitError::Conflict(ConflictKind::SteerRetargeted) => "STEER_RETARGETED",
+            SubmitError::Store(StoreError::LeaseLost { .. }) => "SESSION_ELSEWHERE",
             SubmitError::Store(_) => "STORE_UNAVAILABLE",
         }
     }
@@ -363,6 +364,7 @@ impl ActionError {
             ActionError::ModelChanged => "MODEL_CHANGED",
             ActionError::RunMayStillTakeIt => "RUN_MAY_STILL_TAKE_IT",
             ActionError::OperationTaken => "OPERATION_TAKEN",
+            ActionError::Store(StoreError::LeaseLost { .. }) => "SESSION_ELSEWHERE",
             ActionError::Store(_) => "STORE_UNAVAILABLE",
         }
     }
@@ -466,6 +468,15 @@ pub enum Effect {
     },
     /// The store refused a change; see "Failures are state" in the module docs.
     StoreFailed(StoreFailure),
+    /// Custody let a session scope go (see "Several hosts" in the module docs): its
+    /// lease was lost or [`Custody::release_scope`] was called. Nothing of the scope is
+    /// kept in memory and no work of it waits; tell its clients where it is served now.
+    ScopeReleased {
+        /// The base session of the scope.
+        session: SessionId,
+        /// Why, in words for the user or the log.
+        reason: String,
+    },
 }
 
 /// A store failure custody met outside a caller's request, as the user sees it.
@@ -669,6 +680,9 @@ pub struct Custody<S> {
     stats: CustodyStats,
     uuids: Box<dyn FnMut() -> String + Send>,
     effects: VecDeque<Effect>,
+    /// The base sessions of the scopes custody works, when it works only those it was
+    /// granted ([`Custody::grant_only`]); `None`: every scope.
+    granted: Option<BTreeSet<SessionId>>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for Custody<S> {
@@ -717,7 +731,113 @@ impl<S: OutboxStore> Custody<S> {
             stats: CustodyStats::default(),
             uuids,
             effects: VecDeque::new(),
+            granted: None,
         }
+    }
+
+    /// From now on custody works only the session scopes granted with
+    /// [`Custody::grant_scope`], for a host among several on one database that serves
+    /// only the scopes whose lease it holds. Memory of every scope is dropped; a scope
+    /// not granted reads as [`StoreError::LeaseLost`] and nothing of it is written.
+    pub fn grant_only(&mut self) {
+        self.forget_all();
+        self.granted = Some(BTreeSet::new());
+    }
+
+    /// Whether custody works the scope of `session` now.
+    pub fn scope_granted(&self, session: &SessionId) -> bool {
+        self.granted
+            .as_ref()
+            .is_none_or(|g| g.contains(&crate::ids::base_session(session)))
+    }
+
+    /// Takes up the scope of `session` (its lease was acquired), or reads it again when
+    /// held already (another host wrote into it: a session message). What memory held of
+    /// the scope is dropped and each of its saved outboxes is read and checked as at a
+    /// restart: an entry found out with nothing under way is confirmed from the agent's
+    /// history (a host that died mid-send), never sent again blindly; then both lanes
+    /// drain. Without [`Custody::grant_only`] every scope is worked and this only reads
+    /// the scope again.
+    pub fn grant_scope(&mut self, session: &SessionId, now: Millis) {
+        self.saw(now);
+        let base = crate::ids::base_session(session);
+        if let Some(granted) = &mut self.granted {
+            granted.insert(base.clone());
+        }
+        self.states
+            .retain(|s, _| crate::ids::base_session(s) != base);
+        self.ledgers.retain(|(s, _), _| s != &base);
+        self.outbox_sessions = None;
+        let members: BTreeSet<SessionId> = match self.outbox_sessions() {
+            Ok(saved) => saved
+                .iter()
+                .filter(|s| crate::ids::base_session(s) == base)
+                .cloned()
+                .collect(),
+            Err(error) => {
+                self.retry_later(Retry::Repair(session.clone()), error, now);
+                return;
+            }
+        };
+        let registered = self
+            .sessions
+            .keys()
+            .filter(|s| crate::ids::base_session(s) == base)
+            .cloned();
+        let members: BTreeSet<SessionId> = members.into_iter().chain(registered).collect();
+        for member in members {
+            self.run_answer(Retry::Repair(member), now);
+        }
+    }
+
+    /// Lets the scope of `session` go (its lease was lost, or the host hands it over):
+    /// memory of the scope, its runs, attempts, reads, stops and retries are dropped, and
+    /// [`Effect::ScopeReleased`] says so. Answers that still come for its attempts are
+    /// ignored. False when the scope was not granted (nothing is done then). Without
+    /// [`Custody::grant_only`] this only drops memory and work of the scope, which the
+    /// next touch reads again.
+    pub fn release_scope(&mut self, session: &SessionId, reason: &str, now: Millis) -> bool {
+        self.saw(now);
+        let base = crate::ids::base_session(session);
+        if let Some(granted) = &mut self.granted {
+            if !granted.remove(&base) {
+                return false;
+            }
+        }
+        let ours = |s: &SessionId| crate::ids::base_session(s) == base;
+        self.states.retain(|s, _| !ours(s));
+        self.lanes.retain(|s, _| !ours(s));
+        self.ledgers.retain(|(s, _), _| s != &base);
+        self.outbox_sessions = None;
+        self.in_flight.retain(|_, f| !ours(&f.request.session));
+        self.reads.retain(|_, p| !ours(&p.session));
+        self.interrupts.retain(|s, _| !ours(s));
+        self.interrupt_spent.retain(|(s, _)| !ours(s));
+        self.stops.retain(|(s, _), _| !ours(s));
+        self.stop_cache.retain(|(s, _), _| !ours(s));
+        self.take_backs.retain(|_, t| !ours(&t.session));
+        self.vetoes.retain(|(s, _)| !ours(s));
+        self.retries.retain(|(_, r)| !ours(r.session()));
+        self.failures.retain(|s, _| !ours(s));
+        self.foreign_runs.retain(|(s, _), _| !ours(s));
+        self.runs.release_scope(&base);
+        self.effects.push_back(Effect::ScopeReleased {
+            session: base,
+            reason: reason.to_owned(),
+        });
+        true
+    }
+
+    /// A store error that says the scope's lease is lost lets the scope go; true when it
+    /// did (the error must not be retried).
+    pub(crate) fn lease_lost(&mut self, error: &StoreError, now: Millis) -> bool {
+        let StoreError::LeaseLost { session, message } = error else {
+            return false;
+        };
+        let session = session.clone();
+        let message = message.clone();
+        self.release_scope(&session, &message, now);
+        true
     }
 
     /// The store. Custody forgets what it holds in memory, since the caller may change
@@ -969,6 +1089,9 @@ impl<S: OutboxStore> Custody<S> {
     /// Records a store failure met while doing `work`, and keeps the work for later.
     fn retry_later(&mut self, work: Retry, error: StoreError, now: Millis) {
         self.saw(now);
+        if self.lease_lost(&error, now) {
+            return;
+        }
         let session = work.session().clone();
         let waking = matches!(&work, Retry::Wake(s) if self.retries.iter().any(|(_, r)| matches!(r, Retry::Wake(t) if t == s)));
         // Forgetting the session schedules its repair, which is all a failed repair
@@ -1056,6 +1179,13 @@ impl<S: OutboxStore> Custody<S> {
 
     /// The session's outbox, read from the store on first touch.
     pub(crate) fn state(&mut self, session: &SessionId) -> Result<&mut SessionState, StoreError> {
+        if !self.scope_granted(session) {
+            let base = crate::ids::base_session(session);
+            return Err(StoreError::LeaseLost {
+                message: format!("this host does not serve session {base}"),
+                session: base,
+            });
+        }
         if !self.states.contains_key(session) {
             let stored = self.store.entries(session)?;
             self.stats.outbox_loads += 1;

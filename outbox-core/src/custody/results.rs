@@ -604,6 +604,10 @@ impl<S: OutboxStore> Custody<S> {
     pub fn start_up(&mut self, now: Millis) -> Result<(), StoreError> {
         self.saw(now);
         let sessions: Vec<SessionId> = self.outbox_sessions()?.iter().cloned().collect();
+        let sessions: Vec<SessionId> = sessions
+            .into_iter()
+            .filter(|s| self.scope_granted(s))
+            .collect();
         for session in sessions {
             self.confirm_sending(&session)?;
             self.wake(&session, now);

@@ -95,6 +95,17 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) {
         self.saw(now);
+        if !self.scope_granted(session) {
+            // Another host serves the session: its run is that host's to stop.
+            if let Some(c) = caller {
+                let base = crate::ids::base_session(session);
+                self.effects.push_back(Effect::StopAnswer {
+                    caller: c,
+                    answer: StopAnswer::Failed(format!("this host does not serve session {base}")),
+                });
+            }
+            return;
+        }
         let k = (session.clone(), run.clone());
         if self.stop_cache.get(&k).is_some_and(|until| now < *until) {
             if let Some(c) = caller {
@@ -210,6 +221,17 @@ impl<S: OutboxStore> Custody<S> {
     /// Stop and send now: take back an accepted steer, revoke its acceptance, stop the
     /// run, and queue the message again for its own turn with the same operation ID.
     pub fn stop_and_send_now(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        now: Millis,
+    ) -> Result<(), ActionError> {
+        let handed = self.stop_and_send_now_granted(session, queue_id, now);
+        self.action_failed(handed.as_ref().err(), now);
+        handed
+    }
+
+    fn stop_and_send_now_granted(
         &mut self,
         session: &SessionId,
         queue_id: &QueueId,

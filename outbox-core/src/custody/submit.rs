@@ -22,6 +22,14 @@ impl<S: OutboxStore> Custody<S> {
     /// transaction, idempotent replay, conflicts. A message that finds its session idle
     /// is handed off in the same transaction (see the module docs).
     pub fn submit(&mut self, req: SubmitRequest, now: Millis) -> Result<Receipt, SubmitError> {
+        let submitted = self.submit_granted(req, now);
+        if let Err(SubmitError::Store(error)) = &submitted {
+            self.lease_lost(error, now);
+        }
+        submitted
+    }
+
+    fn submit_granted(&mut self, req: SubmitRequest, now: Millis) -> Result<Receipt, SubmitError> {
         self.saw(now);
         let info = self
             .sessions

@@ -131,6 +131,16 @@ pub enum StoreError {
     OperationTaken(OperationId),
     /// A queue ID that holds another operation's entry.
     QueueTaken(QueueId),
+    /// This host does not hold the lease of the session's scope (it expired, another
+    /// host took it over, or it was never granted): the write was refused and nothing
+    /// was written. Custody lets the scope go at once and never retries it; the host
+    /// that holds the lease serves it.
+    LeaseLost {
+        /// The base session of the scope.
+        session: SessionId,
+        /// What happened, for the user or the log.
+        message: String,
+    },
 }
 
 /// What a caller does about a [`StoreError`].
@@ -143,6 +153,8 @@ pub enum StoreErrorKind {
     Corrupt,
     /// The request conflicts with what is stored: ask for another ID.
     Conflict,
+    /// Another host serves the session now: let it go, never retry.
+    LeaseLost,
 }
 
 impl StoreError {
@@ -168,6 +180,7 @@ impl StoreError {
             StoreError::Unavailable { .. } => StoreErrorKind::Unavailable,
             StoreError::Corrupt { .. } => StoreErrorKind::Corrupt,
             StoreError::OperationTaken(_) | StoreError::QueueTaken(_) => StoreErrorKind::Conflict,
+            StoreError::LeaseLost { .. } => StoreErrorKind::LeaseLost,
         }
     }
 }
@@ -183,6 +196,7 @@ impl std::fmt::Display for StoreError {
             }
             StoreError::OperationTaken(op) => write!(f, "operation {op} was already claimed"),
             StoreError::QueueTaken(q) => write!(f, "queue entry {q} holds another operation"),
+            StoreError::LeaseLost { message, .. } => write!(f, "session lease lost: {message}"),
         }
     }
 }
@@ -214,6 +228,16 @@ impl PartialEq for StoreError {
             ) => a == b && r == t,
             (StoreError::OperationTaken(a), StoreError::OperationTaken(b)) => a == b,
             (StoreError::QueueTaken(a), StoreError::QueueTaken(b)) => a == b,
+            (
+                StoreError::LeaseLost {
+                    session: a,
+                    message: m,
+                },
+                StoreError::LeaseLost {
+                    session: b,
+                    message: n,
+                },
+            ) => a == b && m == n,
             _ => false,
         }
     }

@@ -147,6 +147,16 @@ pub enum StoreError {
     /// The backend could not be read or written (retry later).
     #[error("overlay store unavailable: {0}")]
     Unavailable(String),
+    /// This host does not hold the lease of the session's scope (a store shared by
+    /// several hosts refused the write): nothing was written, and the host that holds
+    /// the lease serves the session.
+    #[error("session lease lost: {message}")]
+    LeaseLost {
+        /// The base session of the scope.
+        session: SessionId,
+        /// What happened, for the user or the log.
+        message: String,
+    },
     /// The rows handed to the store hold this key twice (OV-01: one row per key).
     /// Nothing was written; the caller's rows are wrong.
     #[error("overlay rows hold the key {key} twice")]

@@ -241,13 +241,7 @@ fn drain(store: &mut PostgresStore, host: &HostId, o: &Options) -> Result<(), Fa
                     say(&format!("append {} {position} {op}", held.token))?;
                 }
                 Ok(Claim::Existing(_)) => return Err("a fresh operation existed".into()),
-                Err(OutboxError::Unavailable {
-                    source: Some(source),
-                    ..
-                }) if source
-                    .downcast_ref::<storage_postgres::hosts::LeaseLost>()
-                    .is_some() =>
-                {
+                Err(OutboxError::LeaseLost { .. }) => {
                     say(&format!("fenced {op}"))?;
                     break;
                 }
