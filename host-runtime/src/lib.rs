@@ -79,6 +79,8 @@
 
 #[cfg(feature = "server")]
 mod auth;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 mod lines;
 mod process;
 #[cfg(feature = "server")]
@@ -95,6 +97,7 @@ use host_core::{
 use outbox_core::OutboxStore;
 use overlay_core::live::Delivery;
 use overlay_core::{CleanupJournal, OverlayStore};
+use timeline_core::key::SessionId;
 use timeline_core::time::Millis;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
@@ -175,6 +178,9 @@ impl Clock {
 
 enum Command {
     Request(Box<ClientRequest>, oneshot::Sender<Reply>),
+    Grant(SessionId, oneshot::Sender<()>),
+    Release(SessionId, String, oneshot::Sender<()>),
+    Serves(SessionId, oneshot::Sender<bool>),
     Processes(oneshot::Sender<Vec<AgentProcess>>),
     Stats(oneshot::Sender<RuntimeStats>),
 }
@@ -409,6 +415,39 @@ impl Client {
         rx.await.map_err(|_| RuntimeError::Stopped)
     }
 
+    /// Serves the scope of `session` from now on (its lease was acquired), or reads it
+    /// again (another host wrote into it): [`host_core::Host::grant_session`]. Returns
+    /// once the host has done it.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Stopped`] when the runtime stopped.
+    pub async fn grant_session(&self, session: SessionId) -> Result<(), RuntimeError> {
+        self.ask(|tx| Command::Grant(session, tx)).await
+    }
+
+    /// Stops serving the scope of `session`: [`host_core::Host::release_session`].
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Stopped`] when the runtime stopped.
+    pub async fn release_session(
+        &self,
+        session: SessionId,
+        reason: String,
+    ) -> Result<(), RuntimeError> {
+        self.ask(|tx| Command::Release(session, reason, tx)).await
+    }
+
+    /// Whether the host serves the scope of `session` now.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Stopped`] when the runtime stopped.
+    pub async fn serves(&self, session: SessionId) -> Result<bool, RuntimeError> {
+        self.ask(|tx| Command::Serves(session, tx)).await
+    }
+
     /// The counters of the host and its agent processes, now.
     ///
     /// # Errors
@@ -592,6 +631,21 @@ where
     fn command(&mut self, command: Option<Command>) -> bool {
         match command {
             Some(Command::Request(request, reply)) => self.request(*request, reply),
+            Some(Command::Grant(session, done)) => {
+                self.host.grant_session(&session, self.clock.now());
+                // A caller that stopped waiting has nothing to be told.
+                let _ = done.send(());
+            }
+            Some(Command::Release(session, reason, done)) => {
+                self.host
+                    .release_session(&session, &reason, self.clock.now());
+                // A caller that stopped waiting has nothing to be told.
+                let _ = done.send(());
+            }
+            Some(Command::Serves(session, reply)) => {
+                // A caller that stopped waiting has nothing to be told.
+                let _ = reply.send(self.host.serves(&session));
+            }
             Some(Command::Stats(reply)) => {
                 let stats = RuntimeStats {
                     host: self.host.stats(),

@@ -42,7 +42,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use host_core::{ClientRequest, Reply};
+use host_core::{ClientRequest, Notice, Reply};
 use host_wire::frame::Outcome;
 use host_wire::{decode_request, Admission, Call, DispatchClass, Idempotency, RequestId};
 use overlay_core::live::Delivery;
@@ -79,6 +79,11 @@ pub struct ServerConfig {
     /// (`/timeline.wasm`: the `timeline-wasm` crate built for `wasm32-unknown-unknown`);
     /// not served when `None`.
     pub page_wasm: Option<Arc<Vec<u8>>>,
+    /// With several hosts on one database: every call about a session is routed first,
+    /// and one served by another host is answered `SESSION_ELSEWHERE` with where it is
+    /// served (see [`crate::cluster`]).
+    #[cfg(feature = "cluster")]
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +95,8 @@ impl Default for ServerConfig {
             send_queue_bytes: 16 * 1024 * 1024,
             max_frame_bytes: host_wire::frame::MAX_FRAME_BYTES,
             page_wasm: None,
+            #[cfg(feature = "cluster")]
+            cluster: None,
         }
     }
 }
@@ -108,6 +115,15 @@ impl ServerConfig {
     #[must_use]
     pub fn page(mut self, wasm: Vec<u8>) -> ServerConfig {
         self.page_wasm = Some(Arc::new(wasm));
+        self
+    }
+
+    /// Routes every call about a session through `cluster` (several hosts on one
+    /// database).
+    #[cfg(feature = "cluster")]
+    #[must_use]
+    pub fn cluster(mut self, cluster: Arc<crate::cluster::Cluster>) -> ServerConfig {
+        self.cluster = Some(cluster);
         self
     }
 
@@ -471,18 +487,31 @@ async fn pump(
                     }
                 }
             }
-            other => match &others {
-                Some(tx) => {
-                    if tx.send(other).await.is_err() {
-                        warn!("the server's output sink closed; outputs are logged from now on");
-                    }
-                }
-                None => {
-                    if let Output::Notice(notice) = &other {
-                        warn!(severity = ?notice.severity(), "{notice}");
-                    }
-                }
-            },
+            Output::Notice(Notice::SessionReleased { session, reason }) => {
+                moved(&shared.0, &session, &reason);
+                forward(
+                    Output::Notice(Notice::SessionReleased { session, reason }),
+                    &others,
+                )
+                .await;
+            }
+            other => forward(other, &others).await,
+        }
+    }
+}
+
+/// An output the server does not carry itself: to `others`, or logged.
+async fn forward(output: Output, others: &Option<mpsc::Sender<Output>>) {
+    match others {
+        Some(tx) => {
+            if tx.send(output).await.is_err() {
+                warn!("the server's output sink closed; outputs are logged from now on");
+            }
+        }
+        None => {
+            if let Output::Notice(notice) = &output {
+                warn!(severity = ?notice.severity(), "{notice}");
+            }
         }
     }
 }
@@ -767,6 +796,30 @@ async fn until_cut(mut cut: watch::Receiver<bool>) {
     let _ = cut.wait_for(|cut| *cut).await;
 }
 
+/// The host let the scope of `base` go: every connection joined to a session of it is
+/// told (`chat:session-moved`) and its joins there end.
+fn moved(shared: &Shared, base: &SessionId, reason: &str) {
+    let gone: Vec<(SessionId, Vec<Arc<Conn>>)> = {
+        let mut sessions = lock(&shared.sessions);
+        let members: Vec<SessionId> = sessions
+            .keys()
+            .filter(|s| outbox_core::ids::base_session(s) == *base)
+            .cloned()
+            .collect();
+        members
+            .into_iter()
+            .filter_map(|s| sessions.remove(&s).map(|m| (s, m.into_values().collect())))
+            .collect()
+    };
+    for (session, conns) in gone {
+        let frame = host_wire::SessionMoved::new(session.clone(), reason, None).frame();
+        for conn in conns {
+            lock(&conn.state).joined.remove(&session);
+            conn.send(frame.clone(), shared);
+        }
+    }
+}
+
 fn unroute(shared: &Shared, session: &SessionId, conn: u64) {
     let mut sessions = lock(&shared.sessions);
     if let Some(m) = sessions.get_mut(session) {
@@ -941,6 +994,26 @@ async fn read(
 /// Asks the host: the frames before the response (a join's replay) and the response's
 /// outcome.
 async fn ask(shared: &SharedHandle, call: Call) -> (Vec<String>, Outcome) {
+    #[cfg(feature = "cluster")]
+    if let Some(cluster) = &shared.0.config.cluster {
+        for session in call.sessions() {
+            match cluster.route(session).await {
+                crate::cluster::Route::Here => {}
+                crate::cluster::Route::Elsewhere(by) => {
+                    let message = format!("session {session} is served by host {}", by.host);
+                    let error = host_wire::WireError::elsewhere(message, Some(by));
+                    return (Vec::new(), Outcome::Error(error));
+                }
+                crate::cluster::Route::Unavailable(why) => {
+                    let error = host_wire::WireError::elsewhere(
+                        format!("where session {session} is served is not known now: {why}"),
+                        None,
+                    );
+                    return (Vec::new(), Outcome::Error(error));
+                }
+            }
+        }
+    }
     let request = match call.into_client_request() {
         Ok(r) => r,
         Err(e) => return (Vec::new(), Outcome::Error(e)),

@@ -76,7 +76,7 @@ pub struct ErrorData {
     pub error_code: String,
     /// With `SESSION_ELSEWHERE`: the host that serves the session now, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub served_by: Option<ServedBy>,
+    pub served_by: Option<Box<ServedBy>>,
 }
 
 /// The host that serves a session, for a client to connect to instead.
@@ -120,7 +120,7 @@ impl WireError {
     /// `SESSION_ELSEWHERE`: the session is served by `served_by` (when known).
     pub fn elsewhere(message: impl Into<String>, served_by: Option<ServedBy>) -> WireError {
         let mut e = WireError::new(SERVER_ERROR, "SESSION_ELSEWHERE", message);
-        e.data.served_by = served_by;
+        e.data.served_by = served_by.map(Box::new);
         e
     }
 

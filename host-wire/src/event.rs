@@ -30,6 +30,45 @@ pub enum Event {
     /// `structured_replay`.
     #[serde(rename = "structured_replay")]
     StructuredReplay(StructuredReplay),
+    /// `chat:session-moved`: this host no longer serves a session the connection joined
+    /// (several hosts on one database: its lease passed to another host). The join is
+    /// over; load and join again where `servedBy` says (or ask any host).
+    #[serde(rename = "chat:session-moved")]
+    SessionMoved(SessionMoved),
+}
+
+/// The params of `chat:session-moved`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SessionMoved {
+    /// The base session of the scope that moved.
+    pub app_session_id: SessionId,
+    /// Why, in words for the user or the log.
+    pub reason: String,
+    /// The host that serves it now, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<crate::error::ServedBy>,
+}
+
+impl SessionMoved {
+    /// The event for `session`, moved for `reason`, served now by `served_by`.
+    pub fn new(
+        session: SessionId,
+        reason: impl Into<String>,
+        served_by: Option<crate::error::ServedBy>,
+    ) -> SessionMoved {
+        SessionMoved {
+            app_session_id: session,
+            reason: reason.into(),
+            served_by,
+        }
+    }
+
+    /// Its notification frame.
+    pub fn frame(&self) -> String {
+        crate::frame::Notification::new(Event::SessionMoved(self.clone())).to_json()
+    }
 }
 
 /// The fields of a run event (`started`, `completed`, `failed`, `aborted`).

@@ -53,7 +53,9 @@ pub mod schema;
 
 pub use answer::{reply_frames, reply_response};
 pub use error::{ServedBy, WireError, ERROR_CODES};
-pub use event::{relay_frame, replay_frame, Event, StructuredReplay, TimelineUpdated};
+pub use event::{
+    relay_frame, replay_frame, Event, SessionMoved, StructuredReplay, TimelineUpdated,
+};
 pub use frame::{decode_request, Notification, Outcome, Refusal, Request, RequestId, Response};
 pub use idempotency::{Admission, Idempotency};
 pub use method::{Call, DispatchClass, METHODS};

@@ -304,6 +304,27 @@ pub enum DispatchClass {
 }
 
 impl Call {
+    /// The sessions the call is about, for a server that routes by session (several
+    /// hosts): none for `run.list` and `run.chatResolveApproval`.
+    pub fn sessions(&self) -> Vec<&SessionId> {
+        match self {
+            Call::ChatLoad(p) => vec![&p.app_session_id],
+            Call::ChatLoadThread(p) => vec![&p.app_session_id],
+            Call::ChatLoadPageBefore(p) => vec![&p.app_session_id],
+            Call::ChatLoadThreadPageBefore(p) => vec![&p.app_session_id],
+            Call::ChatReconcileSessions(p) => p.app_session_ids.iter().collect(),
+            Call::ChatOutboxSubmit(p) => vec![&p.app_session_id],
+            Call::ChatOutboxEdit(p) => vec![&p.app_session_id],
+            Call::ChatOutboxRemove(p)
+            | Call::ChatOutboxSendNow(p)
+            | Call::ChatOutboxStopAndSendNow(p) => vec![&p.app_session_id],
+            Call::Cancel(p) => vec![&p.app_session_id],
+            Call::ChatJoin(p) => vec![&p.app_session_id],
+            Call::ChatLeave(p) => vec![&p.app_session_id],
+            Call::List(_) | Call::ChatResolveApproval(_) => Vec::new(),
+        }
+    }
+
     /// The method name.
     pub fn method(&self) -> &'static str {
         match self {

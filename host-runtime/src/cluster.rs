@@ -1,0 +1,517 @@
+//! Several hosts on one PostgreSQL database (feature `cluster`): each host serves the
+//! session scopes whose lease it holds, and takes over those of a host that died.
+//!
+//! A [`Cluster`] runs beside a [`crate::Runtime`] whose host was built with
+//! [`host_core::HostConfig::granted_only`] over stores that write under the cluster's
+//! leases ([`ClusterBuilder::leases`], given to each store with
+//! `PostgresStore::share_leases`). Two threads of its own, each with its own connection:
+//!
+//! - **The lease keeper.** Takes a session's lease when a client asks this host for a
+//!   session nobody serves ([`Cluster::route`]) and then grants it to the host
+//!   ([`crate::Client::grant_session`]); renews every lease it holds each
+//!   [`ClusterConfig::tick`]; registers the host's address; and takes up the orphans:
+//!   sessions whose lease lapsed (a host that died) or that have a saved outbox nobody
+//!   serves, which the host then reads as a restart does (an in-flight send is confirmed
+//!   from history, never sent again blindly). A lease found lost at renewal, or not
+//!   renewed within its length because the database could not be reached, is released
+//!   on the host at once ([`crate::Client::release_session`]): the host stops serving the
+//!   scope and its clients are told (`chat:session-moved`). Writes the host still tries
+//!   under a lost lease are refused by the database (the lease's fencing token).
+//! - **The wake listener.** `LISTEN`s for writes into sessions another host made (a
+//!   session message): the owner reads the scope again; a session nobody serves is
+//!   taken up. A listener whose connection broke opens a new one and reads every held
+//!   scope again (wake-ups meanwhile were lost).
+//!
+//! # Choices
+//!
+//! - **A client may connect to any host; a session served elsewhere is answered with
+//!   where to go**, not forwarded: the reply is `SESSION_ELSEWHERE` with `servedBy` (the
+//!   holder's host ID and the address it registered, [`ClusterConfig::address`]). A
+//!   client keeps one connection per host it needs; nothing is proxied twice, and a
+//!   host that dies takes no other host's clients with it.
+//! - **Every host adds every session it may serve** (`Host::add_session`, with a history
+//!   source that reads the same history on every host); [`ClusterBuilder::accept`]
+//!   limits which sessions this host takes up.
+//! - `run.list` lists this host's runs; an approval decision is answered by the host that
+//!   asked for it (a card of a session served elsewhere is unknown here).
+//! - A host shut down with [`Cluster::shutdown`] gives its leases back, so others take
+//!   its sessions at once instead of after the lease time.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use host_wire::ServedBy;
+use outbox_core::store::StoreError;
+use storage_postgres::hosts::{LeaseError, LeaseSet, SessionLease, Wake, WakeListener};
+use storage_postgres::{HostId, OpenError, PostgresStore};
+use timeline_core::key::SessionId;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use crate::Client;
+
+/// Opens a new connection to the database (the keeper's, the listener's).
+pub type Connect = Box<dyn Fn() -> Result<PostgresStore, OpenError> + Send>;
+
+/// How a [`Cluster`] behaves.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ClusterConfig {
+    /// This host, unique per running process (a host name with a process ID, say).
+    pub host: HostId,
+    /// Where clients reach this host, told to clients another host sends here.
+    pub address: String,
+    /// How often leases are renewed and orphans looked for: well within the lease
+    /// length (default: a third of the store's `Leases::session_lease`).
+    pub tick: Option<Duration>,
+    /// Orphaned sessions taken up per tick at most (default 64).
+    pub takeovers_per_tick: usize,
+}
+
+impl ClusterConfig {
+    /// A host `host` that clients reach at `address`.
+    pub fn new(host: HostId, address: impl Into<String>) -> ClusterConfig {
+        ClusterConfig {
+            host,
+            address: address.into(),
+            tick: None,
+            takeovers_per_tick: 64,
+        }
+    }
+}
+
+/// Where a session is served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Route {
+    /// Here: this host holds the lease and the host serves it.
+    Here,
+    /// By another host.
+    Elsewhere(ServedBy),
+    /// Not known now (the database could not be reached): try again.
+    Unavailable(String),
+}
+
+/// The first step of a [`Cluster`]: its lease set, for the host's stores.
+pub struct ClusterBuilder {
+    connect: Connect,
+    keeper: PostgresStore,
+    config: ClusterConfig,
+    accept: Box<dyn Fn(&SessionId) -> bool + Send>,
+}
+
+impl std::fmt::Debug for ClusterBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterBuilder {
+    /// The leases the keeper will hold: give them to each of the host's stores
+    /// (`PostgresStore::share_leases`) before the host is built.
+    pub fn leases(&self) -> LeaseSet {
+        self.keeper.lease_set()
+    }
+
+    /// Takes up only the sessions `accept` says yes to (default: every session).
+    #[must_use]
+    pub fn accept(mut self, accept: impl Fn(&SessionId) -> bool + Send + 'static) -> Self {
+        self.accept = Box::new(accept);
+        self
+    }
+
+    /// Starts the keeper and the listener for the host `client` drives.
+    ///
+    /// # Errors
+    ///
+    /// The database's error when the host cannot be registered or the listener's
+    /// connection cannot be opened; or a thread that could not start.
+    pub fn start(self, client: Client) -> Result<Cluster, ClusterError> {
+        let ClusterBuilder {
+            connect,
+            mut keeper,
+            config,
+            accept,
+        } = self;
+        keeper.register_host(&config.host, &config.address)?;
+        let listener = connect()?.into_wake_listener()?;
+        let tick = config
+            .tick
+            .unwrap_or(keeper.settings().leases.session_lease / 3)
+            .max(Duration::from_millis(10));
+        let (tx, rx) = std_mpsc::sync_channel::<Ask>(1024);
+        let wakes = tx.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let listen = std::thread::Builder::new()
+            .name("cluster-listener".into())
+            .spawn(move || listen(listener, connect, wakes, &stopped))?;
+        let leases = keeper.lease_set();
+        let io = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let mut state = Keeper {
+            store: keeper,
+            client,
+            io,
+            leases: BTreeMap::new(),
+            tick,
+            length: Duration::ZERO,
+            config,
+            accept,
+        };
+        state.length = state.store.settings().leases.session_lease;
+        let keep = std::thread::Builder::new()
+            .name("cluster-keeper".into())
+            .spawn(move || state.run(rx))?;
+        Ok(Cluster {
+            tx,
+            leases,
+            stop,
+            keeper: Some(keep),
+            listener: Some(listen),
+        })
+    }
+}
+
+/// Why a cluster could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// A connection could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The database refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A thread or its IO could not start.
+    #[error("the cluster could not start: {0}")]
+    Start(#[from] std::io::Error),
+}
+
+/// A running cluster member. See the module docs.
+#[derive(Debug)]
+pub struct Cluster {
+    tx: std_mpsc::SyncSender<Ask>,
+    leases: LeaseSet,
+    /// Tells the listener to stop.
+    stop: Arc<AtomicBool>,
+    keeper: Option<std::thread::JoinHandle<()>>,
+    listener: Option<std::thread::JoinHandle<()>>,
+}
+
+enum Ask {
+    Route(SessionId, oneshot::Sender<Route>),
+    Wake(Wake),
+    /// Every wake-up may have been lost: read every held scope again.
+    Reread,
+    Stop(oneshot::Sender<()>),
+}
+
+impl Cluster {
+    /// Opens the keeper's connection through `connect` (called again for the listener's
+    /// and whenever the listener's connection breaks).
+    ///
+    /// # Errors
+    ///
+    /// The connection could not be opened.
+    pub fn builder(connect: Connect, config: ClusterConfig) -> Result<ClusterBuilder, OpenError> {
+        let keeper = connect()?;
+        Ok(ClusterBuilder {
+            connect,
+            keeper,
+            config,
+            accept: Box::new(|_| true),
+        })
+    }
+
+    /// Where `session` is served; a session nobody serves is taken up here first (its
+    /// lease acquired, the host granted it).
+    pub async fn route(&self, session: &SessionId) -> Route {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.try_send(Ask::Route(session.clone(), tx)).is_err() {
+            return Route::Unavailable("the lease keeper is busy or stopped".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Route::Unavailable("the lease keeper stopped".into()))
+    }
+
+    /// The base sessions whose lease this host holds.
+    pub fn held(&self) -> Vec<SessionId> {
+        self.leases.held().into_iter().map(|(s, _)| s).collect()
+    }
+
+    /// Gives every lease back (the host stops serving its sessions, and other hosts may
+    /// take them at once) and stops the threads.
+    pub async fn shutdown(mut self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Ask::Stop(tx)).is_ok() {
+            // The keeper answers once every lease is given back.
+            let _ = rx.await;
+        }
+        self.join();
+    }
+
+    fn join(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for (name, thread) in [
+            ("keeper", self.keeper.take()),
+            ("listener", self.listener.take()),
+        ] {
+            if thread.is_some_and(|t| t.join().is_err()) {
+                warn!("the cluster's {name} thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.keeper.is_some() {
+            let (tx, _rx) = oneshot::channel();
+            // A keeper already gone has nothing to stop.
+            let _ = self.tx.send(Ask::Stop(tx));
+            self.join();
+        }
+    }
+}
+
+/// A lease held, and when it was last renewed (by this process's clock).
+struct Held {
+    lease: SessionLease,
+    renewed: Instant,
+}
+
+struct Keeper {
+    store: PostgresStore,
+    client: Client,
+    io: tokio::runtime::Runtime,
+    leases: BTreeMap<SessionId, Held>,
+    tick: Duration,
+    /// The lease length: a lease not renewed this long is gone.
+    length: Duration,
+    config: ClusterConfig,
+    accept: Box<dyn Fn(&SessionId) -> bool + Send>,
+}
+
+impl Keeper {
+    fn run(mut self, rx: std_mpsc::Receiver<Ask>) {
+        let mut next = Instant::now();
+        loop {
+            let wait = next.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(Ask::Route(session, reply)) => {
+                    let route = self.route(&session);
+                    // A caller that stopped waiting has nothing to be told.
+                    let _ = reply.send(route);
+                }
+                Ok(Ask::Wake(Wake::Session(session))) => self.woken(&session),
+                Ok(Ask::Wake(_) | Ask::Reread) => {
+                    for session in self.leases.keys().cloned().collect::<Vec<_>>() {
+                        self.grant(&session);
+                    }
+                }
+                Ok(Ask::Stop(done)) => {
+                    self.give_back();
+                    // The caller may be gone.
+                    let _ = done.send(());
+                    return;
+                }
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    self.tick();
+                    next = Instant::now() + self.tick;
+                }
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                    self.give_back();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn route(&mut self, session: &SessionId) -> Route {
+        let base = outbox_core::ids::base_session(session);
+        if self.leases.contains_key(&base) {
+            return Route::Here;
+        }
+        match self.take(&base) {
+            Ok(true) => Route::Here,
+            Ok(false) => match self.store.lease_holder(&base) {
+                Ok(Some((host, address))) => Route::Elsewhere(ServedBy {
+                    host: host.as_str().to_owned(),
+                    address,
+                }),
+                // Released between the two reads: ask again.
+                Ok(None) => Route::Unavailable(format!("session {base} is changing hosts")),
+                Err(e) => Route::Unavailable(e.to_string()),
+            },
+            Err(e) => Route::Unavailable(e.to_string()),
+        }
+    }
+
+    /// Acquires the lease of `base` and grants it to the host; false when another host
+    /// holds it.
+    fn take(&mut self, base: &SessionId) -> Result<bool, StoreError> {
+        match self.store.acquire_session(&self.config.host, base) {
+            Ok(lease) => {
+                debug!(session = %base, token = lease.token, "lease taken");
+                self.leases.insert(
+                    base.clone(),
+                    Held {
+                        lease,
+                        renewed: Instant::now(),
+                    },
+                );
+                self.grant(base);
+                Ok(true)
+            }
+            Err(LeaseError::Busy(_)) => Ok(false),
+            Err(LeaseError::Lost(lost)) => Err(StoreError::LeaseLost {
+                message: lost.to_string(),
+                session: base.clone(),
+            }),
+            Err(LeaseError::Store(e)) => Err(e),
+            Err(other) => Err(StoreError::unavailable(other.to_string())),
+        }
+    }
+
+    fn grant(&mut self, base: &SessionId) {
+        let client = self.client.clone();
+        let session = base.clone();
+        if let Err(e) = self.io.block_on(client.grant_session(session)) {
+            warn!(session = %base, error = %e, "the host could not be granted a session");
+        }
+    }
+
+    fn release(&mut self, base: &SessionId, reason: String) {
+        self.leases.remove(base);
+        let client = self.client.clone();
+        if let Err(e) = self
+            .io
+            .block_on(client.release_session(base.clone(), reason))
+        {
+            warn!(session = %base, error = %e, "the host could not release a session");
+        }
+    }
+
+    fn woken(&mut self, base: &SessionId) {
+        if self.leases.contains_key(base) {
+            self.grant(base);
+        } else if (self.accept)(base) {
+            // A write into a session nobody serves: take it up (another host may win).
+            if let Err(e) = self.take(base) {
+                debug!(session = %base, error = %e, "a woken session could not be taken");
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        if let Err(e) = self
+            .store
+            .register_host(&self.config.host, &self.config.address)
+        {
+            debug!(error = %e, "the host could not be registered");
+        }
+        for base in self.leases.keys().cloned().collect::<Vec<_>>() {
+            let Some(held) = self.leases.get(&base) else {
+                continue;
+            };
+            match self.store.renew_session(&held.lease) {
+                Ok(lease) => {
+                    self.leases.insert(
+                        base,
+                        Held {
+                            lease,
+                            renewed: Instant::now(),
+                        },
+                    );
+                }
+                Err(LeaseError::Lost(lost)) => self.release(&base, lost.to_string()),
+                Err(e) => {
+                    // The database could not be reached: the lease lapses there at its
+                    // length, so this host stops serving then, whatever it hears.
+                    if held.renewed.elapsed() >= self.length {
+                        self.release(
+                            &base,
+                            format!("the lease could not be renewed within its length: {e}"),
+                        );
+                    }
+                }
+            }
+        }
+        match self.store.orphaned_sessions(self.config.takeovers_per_tick) {
+            Ok(orphans) => {
+                for base in orphans {
+                    if !(self.accept)(&base) || self.leases.contains_key(&base) {
+                        continue;
+                    }
+                    if let Err(e) = self.take(&base) {
+                        debug!(session = %base, error = %e, "an orphan could not be taken");
+                    }
+                }
+            }
+            Err(e) => debug!(error = %e, "orphans could not be read"),
+        }
+    }
+
+    fn give_back(&mut self) {
+        for (base, held) in std::mem::take(&mut self.leases) {
+            let client = self.client.clone();
+            let reason = "the host is shutting down".to_owned();
+            if let Err(e) = self
+                .io
+                .block_on(client.release_session(base.clone(), reason))
+            {
+                debug!(session = %base, error = %e, "the host was gone before its release");
+            }
+            if let Err(e) = self.store.release_session(&held.lease) {
+                debug!(session = %base, error = %e, "a lease could not be given back; it lapses");
+            }
+        }
+    }
+}
+
+/// The listener's loop: wake-ups to the keeper; a broken connection is opened again.
+fn listen(
+    mut listener: WakeListener,
+    connect: Connect,
+    keeper: std_mpsc::SyncSender<Ask>,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.wait(Duration::from_millis(250)) {
+            Ok(wakes) => {
+                for wake in wakes {
+                    if keeper.send(Ask::Wake(wake)).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "the wake listener's connection broke; opening a new one");
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                    match connect().map(PostgresStore::into_wake_listener) {
+                        Ok(Ok(l)) => {
+                            listener = l;
+                            break;
+                        }
+                        Ok(Err(e)) => debug!(error = %e, "LISTEN failed"),
+                        Err(e) => debug!(error = %e, "the listener could not connect"),
+                    }
+                }
+                if keeper.send(Ask::Reread).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
