@@ -17,6 +17,11 @@
 //!   on the host at once ([`crate::Client::release_session`]): the host stops serving the
 //!   scope and its clients are told (`chat:session-moved`). Writes the host still tries
 //!   under a lost lease are refused by the database (the lease's fencing token).
+//! - **The watch.** Every lease has a deadline by this process's clock: its length after
+//!   the start of its last acquire or renewal that succeeded (so never later than the
+//!   database's). A lease not renewed by then (the database hangs, say) is forgotten at
+//!   once: the stores refuse its writes before they reach the database, and the host
+//!   lets the scope go, even while the keeper still waits on its connection.
 //! - **The wake listener.** `LISTEN`s for writes into sessions another host made (a
 //!   session message): the owner reads the scope again; a session nobody serves is
 //!   taken up. A listener whose connection broke opens a new one and reads every held
@@ -40,7 +45,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use host_wire::ServedBy;
@@ -152,10 +157,23 @@ impl ClusterBuilder {
             .name("cluster-listener".into())
             .spawn(move || listen(listener, connect, wakes, &stopped))?;
         let leases = keeper.lease_set();
+        let deadlines = Deadlines::default();
+        let watch = {
+            let (deadlines, leases, client) = (deadlines.clone(), leases.clone(), client.clone());
+            let stopped = Arc::clone(&stop);
+            let io = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let every = (tick / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+            std::thread::Builder::new()
+                .name("cluster-watch".into())
+                .spawn(move || watch(&deadlines, &leases, &client, &io, every, &stopped))?
+        };
         let io = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let mut state = Keeper {
+            deadlines,
             store: keeper,
             client,
             io,
@@ -173,8 +191,11 @@ impl ClusterBuilder {
             tx,
             leases,
             stop,
-            keeper: Some(keep),
-            listener: Some(listen),
+            threads: Mutex::new(vec![
+                ("keeper", keep),
+                ("listener", listen),
+                ("watch", watch),
+            ]),
         })
     }
 }
@@ -201,8 +222,22 @@ pub struct Cluster {
     leases: LeaseSet,
     /// Tells the listener to stop.
     stop: Arc<AtomicBool>,
-    keeper: Option<std::thread::JoinHandle<()>>,
-    listener: Option<std::thread::JoinHandle<()>>,
+    /// The keeper, the listener and the watch, until joined.
+    threads: Mutex<Vec<(&'static str, std::thread::JoinHandle<()>)>>,
+}
+
+/// Each held lease's deadline by this process's clock, shared by the keeper (which sets
+/// it) and the watch (which lets a lease past it go).
+#[derive(Clone, Debug, Default)]
+struct Deadlines(Arc<Mutex<BTreeMap<SessionId, Instant>>>);
+
+impl Deadlines {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, Instant>> {
+        // One insert or remove at a time: a panic while held leaves the map whole.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 enum Ask {
@@ -247,23 +282,29 @@ impl Cluster {
     }
 
     /// Gives every lease back (the host stops serving its sessions, and other hosts may
-    /// take them at once) and stops the threads.
-    pub async fn shutdown(mut self) {
+    /// take them at once) and stops the threads. Callable through a shared reference
+    /// (the server keeps one); a second call does nothing.
+    pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Ask::Stop(tx)).is_ok() {
+        // A keeper already stopped has nothing to give back.
+        if self.tx.try_send(Ask::Stop(tx)).is_ok() {
             // The keeper answers once every lease is given back.
             let _ = rx.await;
         }
         self.join();
     }
 
-    fn join(&mut self) {
+    fn join(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        for (name, thread) in [
-            ("keeper", self.keeper.take()),
-            ("listener", self.listener.take()),
-        ] {
-            if thread.is_some_and(|t| t.join().is_err()) {
+        let threads = {
+            let mut threads = self
+                .threads
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            std::mem::take(&mut *threads)
+        };
+        for (name, thread) in threads {
+            if thread.join().is_err() {
                 warn!("the cluster's {name} thread panicked");
             }
         }
@@ -272,26 +313,19 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if self.keeper.is_some() {
-            let (tx, _rx) = oneshot::channel();
-            // A keeper already gone has nothing to stop.
-            let _ = self.tx.send(Ask::Stop(tx));
-            self.join();
-        }
+        let (tx, _rx) = oneshot::channel();
+        // A keeper already gone has nothing to stop.
+        let _ = self.tx.try_send(Ask::Stop(tx));
+        self.join();
     }
 }
 
-/// A lease held, and when it was last renewed (by this process's clock).
-struct Held {
-    lease: SessionLease,
-    renewed: Instant,
-}
-
 struct Keeper {
+    deadlines: Deadlines,
     store: PostgresStore,
     client: Client,
     io: tokio::runtime::Runtime,
-    leases: BTreeMap<SessionId, Held>,
+    leases: BTreeMap<SessionId, SessionLease>,
     tick: Duration,
     /// The lease length: a lease not renewed this long is gone.
     length: Duration,
@@ -307,6 +341,7 @@ impl Keeper {
             match rx.recv_timeout(wait) {
                 Ok(Ask::Route(session, reply)) => {
                     let route = self.route(&session);
+                    debug!(host = %self.config.host, %session, ?route, "routed");
                     // A caller that stopped waiting has nothing to be told.
                     let _ = reply.send(route);
                 }
@@ -336,7 +371,7 @@ impl Keeper {
 
     fn route(&mut self, session: &SessionId) -> Route {
         let base = outbox_core::ids::base_session(session);
-        if self.leases.contains_key(&base) {
+        if self.leases.contains_key(&base) && self.deadlines.lock().contains_key(&base) {
             return Route::Here;
         }
         match self.take(&base) {
@@ -357,16 +392,14 @@ impl Keeper {
     /// Acquires the lease of `base` and grants it to the host; false when another host
     /// holds it.
     fn take(&mut self, base: &SessionId) -> Result<bool, StoreError> {
+        let start = Instant::now();
         match self.store.acquire_session(&self.config.host, base) {
             Ok(lease) => {
                 debug!(session = %base, token = lease.token, "lease taken");
-                self.leases.insert(
-                    base.clone(),
-                    Held {
-                        lease,
-                        renewed: Instant::now(),
-                    },
-                );
+                self.deadlines
+                    .lock()
+                    .insert(base.clone(), start + self.length);
+                self.leases.insert(base.clone(), lease);
                 self.grant(base);
                 Ok(true)
             }
@@ -390,6 +423,7 @@ impl Keeper {
 
     fn release(&mut self, base: &SessionId, reason: String) {
         self.leases.remove(base);
+        self.deadlines.lock().remove(base);
         let client = self.client.clone();
         if let Err(e) = self
             .io
@@ -418,30 +452,33 @@ impl Keeper {
             debug!(error = %e, "the host could not be registered");
         }
         for base in self.leases.keys().cloned().collect::<Vec<_>>() {
-            let Some(held) = self.leases.get(&base) else {
+            let Some(lease) = self.leases.get(&base).cloned() else {
                 continue;
             };
-            match self.store.renew_session(&held.lease) {
-                Ok(lease) => {
-                    self.leases.insert(
-                        base,
-                        Held {
-                            lease,
-                            renewed: Instant::now(),
-                        },
-                    );
+            if !self.deadlines.lock().contains_key(&base) {
+                // The watch let it go (not renewed in time): give it back.
+                self.leases.remove(&base);
+                if let Err(e) = self.store.release_session(&lease) {
+                    debug!(session = %base, error = %e, "a lapsed lease could not be given back");
+                }
+                continue;
+            }
+            let start = Instant::now();
+            match self.store.renew_session(&lease) {
+                Ok(renewed) => {
+                    let mut deadlines = self.deadlines.lock();
+                    if let Some(deadline) = deadlines.get_mut(&base) {
+                        *deadline = start + self.length;
+                        drop(deadlines);
+                        self.leases.insert(base, renewed);
+                    }
+                    // Else the watch let it go during the renewal; the next tick gives
+                    // it back.
                 }
                 Err(LeaseError::Lost(lost)) => self.release(&base, lost.to_string()),
-                Err(e) => {
-                    // The database could not be reached: the lease lapses there at its
-                    // length, so this host stops serving then, whatever it hears.
-                    if held.renewed.elapsed() >= self.length {
-                        self.release(
-                            &base,
-                            format!("the lease could not be renewed within its length: {e}"),
-                        );
-                    }
-                }
+                // The database could not be reached: the watch lets the lease go at its
+                // deadline, whatever is heard meanwhile.
+                Err(e) => debug!(session = %base, error = %e, "a lease could not be renewed"),
             }
         }
         match self.store.orphaned_sessions(self.config.takeovers_per_tick) {
@@ -460,7 +497,8 @@ impl Keeper {
     }
 
     fn give_back(&mut self) {
-        for (base, held) in std::mem::take(&mut self.leases) {
+        for (base, lease) in std::mem::take(&mut self.leases) {
+            self.deadlines.lock().remove(&base);
             let client = self.client.clone();
             let reason = "the host is shutting down".to_owned();
             if let Err(e) = self
@@ -469,8 +507,44 @@ impl Keeper {
             {
                 debug!(session = %base, error = %e, "the host was gone before its release");
             }
-            if let Err(e) = self.store.release_session(&held.lease) {
+            if let Err(e) = self.store.release_session(&lease) {
                 debug!(session = %base, error = %e, "a lease could not be given back; it lapses");
+            }
+        }
+    }
+}
+
+/// The watch's loop: a lease past its deadline is forgotten by the stores and let go on
+/// the host.
+fn watch(
+    deadlines: &Deadlines,
+    leases: &LeaseSet,
+    client: &Client,
+    io: &tokio::runtime::Runtime,
+    every: Duration,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(every);
+        let now = Instant::now();
+        let lapsed: Vec<SessionId> = {
+            let mut deadlines = deadlines.lock();
+            let lapsed: Vec<SessionId> = deadlines
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(s, _)| s.clone())
+                .collect();
+            for base in &lapsed {
+                deadlines.remove(base);
+            }
+            lapsed
+        };
+        for base in lapsed {
+            leases.forget(&base);
+            warn!(session = %base, "a session lease was not renewed in time; letting it go");
+            let reason = "the session's lease could not be renewed in time".to_owned();
+            if let Err(e) = io.block_on(client.clone().release_session(base.clone(), reason)) {
+                debug!(session = %base, error = %e, "the host was gone before the release");
             }
         }
     }

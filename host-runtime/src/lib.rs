@@ -65,6 +65,10 @@
 //! - **A call no agent serves** is answered at once by [`host_core::unserved`].
 //! - **Shutdown** ([`Runtime::shutdown`]) stops between two inputs, so no handler is cut
 //!   in half; then every agent process group is killed.
+//! - **Blocking stores.** The host and its agents run on the host's thread outside any
+//!   async context; only the loop's waits (the next input, a full output queue) run in
+//!   one. A store whose driver blocks on an async runtime of its own (the PostgreSQL
+//!   client of `storage-postgres`) may be given to the host.
 //! - **Tracing**: a span per client request, per agent call and per process (`tracing`,
 //!   silent unless the embedder installs a subscriber).
 //!
@@ -74,6 +78,12 @@
 //! JSON-RPC 2.0 on a WebSocket) to paired devices: pairing codes, device tokens kept as
 //! hashes, dispatch caps, idempotency keys, relay events after each join's replay, and a
 //! bounded send queue per connection. See its module doc.
+//!
+//! # Several hosts
+//!
+//! With the feature `cluster`, `cluster::Cluster` runs the host as one of several on one
+//! PostgreSQL database: it serves the sessions whose lease it holds and takes over those
+//! of a host that died. See its module doc.
 
 #![warn(unreachable_pub)]
 
@@ -321,7 +331,7 @@ where
                 if started_tx.send(Ok(())).is_err() {
                     return;
                 }
-                local.block_on(l.run(command_rx, io_rx, stop_loop));
+                l.run(&local, command_rx, io_rx, &stop_loop);
             })?;
         match started_rx.recv() {
             Ok(Ok(())) => {}
@@ -543,6 +553,14 @@ impl Drop for Runtime {
     }
 }
 
+/// What the loop woke for.
+enum Next {
+    Stop,
+    Command(Option<Command>),
+    Io(IoEvent),
+    Timeout,
+}
+
 /// The host thread's state.
 struct Loop<O, V> {
     host: Host<O, V>,
@@ -565,32 +583,45 @@ where
     O: OutboxStore,
     V: OverlayStore + CleanupJournal,
 {
-    async fn run(
+    /// The host's loop. Only the waits run inside `local` (the next input, a full
+    /// output queue): the host and the agents run outside any async context, so stores
+    /// whose drivers block on an async runtime of their own (the PostgreSQL client) may
+    /// be used.
+    fn run(
         mut self,
+        local: &tokio::runtime::Runtime,
         mut commands: mpsc::Receiver<Command>,
         mut io: mpsc::Receiver<IoEvent>,
-        stop: Arc<tokio::sync::Notify>,
+        stop: &tokio::sync::Notify,
     ) {
-        self.settle().await;
+        self.settle(local);
         loop {
             let wake = self
                 .deadline()
                 .map(|at| tokio::time::Instant::from_std(self.clock.instant(at)));
-            let sleep = async move {
-                match wake {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
+            let next = local.block_on(async {
+                let sleep = async move {
+                    match wake {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    () = stop.notified() => Next::Stop,
+                    command = commands.recv() => Next::Command(command),
+                    Some(event) = io.recv() => Next::Io(event),
+                    () = sleep => Next::Timeout,
                 }
-            };
-            let go_on = tokio::select! {
-                biased;
-                () = stop.notified() => false,
-                command = commands.recv() => self.command(command),
-                Some(event) = io.recv() => {
+            });
+            let go_on = match next {
+                Next::Stop => false,
+                Next::Command(command) => self.command(command),
+                Next::Io(event) => {
                     self.io_event(event);
                     true
                 }
-                () = sleep => {
+                Next::Timeout => {
                     self.timeout();
                     true
                 }
@@ -617,7 +648,7 @@ where
             if self.deadline().is_some_and(|d| d <= self.clock.now()) {
                 self.timeout();
             }
-            self.settle().await;
+            self.settle(local);
             if stop {
                 break;
             }
@@ -760,17 +791,17 @@ where
     }
 
     /// Carries out the effects of the host and the agents until both are quiet.
-    async fn settle(&mut self) {
+    fn settle(&mut self, local: &tokio::runtime::Runtime) {
         loop {
             let mut quiet = true;
             while let Some(effect) = self.host.poll_effect() {
                 quiet = false;
-                self.host_effect(effect).await;
+                self.host_effect(effect);
             }
             for i in 0..self.agents.len() {
                 while let Some(effect) = self.agents[i].poll_effect() {
                     quiet = false;
-                    self.agent_effect(i, effect).await;
+                    self.agent_effect(i, effect);
                 }
             }
             if quiet {
@@ -779,14 +810,14 @@ where
                     let batch = std::mem::take(&mut self.pending);
                     // Fails only when the embedder dropped its outputs, or at shutdown:
                     // nobody is left to read them.
-                    let _ = self.out.send(batch).await;
+                    let _ = local.block_on(self.out.send(batch));
                 }
                 return;
             }
         }
     }
 
-    async fn host_effect(&mut self, effect: Effect) {
+    fn host_effect(&mut self, effect: Effect) {
         match effect {
             Effect::Reply { to, reply } => {
                 if let Some(tx) = self.waiting.remove(&to.0) {
@@ -823,7 +854,7 @@ where
         }
     }
 
-    async fn agent_effect(&mut self, agent: usize, effect: AgentEffect) {
+    fn agent_effect(&mut self, agent: usize, effect: AgentEffect) {
         let now = self.clock.now();
         match effect {
             AgentEffect::Input(input) => self.host.handle_agent(input, now),

@@ -8,6 +8,11 @@
 //! answering it with another request's answer would be a lie. The seed leaves these
 //! replay rules to the RPC layer; these are its choices, written here.
 //!
+//! An answer that says the request was not carried out by this host at all
+//! ([`NOT_CARRIED_OUT`]: the session is served by another host) is given to whoever
+//! waited and not kept: the same key may run again here once the session is served
+//! here, as a client that follows its session from host to host retries it.
+//!
 //! The table is bounded: at most [`MAX_KEYS`] keys. When it is full, the oldest answered
 //! key goes; when every key is still running, the new mutation is refused
 //! (`INTERNAL_ERROR` with a text that says to retry), never admitted unguarded.
@@ -26,6 +31,9 @@ use crate::method::Call;
 
 /// Keys kept at most.
 pub const MAX_KEYS: usize = 4096;
+/// Error codes of answers that are not kept for their key: the request did nothing.
+pub const NOT_CARRIED_OUT: &[&str] = &["SESSION_ELSEWHERE"];
+
 /// How long an answer is kept for its key.
 pub const KEPT_FOR: Millis = Millis::from_secs(600);
 
@@ -150,6 +158,12 @@ impl Idempotency {
             return Vec::new();
         };
         let waiting = std::mem::take(waiting);
+        if let Outcome::Error(e) = &outcome {
+            if NOT_CARRIED_OUT.contains(&e.error_code()) {
+                self.entries.remove(&slot);
+                return waiting;
+            }
+        }
         entry.state = State::Answered { outcome };
         self.seq += 1;
         self.answered.insert((now, self.seq), slot);

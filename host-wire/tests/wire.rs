@@ -690,6 +690,64 @@ fn an_idempotency_key_gets_one_effect_and_the_same_answer() {
     );
 }
 
+// WI-05, MH-04: an answer that the session is served elsewhere did nothing: it reaches
+// whoever waited and is not kept, so the same key runs again (here, once the session is
+// served here), and then its answer is kept.
+#[test]
+fn an_answer_that_the_session_is_elsewhere_is_not_kept_for_its_key() {
+    let mut table = Idempotency::new();
+    let submit = call_of(&frame(
+        "run.chatOutboxSubmit",
+        submit_params("op-1", "automatic", "k1"),
+    ));
+    let key = submit.idempotency_key().unwrap().clone();
+    let (a, b) = (RequestId::Number(1), RequestId::Number(2));
+    assert_eq!(
+        table.admit("phone", &key, &submit, &a, Millis(0)),
+        Admission::Run
+    );
+    assert_eq!(
+        table.admit("phone", &key, &submit, &b, Millis(0)),
+        Admission::Wait
+    );
+    let elsewhere = Outcome::Error(host_wire::WireError::elsewhere("served by h2", None));
+    assert_eq!(
+        table.complete("phone", &key, elsewhere, Millis(1)),
+        vec![b.clone()]
+    );
+    assert!(table.is_empty());
+    assert_eq!(
+        table.admit("phone", &key, &submit, &a, Millis(2)),
+        Admission::Run
+    );
+    let answer = Outcome::Result(serde_json::json!({ "operationId": "op-1" }));
+    table.complete("phone", &key, answer.clone(), Millis(3));
+    assert_eq!(
+        table.admit("phone", &key, &submit, &b, Millis(4)),
+        Admission::Replay(answer)
+    );
+    // Any other refusal is kept as it is: the same key gets the same answer.
+    let other = call_of(&frame(
+        "run.chatOutboxSubmit",
+        submit_params("op-2", "automatic", "k2"),
+    ));
+    let key2 = other.idempotency_key().unwrap().clone();
+    assert_eq!(
+        table.admit("phone", &key2, &other, &a, Millis(5)),
+        Admission::Run
+    );
+    let refused = Outcome::Error(host_wire::WireError::new(
+        host_wire::error::SERVER_ERROR,
+        "OPERATION_CONFLICT",
+        "conflict",
+    ));
+    table.complete("phone", &key2, refused.clone(), Millis(6));
+    assert_eq!(
+        table.admit("phone", &key2, &other, &a, Millis(7)),
+        Admission::Replay(refused)
+    );
+}
+
 // WI-05: at most MAX_KEYS keys: the oldest answer goes first; a table full of running
 // mutations refuses a new one.
 #[test]

@@ -181,6 +181,15 @@ impl LeaseSet {
         held.sort();
         held
     }
+    /// Stops writing under the lease of the scope of `session`: the stores sharing this
+    /// set refuse its writes from now on ([`StoreError::LeaseLost`]), before they reach
+    /// the database. For a keeper that could not renew the lease in time; the lease
+    /// itself lapses, or its keeper gives it back.
+    ///
+    /// [`StoreError::LeaseLost`]: outbox_core::store::StoreError::LeaseLost
+    pub fn forget(&self, session: &SessionId) {
+        self.remove(&base_session(session));
+    }
     /// Whether the scope of `session` is held.
     pub fn holds(&self, session: &SessionId) -> bool {
         self.get(&base_session(session)).is_some()

@@ -227,7 +227,10 @@ pub struct Settings {
     pub lock_timeout: Duration,
     /// How long a transaction may sit idle before the server ends it and frees its locks
     /// (default 60 s; `idle_in_transaction_session_timeout`): a host that hangs inside a
-    /// transaction does not hold a session's rows for ever.
+    /// transaction does not hold a session's rows for ever. Never longer than
+    /// [`Leases::session_lease`]: a fenced write holds its lease row until it commits,
+    /// so a host cut off inside one would otherwise keep every other host from taking
+    /// the session over until this ran out.
     pub idle_in_transaction_timeout: Duration,
     /// How long connecting may take (default 10 s).
     pub connect_timeout: Duration,
@@ -477,7 +480,11 @@ fn session_setup(client: &mut Client, settings: &Settings) -> Result<(), postgre
         "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
          SET synchronous_commit = {sync};",
         millis(settings.lock_timeout),
-        millis(settings.idle_in_transaction_timeout),
+        millis(
+            settings
+                .idle_in_transaction_timeout
+                .min(settings.leases.session_lease)
+        ),
     ))
 }
 
