@@ -315,7 +315,16 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     pub fn start(&mut self, now: Millis) -> Result<(), StartError> {
         self.custody.start_up(now)?;
         self.restore_cards(now);
-        match self.overlays.pending_cleanups(None) {
+        self.read_journal(None);
+        self.pump(now);
+        Ok(())
+    }
+
+    /// Reads the cleanup journal (of one session, or of all): each run's scans repeat
+    /// when its session's target next opens (the restart repair, a capability of its
+    /// own), and a rewrite a host before this one could not write is redone.
+    fn read_journal(&mut self, session: Option<&SessionId>) {
+        match self.overlays.pending_cleanups(session) {
             Ok(rows) => {
                 for (session, run) in rows {
                     if Some(&run) == rewrite_journal_run().as_ref() {
@@ -324,24 +333,23 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                         }
                         continue;
                     }
-                    // The restart repair of the exact scans (a capability of its own).
                     let repair = self
                         .custody
                         .session(&session)
                         .is_some_and(|i| i.capabilities.restart_repair);
                     if let (true, Some(s)) = (repair, self.sessions.get_mut(&session)) {
-                        s.repair.push(run);
+                        if !s.repair.contains(&run) {
+                            s.repair.push(run);
+                        }
                     }
                 }
             }
             Err(error) => self.notice(Notice::JournalFailed {
-                session: None,
+                session: session.cloned(),
                 run: None,
                 error,
             }),
         }
-        self.pump(now);
-        Ok(())
     }
 
     /// The approval cards the overlay store kept across a restart are known again, so
@@ -597,6 +605,18 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// again blindly; then the queues drain.
     pub fn grant_session(&mut self, session: &SessionId, now: Millis) {
         self.custody.grant_scope(session, now);
+        // The journal rows of the scope, perhaps left by a host that died: their scans
+        // repeat when the session next opens, as after a restart.
+        let base = outbox_core::ids::base_session(session);
+        let members: Vec<SessionId> = self
+            .sessions
+            .keys()
+            .filter(|s| outbox_core::ids::base_session(s) == base)
+            .cloned()
+            .collect();
+        for member in members {
+            self.read_journal(Some(&member));
+        }
         self.pump(now);
     }
 
@@ -614,6 +634,15 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         self.custody.release_scope(&base, reason, now);
         self.unsaved
             .retain(|(s, _, _), _| outbox_core::ids::base_session(s) != base);
+        // Its scans and journal rows are the next owner's to repeat.
+        self.scans
+            .forget(|s| outbox_core::ids::base_session(s) == base);
+        for (s, state) in &mut self.sessions {
+            if outbox_core::ids::base_session(s) == base {
+                state.repair.clear();
+                state.rewrite = false;
+            }
+        }
     }
 
     /// Whether this host serves the scope of `session` now.

@@ -901,3 +901,66 @@ fn notices_read_as_lines_with_a_severity_and_the_host_counts_what_it_did() {
     assert!(Severity::Info < Severity::Warning && Severity::Error < Severity::Defect);
     assert_eq!(Notice::Unknown("x".into()).severity(), Severity::Defect);
 }
+
+// MH-05, OV-06: a scope taken over after its host died repeats the scans of the journal
+// rows that host left (written after this host started), when the session next opens;
+// a scope let go forgets its scans and journal rows (the next owner repeats them).
+#[test]
+fn a_scope_taken_over_repeats_the_scans_its_last_host_left_in_the_journal() {
+    let run = RunId::new("run-1").unwrap();
+    let s = session();
+    let mut history = source();
+    history.push(vec![row("a", &run)
+        .block
+        .with_source_order(SourceOrder::history(0, 0))]);
+    let mut n = 0u64;
+    let uuids = Box::new(move || {
+        n += 1;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    });
+    let mut config = HostConfig::new(HostKey::from_bytes([3; 32]), uuids);
+    config.granted_only = true;
+    let mut host = Host::new(MemoryOutboxStore::new(), MemoryOverlayStore::new(), config);
+    host.add_session(
+        &s,
+        SessionInfo::new(Capabilities::codex()),
+        Box::new(history),
+    );
+    host.start(Millis(0)).unwrap();
+    // The host that served the scope wrote a live row and the run's journal row, then
+    // died before its scans settled it.
+    overlay_core::overlay::write(
+        host.overlays(),
+        &s,
+        &TargetId::main(&s),
+        &overlay_core::Change::Publish(vec![row("a", &run)]),
+    )
+    .unwrap();
+    host.overlays().add_cleanup(&s, &run).unwrap();
+
+    // Granted, then let go before the session opened: nothing is scanned here.
+    host.grant_session(&s, Millis(1));
+    host.release_session(&s, "taken over", Millis(2));
+    host.grant_session(&s, Millis(3));
+    host.release_session(&s, "taken over", Millis(4));
+    drain(&mut host);
+    host.grant_session(&s, Millis(5));
+    window_subscription(&mut host);
+    host.handle_timeout(Millis(10));
+    drain(&mut host);
+    assert!(
+        host.overlays().pending_cleanups(None).unwrap().is_empty(),
+        "the scan the last host left settled the row"
+    );
+    let stored = host
+        .overlays()
+        .load(&s, &TargetId::main(&s))
+        .unwrap()
+        .unwrap();
+    assert!(stored.blocks.is_empty(), "{:?}", stored.blocks);
+    assert_eq!(
+        host.stats().exact_scans,
+        1,
+        "scanned once, not once per grant"
+    );
+}

@@ -253,6 +253,22 @@ impl ExactScans {
         }
     }
 
+    /// Drops every scan, and every effect not yet taken, of the sessions `gone` says
+    /// yes to: their host let them go, and the host that serves them now repeats the
+    /// scans from the cleanup journal's rows.
+    pub fn forget(&mut self, gone: impl Fn(&SessionId) -> bool) {
+        self.scans.retain(|(s, _), _| !gone(s));
+        self.effects.retain(|e| {
+            let session = match e {
+                ScanEffect::WriteJournal { session, .. }
+                | ScanEffect::Scan { session, .. }
+                | ScanEffect::RemoveJournal { session, .. }
+                | ScanEffect::GaveUp { session, .. } => session,
+            };
+            !gone(session)
+        });
+    }
+
     /// Next effect to carry out.
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<ScanEffect> {

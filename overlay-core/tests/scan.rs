@@ -336,3 +336,32 @@ fn a_settlement_that_fails_midway_returns_what_it_saved() {
     );
     assert!(err.to_string().contains("the disk is full"));
 }
+
+// MH-01, OV-06: a scope let go forgets its scans and the effects not yet taken; other
+// sessions' scans go on.
+#[test]
+fn forgetting_a_scope_drops_its_scans_and_their_pending_effects() {
+    let (s, r) = (session(), run("run-1"));
+    let other = timeline_core::key::SessionId::new("other").unwrap();
+    let mut scans = ExactScans::new();
+    scans.run_ended(s.clone(), r.clone(), Millis(1_000));
+    scans.run_ended(other.clone(), r.clone(), Millis(1_000));
+    scans.forget(|x| *x == s);
+    assert!(!scans.is_active(&s, &r));
+    assert!(scans.is_active(&other, &r));
+    assert_eq!(
+        effects(&mut scans),
+        [ScanEffect::WriteJournal {
+            session: other.clone(),
+            run: r.clone()
+        }]
+    );
+    // A late answer for the forgotten scan does nothing.
+    scans.journal_written(&s, &r);
+    scans.handle_scan_result(&s, &r, Ok(ScanReport { all_settled: true }), Millis(1_001));
+    assert!(effects(&mut scans).is_empty());
+    assert_eq!(
+        scans.poll_timeout(),
+        Some(Millis(1_000).saturating_add(overlay_core::scan::CLEANUP_BUDGET))
+    );
+}
