@@ -146,7 +146,18 @@ impl<S: OutboxStore> Custody<S> {
         };
         let mut request = MessageRequest::text(call.body.clone(), "session-message", now);
         request.prompt_text = Some(envelope(&call.product, &sender, &call.body));
-        let position = self.place(&recipient, controls.intent, None)?;
+        let here = self.scope_granted(&recipient);
+        let position = if here {
+            self.place(&recipient, controls.intent, None)?
+        } else {
+            // Served by another host (MH-04): its memory and runs are not here, so the
+            // message goes after the recipient's saved queue, read from the store; the
+            // store's write wakes the owner, which reads the scope again and drains it.
+            let saved = self.store.entries(&recipient)?;
+            saved.iter().map(|e| e.position()).max().map_or(0, |m| {
+                m.saturating_add(crate::custody::submit::POSITION_STEP)
+            })
+        };
         let state = match &hold {
             Some(reason) => EntryState::waiting_for_approval(reason.clone()),
             None => EntryState::queued(),
@@ -204,8 +215,10 @@ impl<S: OutboxStore> Custody<S> {
                 })
             }
             RouteClaim::Claimed => {
-                self.cached_put(&recipient, entry);
-                self.wake(&recipient, now);
+                if here {
+                    self.cached_put(&recipient, entry);
+                    self.wake(&recipient, now);
+                }
                 Ok(match hold {
                     Some(reason) => ToolResult::WaitingForApproval { reason },
                     None => ToolResult::Queued,

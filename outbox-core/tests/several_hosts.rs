@@ -1,7 +1,8 @@
-//! Several hosts on one store (MH-01, MH-02, MH-05): custody works only the scopes it was
-//! granted, a write refused for a lost lease lets the scope go at once and is never
-//! retried, and the host that takes the scope over confirms an in-flight send from
-//! history instead of sending it again.
+//! Several hosts on one store (MH-01, MH-02, MH-04, MH-05): custody works only the
+//! scopes it was granted, a write refused for a lost lease lets the scope go at once and
+//! is never retried, the host that takes the scope over confirms an in-flight send from
+//! history instead of sending it again, and a session message for a scope another host
+//! serves is saved for that host.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -376,4 +377,105 @@ fn a_release_drops_the_scope_and_a_second_release_does_nothing() {
     assert_eq!(a.poll_timeout(), None, "no deadline of the scope is kept");
     assert!(!a.release_scope(&s("s1"), "again", Millis(1_020)));
     assert!(effects(&mut a).is_empty());
+}
+
+// MH-04: a session message from a scope this host serves to one another host serves is
+// written into the recipient's saved queue (after what is there) and answered queued;
+// this host starts nothing for it. The recipient's owner, woken, reads the scope again
+// and sends it once.
+#[test]
+fn a_session_message_to_a_scope_served_elsewhere_is_saved_for_its_owner() {
+    use outbox_core::entry::AccessLevel;
+    use outbox_core::ids::CallId;
+    use outbox_core::session_message::{SessionMessageCall, ToolResult};
+    use timeline_core::AgentKind;
+
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    lease(&db, "s2", "b");
+    let with_access = |mut c: Custody<Fenced>| {
+        for id in ["s1", "s2"] {
+            let mut info = SessionInfo::new(Capabilities::codex());
+            info.access = Some(AccessLevel::FullAccess);
+            c.set_session(&s(id), info);
+        }
+        c
+    };
+    let mut a = with_access(host("a", &db));
+    let mut b = with_access(host("b", &db));
+    a.grant_scope(&s("s1"), Millis(1_000));
+    b.grant_scope(&s("s2"), Millis(1_000));
+    b.submit(submit_req("s2", "1", Controls::automatic()), Millis(1_001))
+        .unwrap();
+    let (in_flight, run) = effects(&mut b)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Send(r) => match r.kind {
+                outbox_core::adapter::SendKind::Start { run } => Some((r.attempt, run)),
+                outbox_core::adapter::SendKind::Steer { .. } => None,
+            },
+            _ => None,
+        })
+        .expect("op-1 starts a run");
+    let result = a
+        .send_session_message(
+            SessionMessageCall {
+                sender_session: s("s1"),
+                sender_run: None,
+                sender_thread: None,
+                call_id: CallId::new("call-1").unwrap(),
+                recipient: Some(s("s2")),
+                body: "Please run the build.".into(),
+                sender_title: "Web".into(),
+                sender_agent: AgentKind::Codex,
+                sender_access: AccessLevel::FullAccess,
+                sender_project: None,
+                product: "HB Code".into(),
+            },
+            Millis(1_002),
+        )
+        .unwrap();
+    assert_eq!(result, ToolResult::Queued);
+    assert!(
+        !effects(&mut a).iter().any(|e| matches!(e, Effect::Send(_))),
+        "the sender's host sends nothing for another host's session"
+    );
+    let saved = db.lock().unwrap().store.entries(&s("s2")).unwrap();
+    assert_eq!(saved.len(), 2);
+    let message = saved
+        .iter()
+        .find(|e| e.entry().is_some_and(|x| x.session_message.is_some()))
+        .expect("saved in the recipient's queue");
+    let first = saved
+        .iter()
+        .find(|e| e.entry().is_some_and(|x| x.session_message.is_none()))
+        .unwrap();
+    assert!(
+        message.position() > first.position(),
+        "after what was saved"
+    );
+
+    // Woken, the owner reads the scope again: once op-1's run ends, the message goes.
+    let message_op = message.entry().unwrap().operation_id.clone();
+    b.grant_scope(&s("s2"), Millis(1_003));
+    let woken = effects(&mut b);
+    assert!(
+        woken.is_empty(),
+        "it waits behind the message in flight, which is not read again: {woken:?}"
+    );
+    b.handle_send_result(
+        in_flight,
+        outbox_core::adapter::SendResult::Delivered,
+        Millis(1_004),
+    );
+    effects(&mut b);
+    b.handle_run_ended(&s("s2"), &run, &[], Millis(1_005));
+    let sent: Vec<OperationId> = effects(&mut b)
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Send(r) => Some(r.operation_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, vec![message_op], "then it goes, once");
 }

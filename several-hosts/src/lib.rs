@@ -4,6 +4,10 @@
 //! ([`LogHistory`]), and the host process (`cluster-host`) that runs a
 //! [`host_runtime::Runtime`] with the cluster keeper and the WebSocket server.
 //!
+//! A message `tell:<session>:<body>` also makes the agent call the session-message tool
+//! with `body` for `<session>`; the tool's results are appended to the log's path with
+//! `.tools` added (`host \t session \t call \t result`, [`read_tools`]).
+//!
 //! The log is one file, one line per message given: `host \t session \t operation \t
 //! text`, appended with a single write, so a host killed at any moment leaves whole
 //! lines. The agent writes the line before it answers the send, as a real agent's
@@ -19,8 +23,9 @@ use host_core::{
     Agent, AgentCall, AgentEffect, AgentInput, FileError, ProcessId, ReadId, WriteFailure, WriteId,
 };
 use outbox_core::adapter::{Capabilities, HistoryRead, SendKind, SendResult, StopResult};
-use outbox_core::entry::Acceptance;
+use outbox_core::entry::{Acceptance, AccessLevel};
 use outbox_core::ids::{RunId, ThreadId, TurnId};
+use outbox_core::session_message::SessionMessageCall;
 use overlay_core::live::RunEventKind;
 use overlay_core::source::{
     HistorySource, SourceError, SourceItem, SourceKind, SourcePage, SourcePosition,
@@ -28,7 +33,7 @@ use overlay_core::source::{
 use overlay_core::store::{RowClass, StoredBlock};
 use timeline_core::key::{BlockKey, BlockType, OperationId, SessionId, TargetId};
 use timeline_core::time::Millis;
-use timeline_core::{Block, BoundaryToken};
+use timeline_core::{AgentKind, Block, BoundaryToken};
 
 /// One message the agent was given, as the log holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +74,41 @@ pub fn read_log(path: &Path) -> std::io::Result<Vec<Given>> {
         .collect())
 }
 
+/// The session-message tool's results so far: (host, calling session, call, result).
+///
+/// # Errors
+///
+/// The file could not be read (none written yet is empty).
+pub fn read_tools(log: &Path) -> std::io::Result<Vec<[String; 4]>> {
+    let text = match std::fs::read_to_string(tools_path(log)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(text
+        .split_terminator('\n')
+        .filter_map(|line| {
+            let mut p = line.splitn(4, '\t').map(str::to_owned);
+            Some([p.next()?, p.next()?, p.next()?, p.next()?])
+        })
+        .collect())
+}
+
+fn tools_path(log: &Path) -> PathBuf {
+    let mut path = log.as_os_str().to_owned();
+    path.push(".tools");
+    PathBuf::from(path)
+}
+
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    // One write of the whole line: with O_APPEND, lines of several processes never mix.
+    file.write_all(line.as_bytes())
+}
+
 fn append(path: &Path, given: &Given) -> std::io::Result<()> {
     let line = format!(
         "{}\t{}\t{}\t{}\n",
@@ -77,12 +117,7 @@ fn append(path: &Path, given: &Given) -> std::io::Result<()> {
         given.operation,
         given.text.replace(['\t', '\n'], " ")
     );
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    // One write of the whole line: with O_APPEND, lines of several processes never mix.
-    file.write_all(line.as_bytes())
+    append_line(path, &line)
 }
 
 /// The rows a given message shows: the user's message and the reply.
@@ -204,6 +239,28 @@ impl LogAgent {
             session: request.session.clone(),
             operation_id: request.operation_id.clone(),
         });
+        if let Some((to, body)) = given
+            .text
+            .strip_prefix("tell:")
+            .and_then(|t| t.split_once(':'))
+        {
+            let call = outbox_core::ids::CallId::new(format!("call-{}", given.operation));
+            if let (Ok(recipient), Ok(call_id)) = (SessionId::new(to), call) {
+                self.input(AgentInput::SessionMessage(SessionMessageCall {
+                    sender_session: request.session.clone(),
+                    sender_run: Some(run.clone()),
+                    sender_thread: None,
+                    call_id,
+                    recipient: Some(recipient),
+                    body: body.to_owned(),
+                    sender_title: given.session.clone(),
+                    sender_agent: AgentKind::Codex,
+                    sender_access: AccessLevel::FullAccess,
+                    sender_project: None,
+                    product: "several-hosts".into(),
+                }));
+            }
+        }
         if starts {
             self.ends
                 .push((now.saturating_add(self.turn), request.session, run));
@@ -264,6 +321,18 @@ impl Agent for LogAgent {
                         outcome: RunEventKind::Aborted,
                         untaken: Vec::new(),
                     });
+                }
+            }
+            AgentCall::SessionMessageResult {
+                session,
+                call_id,
+                result,
+            } => {
+                let line = format!("{}\t{session}\t{call_id}\t{result:?}\n", self.host);
+                // The tool's answer is only recorded; a result that could not be written
+                // shows as a missing line.
+                if let Err(e) = append_line(&tools_path(&self.log), &line) {
+                    eprintln!("the session-message tool's result could not be recorded: {e}");
                 }
             }
             other => {

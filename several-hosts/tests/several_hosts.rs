@@ -410,3 +410,101 @@ async fn a_host_cut_off_and_back_cannot_write_under_its_lost_lease() {
     cut.stop();
     other.stop();
 }
+
+// MH-04: a session message from a session one host serves to a session another host
+// serves is written into the recipient's outbox in the database (under the sender's
+// lease) and wakes the recipient's owner, whose agent is given it once; the sender's
+// tool learns it was queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_message_reaches_a_session_another_host_serves() {
+    let world = World::new(3_000, 100, 2);
+    let pg = world.tcp(world.port());
+    let mut a = world.host("a", &pg);
+    let mut b = world.host("b", &pg);
+    let mut client = Client::default();
+    // s0 is taken up by a, s1 by b: the hosts asked first.
+    for (host, session) in [(&a, "s0"), (&b, "s1")] {
+        let op = format!("op-{session}-first");
+        let answer = client
+            .call_at(
+                &host.address,
+                "run.chatOutboxSubmit",
+                &submit(session, &op, "first"),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(answer, common::Answer::Result(_)));
+    }
+    let holders = world.holders();
+    assert_eq!(holders.get("s0").map(String::as_str), Some("a"));
+    assert_eq!(holders.get("s1").map(String::as_str), Some("b"));
+
+    let told = client
+        .call_at(
+            &a.address,
+            "run.chatOutboxSubmit",
+            &submit("s0", "op-tell", "tell:s1:please run the build"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(told, common::Answer::Result(_)));
+    let log = world.log();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !read_log(&log)
+        .unwrap()
+        .iter()
+        .any(|g| g.session == "s1" && g.host == "b" && g.text.contains("please run the build"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "b's agent was not given the session message: given {:?}; tools {:?}; \
+             outboxes {:?}; session messages {:?}",
+            read_log(&log).unwrap(),
+            several_hosts::read_tools(&log).unwrap(),
+            world.query(
+                "SELECT session_id, operation_id, left(entry_json, 400) FROM workspace_chat_outbox",
+                None
+            ),
+            world.query(
+                "SELECT operation_id, recipient_session_id, sender_session_id \
+                 FROM chat_session_messages",
+                None
+            ),
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually(
+        "the sender's tool learns the outcome",
+        Duration::from_secs(10),
+        || {
+            several_hosts::read_tools(&log)
+                .unwrap()
+                .iter()
+                .any(|[host, session, call, _]| {
+                    host == "a" && session == "s0" && call == "call-op-tell"
+                })
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let given = read_log(&log).unwrap();
+    let to_s1: Vec<_> = given.iter().filter(|g| g.session == "s1").collect();
+    assert_eq!(
+        to_s1.len(),
+        2,
+        "the first message and the session message, once: {to_s1:?}"
+    );
+    assert!(
+        to_s1.iter().all(|g| g.host == "b"),
+        "only s1's owner gave it: {to_s1:?}"
+    );
+    let tools = several_hosts::read_tools(&log).unwrap();
+    assert!(
+        tools.iter().any(|t| t[3] == "Queued"),
+        "the tool was told it was queued: {tools:?}"
+    );
+    a.stop();
+    b.stop();
+}

@@ -182,7 +182,7 @@ mod ledger;
 mod results;
 mod state;
 mod stop;
-mod submit;
+pub(crate) mod submit;
 
 use state::SessionState;
 pub use submit::validate_controls;

@@ -15,7 +15,7 @@ use crate::ledger::LedgerStatus;
 use crate::store::{Claim, Identity, OutboxStore, StoreError};
 
 /// The gap between positions a renumbering leaves.
-const POSITION_STEP: i64 = 1 << 20;
+pub(crate) const POSITION_STEP: i64 = 1 << 20;
 
 impl<S: OutboxStore> Custody<S> {
     /// Takes custody of a message (OB-03, OB-04): validation, the claim in one

@@ -116,11 +116,9 @@ fn main() -> Result<(), Error> {
     let mut core = Host::new(outbox, overlays, config);
     for i in 0..args.number("sessions", 6)? {
         let session = SessionId::new(format!("s{i}"))?;
-        core.add_session(
-            &session,
-            SessionInfo::new(Capabilities::codex()),
-            Box::new(LogHistory::new(&log, &session)),
-        );
+        let mut info = SessionInfo::new(Capabilities::codex());
+        info.access = Some(outbox_core::entry::AccessLevel::FullAccess);
+        core.add_session(&session, info, Box::new(LogHistory::new(&log, &session)));
     }
     let turn = Millis(args.number("turn_ms", 300)?);
     let mut runtime = Runtime::builder(core)
