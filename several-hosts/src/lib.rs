@@ -55,21 +55,13 @@ pub struct Given {
 ///
 /// The log could not be read (a log not yet written is empty).
 pub fn read_log(path: &Path) -> std::io::Result<Vec<Given>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e),
-    };
-    Ok(text
-        .split_terminator('\n')
-        .filter_map(|line| {
-            let mut parts = line.splitn(4, '\t');
-            Some(Given {
-                host: parts.next()?.to_owned(),
-                session: parts.next()?.to_owned(),
-                operation: parts.next()?.to_owned(),
-                text: parts.next()?.to_owned(),
-            })
+    Ok(lines(path)?
+        .into_iter()
+        .map(|[host, session, operation, text]| Given {
+            host,
+            session,
+            operation,
+            text,
         })
         .collect())
 }
@@ -80,7 +72,12 @@ pub fn read_log(path: &Path) -> std::io::Result<Vec<Given>> {
 ///
 /// The file could not be read (none written yet is empty).
 pub fn read_tools(log: &Path) -> std::io::Result<Vec<[String; 4]>> {
-    let text = match std::fs::read_to_string(tools_path(log)) {
+    lines(&tools_path(log))
+}
+
+/// The whole lines of four tab-separated fields of `path` (none when it is not written).
+fn lines(path: &Path) -> std::io::Result<Vec<[String; 4]>> {
+    let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e),
