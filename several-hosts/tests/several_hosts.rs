@@ -286,11 +286,11 @@ async fn hosts_killed_mid_turn_lose_nothing_and_send_nothing_twice() {
     }
 }
 
-// MH-02, MH-03: a host cut off from the database while it holds a session (a proxy that
-// stops forwarding): another host takes the session over once the lease lapsed; the
-// first comes back, and the write it had started under the lost lease is refused by
-// the fencing token: the message it was writing is neither saved nor given, and the
-// session's client is told it moved.
+// MH-01, MH-02, MH-03: a host cut off from the database while it holds a session (a
+// proxy that stops forwarding): another host takes the session over once the lease
+// lapsed; the first comes back, and the write it had started under the lost lease is
+// refused by the fencing token: the message it was writing is neither saved nor given,
+// and the phone joined to the session there is told it moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_cut_off_and_back_cannot_write_under_its_lost_lease() {
     let lease_ms = 1_500;
@@ -319,6 +319,9 @@ async fn a_host_cut_off_and_back_cannot_write_under_its_lost_lease() {
         || given(&world).0.get("s0").is_some_and(|o| o.len() == 1),
     )
     .await;
+
+    // A phone joined to s0 at the host that serves it.
+    let mut phone = common::join(&cut.address, "s0").await;
 
     // Cut off: its submit hangs on the database, unanswered.
     proxy.pause(true);
@@ -373,6 +376,15 @@ async fn a_host_cut_off_and_back_cannot_write_under_its_lost_lease() {
     assert_eq!(error["data"]["errorCode"], "SESSION_ELSEWHERE", "{error}");
     assert_eq!(error["data"]["servedBy"]["host"], "other", "{error}");
     assert_eq!(error["data"]["servedBy"]["address"], other.address.as_str());
+    // The phone joined at the old owner was told the session moved.
+    let moved = common::notification(
+        &mut phone,
+        |v| v["method"] == "chat:session-moved",
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved["params"]["appSessionId"], "s0", "{moved}");
 
     eventually(
         "the message after the takeover is given",

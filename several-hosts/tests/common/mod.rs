@@ -393,6 +393,46 @@ impl Client {
     }
 }
 
+/// A phone joined to `session` at the host at `address` (its replay read).
+pub async fn join(address: &str, session: &str) -> Ws {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{address}?token={TOKEN}"))
+        .await
+        .unwrap();
+    let frame = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "run.chatJoin",
+        "params": { "appSessionId": session },
+    });
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+    notification(&mut ws, |v| v["id"] == 1, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("the join at {address}: {e}"));
+    ws
+}
+
+/// The first frame `ws` reads that `wanted` says yes to, within `limit`.
+pub async fn notification(
+    ws: &mut Ws,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+    limit: Duration,
+) -> Result<serde_json::Value, String> {
+    tokio::time::timeout(limit, async {
+        while let Some(msg) = ws.next().await {
+            if let Message::Text(text) = msg.map_err(|e| e.to_string())? {
+                let value: serde_json::Value =
+                    serde_json::from_str(&text).map_err(|e| e.to_string())?;
+                if wanted(&value) {
+                    return Ok(value);
+                }
+            }
+        }
+        Err("the connection closed".to_owned())
+    })
+    .await
+    .map_err(|_| format!("nothing wanted within {limit:?}"))?
+}
+
 /// The submit of message `op` to `session`.
 pub fn submit(session: &str, op: &str, text: &str) -> serde_json::Value {
     serde_json::json!({
