@@ -634,13 +634,16 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         self.custody.release_scope(&base, reason, now);
         self.unsaved
             .retain(|(s, _, _), _| outbox_core::ids::base_session(s) != base);
-        // Its scans and journal rows are the next owner's to repeat.
+        // Its scans and journal rows are the next owner's to repeat; its replay would
+        // have a gap were the scope to come back here, so it starts again empty.
         self.scans
             .forget(|s| outbox_core::ids::base_session(s) == base);
         for (s, state) in &mut self.sessions {
             if outbox_core::ids::base_session(s) == base {
                 state.repair.clear();
                 state.rewrite = false;
+                self.replay.reclaim(s);
+                self.replayed.by_session.remove(s);
             }
         }
     }

@@ -913,20 +913,7 @@ fn a_scope_taken_over_repeats_the_scans_its_last_host_left_in_the_journal() {
     history.push(vec![row("a", &run)
         .block
         .with_source_order(SourceOrder::history(0, 0))]);
-    let mut n = 0u64;
-    let uuids = Box::new(move || {
-        n += 1;
-        format!("00000000-0000-4000-8000-{n:012x}")
-    });
-    let mut config = HostConfig::new(HostKey::from_bytes([3; 32]), uuids);
-    config.granted_only = true;
-    let mut host = Host::new(MemoryOutboxStore::new(), MemoryOverlayStore::new(), config);
-    host.add_session(
-        &s,
-        SessionInfo::new(Capabilities::codex()),
-        Box::new(history),
-    );
-    host.start(Millis(0)).unwrap();
+    let mut host = granted_host(history);
     // The host that served the scope wrote a live row and the run's journal row, then
     // died before its scans settled it.
     overlay_core::overlay::write(
@@ -963,4 +950,44 @@ fn a_scope_taken_over_repeats_the_scans_its_last_host_left_in_the_journal() {
         1,
         "scanned once, not once per grant"
     );
+}
+
+/// A host among several: it serves only the sessions granted to it.
+fn granted_host(history: MemorySource) -> Host<MemoryOutboxStore, MemoryOverlayStore> {
+    let mut n = 0u64;
+    let uuids = Box::new(move || {
+        n += 1;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    });
+    let mut config = HostConfig::new(HostKey::from_bytes([3; 32]), uuids);
+    config.granted_only = true;
+    let mut host = Host::new(MemoryOutboxStore::new(), MemoryOverlayStore::new(), config);
+    host.add_session(
+        &session(),
+        SessionInfo::new(Capabilities::codex()),
+        Box::new(history),
+    );
+    host.start(Millis(0)).unwrap();
+    host
+}
+
+// MH-01, RB-02: a session this host let go drops its replay: were the scope to come back
+// here, a phone joining would get an empty replay that says so (it reloads), never
+// events with the other host's part missing.
+#[test]
+fn a_session_let_go_starts_its_replay_again_empty() {
+    let mut host = granted_host(source());
+    host.grant_session(&session(), Millis(1));
+    let sent = submit(&mut host, 1, Millis(1_000));
+    assert!(sent
+        .iter()
+        .any(|e| matches!(e, Effect::Agent(AgentCall::Send(_)))));
+    let before = join_text(&mut host, Millis(1_100));
+    assert!(before.contains(r#""type":"user_message""#), "{before}");
+    host.release_session(&session(), "taken over", Millis(1_200));
+    host.grant_session(&session(), Millis(5_000));
+    drain(&mut host);
+    let after = join_text(&mut host, Millis(5_100));
+    assert!(!after.contains(r#""type":"user_message""#), "{after}");
+    assert!(after.contains(r#""reclaimed":true"#), "{after}");
 }

@@ -478,6 +478,15 @@ impl ReplayBuffers {
         }
     }
 
+    /// Drops the replay of `session` now, as an idle reclaim does: its next replay starts
+    /// empty and says it was reclaimed. For a session this host let go (another host
+    /// serves it): what it recorded would show a gap if it came back here.
+    pub fn reclaim(&mut self, session: &SessionId) {
+        if self.sessions.remove(session).is_some() {
+            self.reclaimed.insert(session.clone(), ());
+        }
+    }
+
     /// True when the session was reclaimed and nothing was appended since.
     pub fn was_reclaimed(&self, session: &SessionId) -> bool {
         self.reclaimed.contains_key(session)

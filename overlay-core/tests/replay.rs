@@ -239,6 +239,24 @@ fn an_idle_session_is_reclaimed_and_a_resumed_one_says_so() {
     assert_eq!(c.entries().len(), 1);
 }
 
+// RB-05, MH-01: a session its host let go is reclaimed at once, subscribed or not; a
+// session with no replay is left alone.
+#[test]
+fn a_session_let_go_is_reclaimed_at_once() {
+    let mut b = ReplayBuffers::new(config(100, usize::MAX));
+    b.subscribe(&s(), Millis(0));
+    init(&mut b, Millis(0));
+    b.reclaim(&s());
+    assert!(b.event(&s(), 0).is_none());
+    assert!(b.was_reclaimed(&s()));
+    assert_eq!(b.poll_timeout(), None, "nothing is left to reclaim");
+    let other = timeline_core::key::SessionId::new("never-seen").unwrap();
+    b.reclaim(&other);
+    assert!(!b.was_reclaimed(&other));
+    init(&mut b, Millis(10));
+    assert!(b.replay(&s())[0].json.contains(r#""reclaimed":true"#));
+}
+
 // RB-04: seq 0 rebuilds; live-only effects are suppressed until the last chunk; the
 // envelope's running state is adopted.
 #[test]
