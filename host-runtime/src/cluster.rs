@@ -286,10 +286,10 @@ impl Cluster {
     /// (the server keeps one); a second call does nothing.
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
-        // A keeper already stopped has nothing to give back.
-        if self.tx.try_send(Ask::Stop(tx)).is_ok() {
-            // The keeper answers once every lease is given back.
-            let _ = rx.await;
+        // A blocking send: a keeper with asks queued takes them first (it never waits on
+        // this caller). Refused only by a keeper already stopped, with nothing to give back.
+        if self.tx.send(Ask::Stop(tx)).is_ok() && rx.await.is_err() {
+            warn!("the lease keeper stopped before giving its leases back; they lapse");
         }
         self.join();
     }
@@ -314,8 +314,11 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let (tx, _rx) = oneshot::channel();
-        // A keeper already gone has nothing to stop.
-        let _ = self.tx.try_send(Ask::Stop(tx));
+        // Blocking, as in `shutdown`, so the join below cannot wait on a keeper that never
+        // heard it; refused only by a keeper already gone, which has nothing to stop.
+        if self.tx.send(Ask::Stop(tx)).is_err() {
+            debug!("the lease keeper was already stopped");
+        }
         self.join();
     }
 }
@@ -342,8 +345,9 @@ impl Keeper {
                 Ok(Ask::Route(session, reply)) => {
                     let route = self.route(&session);
                     debug!(host = %self.config.host, %session, ?route, "routed");
-                    // A caller that stopped waiting has nothing to be told.
-                    let _ = reply.send(route);
+                    if reply.send(route).is_err() {
+                        debug!(%session, "the caller stopped waiting for its route");
+                    }
                 }
                 Ok(Ask::Wake(Wake::Session(session))) => self.woken(&session),
                 Ok(Ask::Wake(_) | Ask::Reread) => {
@@ -353,8 +357,9 @@ impl Keeper {
                 }
                 Ok(Ask::Stop(done)) => {
                     self.give_back();
-                    // The caller may be gone.
-                    let _ = done.send(());
+                    if done.send(()).is_err() {
+                        debug!("the shutdown's caller stopped waiting");
+                    }
                     return;
                 }
                 Err(std_mpsc::RecvTimeoutError::Timeout) => {
@@ -424,13 +429,7 @@ impl Keeper {
     fn release(&mut self, base: &SessionId, reason: String) {
         self.leases.remove(base);
         self.deadlines.lock().remove(base);
-        let client = self.client.clone();
-        if let Err(e) = self
-            .io
-            .block_on(client.release_session(base.clone(), reason))
-        {
-            warn!(session = %base, error = %e, "the host could not release a session");
-        }
+        let_go_on_host(&self.io, &self.client, base, reason);
     }
 
     fn woken(&mut self, base: &SessionId) {
@@ -499,18 +498,24 @@ impl Keeper {
     fn give_back(&mut self) {
         for (base, lease) in std::mem::take(&mut self.leases) {
             self.deadlines.lock().remove(&base);
-            let client = self.client.clone();
-            let reason = "the host is shutting down".to_owned();
-            if let Err(e) = self
-                .io
-                .block_on(client.release_session(base.clone(), reason))
-            {
-                debug!(session = %base, error = %e, "the host was gone before its release");
-            }
+            let_go_on_host(
+                &self.io,
+                &self.client,
+                &base,
+                "the host is shutting down".into(),
+            );
             if let Err(e) = self.store.release_session(&lease) {
                 debug!(session = %base, error = %e, "a lease could not be given back; it lapses");
             }
         }
+    }
+}
+
+/// Tells the host to stop serving the scope of `base`; a host already gone (its runtime
+/// shut down) serves nothing anyway.
+fn let_go_on_host(io: &tokio::runtime::Runtime, client: &Client, base: &SessionId, reason: String) {
+    if let Err(e) = io.block_on(client.release_session(base.clone(), reason)) {
+        debug!(session = %base, error = %e, "the host was gone before the release");
     }
 }
 
@@ -543,9 +548,7 @@ fn watch(
             leases.forget(&base);
             warn!(session = %base, "a session lease was not renewed in time; letting it go");
             let reason = "the session's lease could not be renewed in time".to_owned();
-            if let Err(e) = io.block_on(client.clone().release_session(base.clone(), reason)) {
-                debug!(session = %base, error = %e, "the host was gone before the release");
-            }
+            let_go_on_host(io, client, &base, reason);
         }
     }
 }

@@ -547,8 +547,10 @@ impl Drop for Runtime {
             if let Some(rx) = self.outputs.rx.as_mut() {
                 rx.close();
             }
-            // Drop cannot return it; `shutdown` is the way to see a panicked host.
-            let _ = self.join();
+            // Drop cannot return it; `shutdown` is the way to handle a panicked host.
+            if let Err(e) = self.join() {
+                warn!(error = %e, "the host thread ended badly");
+            }
         }
     }
 }
