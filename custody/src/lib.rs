@@ -30,6 +30,10 @@ pub use agent_codex as codex;
 #[cfg(feature = "claude")]
 pub use agent_claude as claude;
 
+/// Any Agent Client Protocol agent (`agent-acp`).
+#[cfg(feature = "acp")]
+pub use agent_acp as acp;
+
 /// The runtime that drives a host for real (`host-runtime`).
 #[cfg(feature = "runtime")]
 pub use host_runtime as runtime;

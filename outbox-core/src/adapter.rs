@@ -22,6 +22,10 @@ pub enum ProofKind {
     ClientIdEcho,
     /// Claude: the transcript holds a user message with the saved UUID.
     TranscriptUuid,
+    /// An ACP v1 agent: a client gives no message ID, so nothing proves a delivery
+    /// afterwards. A history read answers [`HistoryRead::Unreadable`], and a send
+    /// whose outcome is unknown is held for the user, never sent again by itself.
+    Unprovable,
 }
 
 /// What an adapter supports.
@@ -40,6 +44,14 @@ pub struct Capabilities {
     pub restart_repair: bool,
     /// The delivery proof.
     pub proof: ProofKind,
+    /// Whether the agent takes a message into a running turn (`steer-running`). An
+    /// agent without it is refused such a message at submit, as replace latest is.
+    #[serde(default = "steer_default")]
+    pub steer: bool,
+}
+
+const fn steer_default() -> bool {
+    true
 }
 
 impl Capabilities {
@@ -52,6 +64,7 @@ impl Capabilities {
             exact_scan: true,
             restart_repair: true,
             proof: ProofKind::ClientIdEcho,
+            steer: true,
         }
     }
 
@@ -64,6 +77,21 @@ impl Capabilities {
             exact_scan: false,
             restart_repair: false,
             proof: ProofKind::TranscriptUuid,
+            steer: true,
+        }
+    }
+
+    /// An Agent Client Protocol (v1) agent: no replace latest, no speed mode, no exact
+    /// scan, no steer, no delivery proof.
+    pub const fn acp() -> Capabilities {
+        Capabilities {
+            agent: AgentKind::Acp,
+            replace_latest: false,
+            speed_mode: false,
+            exact_scan: false,
+            restart_repair: false,
+            proof: ProofKind::Unprovable,
+            steer: false,
         }
     }
 }

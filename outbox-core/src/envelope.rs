@@ -139,6 +139,7 @@ fn agent_name(a: AgentKind) -> &'static str {
     match a {
         AgentKind::Codex => "codex",
         AgentKind::Claude => "claude",
+        AgentKind::Acp => "acp",
     }
 }
 
@@ -293,6 +294,7 @@ impl Attributes {
         let agent = match agent.as_str() {
             "codex" => AgentKind::Codex,
             "claude" => AgentKind::Claude,
+            "acp" => AgentKind::Acp,
             _ => return Err(EnvelopeError::UnknownAgent { value: agent }),
         };
         Ok(EnvelopeSender {

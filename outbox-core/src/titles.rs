@@ -92,7 +92,8 @@ pub fn final_title(generated: &str) -> Result<String, TitleError> {
 pub fn title_attempts(agent: AgentKind) -> u32 {
     match agent {
         AgentKind::Codex => CODEX_TITLE_ATTEMPTS,
-        AgentKind::Claude => CLAUDE_TITLE_ATTEMPTS,
+        // The seed names no count for other agents: one try, as Claude's.
+        AgentKind::Claude | AgentKind::Acp => CLAUDE_TITLE_ATTEMPTS,
     }
 }
 

@@ -320,6 +320,34 @@ fn replace_latest_and_speed_mode_are_refused_for_claude() {
     assert!(c.entries(&s("s1")).unwrap().is_empty());
 }
 
+// OB-04, AG-03: an ACP agent has no steer and no replace latest: a message into the
+// running turn is refused with no receipt, as replace latest is; a queued or automatic
+// one is taken.
+#[test]
+fn steer_and_replace_latest_are_refused_for_an_acp_agent() {
+    let mut c = custody(MemoryOutboxStore::new(), Capabilities::acp(), &["s1"]);
+    let run = RunId::new("run-1").unwrap();
+    assert_eq!(
+        c.submit(submit_req("s1", "1", Controls::steer(run)), Millis(0)),
+        Err(SubmitError::Invalid(ValidationError::Unsupported(
+            "steer-running"
+        )))
+    );
+    let mut req = submit_req("s1", "2", Controls::replace_latest());
+    req.request.rollback_before_send = true;
+    assert_eq!(
+        c.submit(req, Millis(0)),
+        Err(SubmitError::Invalid(ValidationError::Unsupported(
+            "replace-latest"
+        )))
+    );
+    assert!(c.entries(&s("s1")).unwrap().is_empty());
+    assert!(c
+        .submit(submit_req("s1", "3", Controls::automatic()), Millis(0))
+        .is_ok());
+    assert_eq!(c.entries(&s("s1")).unwrap().len(), 1);
+}
+
 // OB-04: enqueue goes to the back, automatic to the front behind sending entries; the
 // outbox has no entry limit.
 #[test]

@@ -14,6 +14,15 @@ pub const CODEX_VERSION: &str = "0.169.0";
 /// The pinned Claude Code version.
 pub const CLAUDE_VERSION: &str = "2.1.328";
 
+/// The pinned ACP agent of Codex (`@zed-industries/codex-acp`).
+pub const CODEX_ACP_VERSION: &str = "0.16.0";
+
+/// The pinned ACP agent of Claude Code (`@zed-industries/claude-agent-acp`).
+pub const CLAUDE_AGENT_ACP_VERSION: &str = "0.23.1";
+
+/// The pinned headless ACP client (`acpx`).
+pub const ACPX_VERSION: &str = "0.19.1";
+
 /// Where the pinned agents are installed.
 pub fn agents_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("AGENTS_DIR") {
@@ -73,29 +82,32 @@ pub fn claude_bin() -> Result<PathBuf, String> {
         return Ok(PathBuf::from(p));
     }
     let root = agents_dir().join("node_modules/@anthropic-ai");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+    native_in(&root, "claude-code-", "claude").ok_or_else(|| {
+        format!(
+            "the real Claude Code is not installed under {}: run .ci/run, or \
+             `npm install --prefix {} @anthropic-ai/claude-code@{CLAUDE_VERSION}`, or set \
+             CLAUDE_BIN",
+            root.display(),
+            agents_dir().display()
+        )
+    })
+}
+
+/// The native binary `file` of the first platform package under `root` whose name
+/// starts with `prefix`.
+fn native_in(root: &Path, prefix: &str, file: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
             p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("claude-code-"))
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
         })
         .collect();
     dirs.sort();
-    dirs.into_iter()
-        .map(|d| d.join("claude"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            format!(
-                "the real Claude Code is not installed under {}: run .ci/run, or \
-                 `npm install --prefix {} @anthropic-ai/claude-code@{CLAUDE_VERSION}`, or set \
-                 CLAUDE_BIN",
-                root.display(),
-                agents_dir().display()
-            )
-        })
+    dirs.into_iter().map(|d| d.join(file)).find(|p| p.is_file())
 }
 
 /// Writes a `CODEX_HOME` at `home` whose model provider is `model`, with everything
@@ -134,6 +146,108 @@ goals = false
 
 [agents]
 enabled = false
+
+[model_providers.scripted]
+name = "scripted"
+base_url = "{}"
+wire_api = "responses"
+env_key = "SCRIPTED_MODEL_KEY"
+request_max_retries = 1
+stream_max_retries = 1
+stream_idle_timeout_ms = 20000
+"#,
+        model.openai_base_url()
+    );
+    std::fs::write(home.join("config.toml"), config)
+}
+
+fn npm_bin(name: &str, package: &str, version: &str, var: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(var) {
+        return Ok(PathBuf::from(p));
+    }
+    let p = agents_dir().join("node_modules/.bin").join(name);
+    if p.exists() {
+        return Ok(p);
+    }
+    Err(format!(
+        "{package} is not installed under {}: run .ci/run, or `npm install --prefix {} \
+         {package}@{version}`, or set {var}",
+        agents_dir().join("node_modules").display(),
+        agents_dir().display()
+    ))
+}
+
+/// The pinned `codex-acp` binary (the native one its npm package ships), or what to
+/// install.
+///
+/// # Errors
+///
+/// The words that say what to install, when there is no binary.
+pub fn codex_acp_bin() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("CODEX_ACP_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let root = agents_dir().join("node_modules/@zed-industries");
+    native_in(&root, "codex-acp-", "bin/codex-acp").ok_or_else(|| {
+        format!(
+            "@zed-industries/codex-acp is not installed under {}: run .ci/run, or `npm \
+             install --prefix {} @zed-industries/codex-acp@{CODEX_ACP_VERSION}`, or set \
+             CODEX_ACP_BIN",
+            root.display(),
+            agents_dir().display()
+        )
+    })
+}
+
+/// The pinned `claude-agent-acp` program (a Node.js script), or what to install.
+///
+/// # Errors
+///
+/// The words that say what to install, when there is none.
+pub fn claude_agent_acp_bin() -> Result<PathBuf, String> {
+    npm_bin(
+        "claude-agent-acp",
+        "@zed-industries/claude-agent-acp",
+        CLAUDE_AGENT_ACP_VERSION,
+        "CLAUDE_AGENT_ACP_BIN",
+    )
+}
+
+/// The pinned `acpx` client (a Node.js script), or what to install.
+///
+/// # Errors
+///
+/// The words that say what to install, when there is none.
+pub fn acpx_bin() -> Result<PathBuf, String> {
+    npm_bin("acpx", "acpx", ACPX_VERSION, "ACPX_BIN")
+}
+
+/// Writes a `CODEX_HOME` at `home` for `codex-acp`, whose Codex core is older than the
+/// pinned Codex and refuses some of [`write_codex_home`]'s keys: the model provider is
+/// `model`, every command asks for approval (`untrusted`) and runs unsandboxed once
+/// approved (the test directory is the sandbox), nothing reaches the network.
+/// Codex reads the key from `SCRIPTED_MODEL_KEY`.
+///
+/// # Errors
+///
+/// The file could not be written.
+pub fn write_codex_acp_home(home: &Path, model: &ModelServer) -> std::io::Result<()> {
+    std::fs::create_dir_all(home)?;
+    let config = format!(
+        r#"model = "gpt-5.5"
+model_provider = "scripted"
+approval_policy = "untrusted"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[otel]
+exporter = "none"
 
 [model_providers.scripted]
 name = "scripted"

@@ -230,8 +230,14 @@ fn text_of(content: &Value) -> String {
             .iter()
             .filter(|p| matches!(p["type"].as_str(), Some("text" | "input_text")))
             .filter_map(|p| p["text"].as_str())
-            // Claude Code puts its own reminders before the user's words.
-            .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
+            // Claude Code puts its own reminders before the user's words (and its agent
+            // SDK the record of the local commands it ran, such as `/model`).
+            .filter(|t| {
+                let t = t.trim_start();
+                !["<system-reminder>", "<local-command-", "<command-"]
+                    .iter()
+                    .any(|tag| t.starts_with(tag))
+            })
             .collect::<Vec<_>>()
             .join(""),
         _ => String::new(),

@@ -18,6 +18,8 @@ pub enum AgentKind {
     Codex,
     /// Anthropic Claude Code, driven through its stream-json mode.
     Claude,
+    /// Any agent driven through the Agent Client Protocol.
+    Acp,
 }
 
 /// The five block types. A block ID is unique only within its type.

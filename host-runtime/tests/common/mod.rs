@@ -223,6 +223,62 @@ impl Rig {
         }
     }
 
+    /// The real `codex-acp` (the pinned `@zed-industries/codex-acp`) serving session
+    /// `s-1` through the ACP agent, its history the agent's shared record.
+    pub async fn codex_acp() -> Rig {
+        let model = ModelServer::start().unwrap();
+        let home = temp_dir("codex-acp-home");
+        scripted_model::agents::write_codex_acp_home(&home, &model).unwrap();
+        let work = home.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let session = SessionId::new("s-1").unwrap();
+        let bin = scripted_model::agents::codex_acp_bin().unwrap_or_else(|e| panic!("{e}"));
+        let spec = ProcessSpec::new(bin)
+            .env("CODEX_HOME", home.as_os_str())
+            .env("HOME", home.as_os_str())
+            .env("SCRIPTED_MODEL_KEY", "sk-scripted")
+            .env("RUST_LOG", "error")
+            .env_remove("OPENAI_API_KEY")
+            .cwd(&work);
+        let history = agent_acp::AcpHistory::new();
+        let mut agent =
+            agent_acp::AcpAgent::new(agent_acp::AcpConfig::new(spec, &work), history.clone());
+        agent.add_session(&session, None);
+        let host = host_with(
+            &session,
+            Capabilities::acp(),
+            Box::new(history.source(&session)),
+        );
+        let mut runtime = Runtime::builder(host).agent(agent).start().unwrap();
+        let outputs = keep_outputs(&mut runtime);
+        Rig {
+            outputs,
+            model,
+            home,
+            session,
+            runtime: Some(runtime),
+        }
+    }
+
+    /// Kills (SIGKILL) every process whose working directory is `dir`.
+    pub fn kill_processes_in(dir: &Path) -> usize {
+        let mut killed = 0;
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let pid = e.file_name().to_string_lossy().to_string();
+            if pid.parse::<u32>().is_err() {
+                continue;
+            }
+            if std::fs::read_link(e.path().join("cwd")).ok().as_deref() == Some(dir) {
+                let status = std::process::Command::new("kill")
+                    .args(["-9", &pid])
+                    .status()
+                    .unwrap();
+                killed += usize::from(status.success());
+            }
+        }
+        killed
+    }
+
     /// The Claude session's transcript.
     pub fn transcript(&self) -> PathBuf {
         let project = self.home.join("project").display().to_string();

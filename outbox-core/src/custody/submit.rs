@@ -363,6 +363,9 @@ pub fn validate_controls(
     if controls.intent == Intent::ReplaceLatest && !caps.replace_latest {
         return Err(ValidationError::Unsupported("replace-latest"));
     }
+    if controls.send_mode == SendMode::SteerRunning && !caps.steer {
+        return Err(ValidationError::Unsupported("steer-running"));
+    }
     if request.speed_mode.is_some() && !caps.speed_mode {
         return Err(ValidationError::Unsupported("speedMode"));
     }
