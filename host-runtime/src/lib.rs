@@ -87,6 +87,8 @@
 
 #![warn(unreachable_pub)]
 
+#[cfg(feature = "acp")]
+pub mod acp;
 #[cfg(feature = "server")]
 mod auth;
 #[cfg(feature = "cluster")]
