@@ -167,6 +167,11 @@ impl Projector {
                 let k = key(BlockType::User, &format!("acp-user-{}", self.turn));
                 Step::Rows(vec![self.append(k, &text, now)])
             }
+            SessionUpdate::AgentMessageChunk(c) if content_text(&c.content).is_empty() => {
+                // An empty chunk (claude-agent-acp opens each reply with one): no row.
+                self.skipped += 1;
+                Step::Skipped
+            }
             SessionUpdate::AgentMessageChunk(c) => {
                 self.begin(Last::Reply);
                 let k = key(
@@ -174,6 +179,11 @@ impl Projector {
                     &format!("acp-reply-{}-{}", self.turn, self.segment),
                 );
                 Step::Rows(vec![self.append(k, &content_text(&c.content), now)])
+            }
+            SessionUpdate::AgentThoughtChunk(c) if content_text(&c.content).is_empty() => {
+                // An empty chunk (claude-agent-acp opens each reply with one): no row.
+                self.skipped += 1;
+                Step::Skipped
             }
             SessionUpdate::AgentThoughtChunk(c) => {
                 self.begin(Last::Thought);

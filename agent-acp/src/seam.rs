@@ -389,10 +389,17 @@ impl AcpAgent {
             }
         };
         let session = request.session.clone();
-        let Some(s) = self.sessions.get_mut(&session) else {
+        let Some(acp) = self.sessions.get(&session).and_then(|s| s.acp.clone()) else {
+            // Only an open session reaches here; answered all the same, never dropped.
+            self.input(AgentInput::SendResult {
+                attempt: request.attempt,
+                result: SendResult::ProvenUnadmitted {
+                    error: format!("the agent has no session open for {session}"),
+                },
+            });
             return;
         };
-        let Some(acp) = s.acp.clone() else {
+        let Some(s) = self.sessions.get_mut(&session) else {
             return;
         };
         if s.turn.is_some() {

@@ -220,20 +220,23 @@ impl AcpFace {
                 );
             }
             "session/prompt" => {
-                let session = params["sessionId"]
-                    .as_str()
-                    .unwrap_or(&self.session)
-                    .to_owned();
-                let text = params["prompt"]
-                    .as_array()
-                    .map(|parts| {
-                        parts
-                            .iter()
-                            .filter_map(|p| p["text"].as_str())
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    })
-                    .unwrap_or_default();
+                let (Some(session), Some(parts)) =
+                    (params["sessionId"].as_str(), params["prompt"].as_array())
+                else {
+                    self.error(
+                        id,
+                        -32602,
+                        "Invalid params: sessionId and prompt are required",
+                        None,
+                    );
+                    return;
+                };
+                let session = session.to_owned();
+                let text = parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 let op = self.key();
                 let key = self.key();
                 self.own.insert(op.clone());

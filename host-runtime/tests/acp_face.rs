@@ -141,6 +141,11 @@ async fn a_loaded_session_replays_history_and_a_card_is_decided_once_across_devi
     let init = c.until("initialize", |v| v["id"] == 1).await;
     assert_eq!(init["result"]["protocolVersion"], 1);
     assert_eq!(init["result"]["agentCapabilities"]["loadSession"], true);
+    // A prompt without its session or its content is refused as sent, nothing submitted.
+    c.write(json!({ "jsonrpc": "2.0", "id": 9, "method": "session/prompt", "params": {} }))
+        .await;
+    let bad = c.until("the refusal", |v| v["id"] == 9).await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
     c.write(json!({ "jsonrpc": "2.0", "id": 2, "method": "session/load",
         "params": { "sessionId": "s1", "cwd": "/", "mcpServers": [] } }))
         .await;
