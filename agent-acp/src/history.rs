@@ -10,7 +10,7 @@
 //! Pages use the JSON cursor form the seed gives Claude: the ACP session ID names the
 //! source (its boundary token) and an item's position is its row key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use overlay_core::source::{
@@ -28,6 +28,8 @@ struct Saved {
     rows: Vec<(String, Block)>,
     /// Position to index.
     at: BTreeMap<String, usize>,
+    /// The operations its user rows carry (a history read is a lookup, not a scan).
+    ops: BTreeSet<OperationId>,
     /// Whether the history was read from the agent (a replay) or began empty here.
     known: bool,
 }
@@ -101,13 +103,7 @@ impl AcpHistory {
 
     /// Whether the history holds a user row carrying `op`.
     pub fn holds(&self, session: &SessionId, op: &OperationId) -> bool {
-        self.with(|m| {
-            m.get(session).is_some_and(|s| {
-                s.rows
-                    .iter()
-                    .any(|(_, b)| b.operation_id.as_ref() == Some(op))
-            })
-        })
+        self.with(|m| m.get(session).is_some_and(|s| s.ops.contains(op)))
     }
 
     /// Whether the history of `session` was read (or begun) here.
@@ -134,6 +130,9 @@ impl AcpHistory {
 }
 
 fn push(s: &mut Saved, b: Block) {
+    if let Some(op) = &b.operation_id {
+        s.ops.insert(op.clone());
+    }
     let position = b.key().to_string();
     match s.at.get(&position) {
         Some(&i) => s.rows[i].1 = b.with_source_order(SourceOrder::history(0, i as u64)),
@@ -145,6 +144,13 @@ fn push(s: &mut Saved, b: Block) {
                 b.with_source_order(SourceOrder::history(0, i as u64)),
             ));
         }
+    }
+}
+
+fn item((position, block): &(String, Block)) -> SourceItem {
+    SourceItem {
+        position: SourcePosition(position.clone()),
+        blocks: vec![block.clone()],
     }
 }
 
@@ -180,14 +186,7 @@ impl HistorySource for AcpSource {
                 Some(p) => *s.at.get(&p.0).ok_or(SourceError::PositionGone)?,
             };
             let start = end.saturating_sub(limit);
-            let items = s.rows[start..end]
-                .iter()
-                .rev()
-                .map(|(p, b)| SourceItem {
-                    position: SourcePosition(p.clone()),
-                    blocks: vec![b.clone()],
-                })
-                .collect();
+            let items = s.rows[start..end].iter().rev().map(item).collect();
             Ok(SourcePage {
                 items,
                 more: start > 0,
@@ -204,13 +203,7 @@ impl HistorySource for AcpSource {
             let s = m.get(&self.session).ok_or(SourceError::PositionGone)?;
             let from = *s.at.get(&after.0).ok_or(SourceError::PositionGone)? + 1;
             let end = from.saturating_add(limit).min(s.rows.len());
-            let items = s.rows[from..end]
-                .iter()
-                .map(|(p, b)| SourceItem {
-                    position: SourcePosition(p.clone()),
-                    blocks: vec![b.clone()],
-                })
-                .collect();
+            let items = s.rows[from..end].iter().map(item).collect();
             Ok(SourcePage {
                 items,
                 more: end < s.rows.len(),

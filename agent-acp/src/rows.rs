@@ -73,8 +73,8 @@ enum Last {
 /// What one update did to the rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// These rows were added or changed (keys of the projector's rows).
-    Rows(Vec<BlockKey>),
+    /// This row was added or changed (the key of the projector's row).
+    Row(BlockKey),
     /// Not conversation: no row.
     Skipped,
 }
@@ -90,8 +90,6 @@ pub struct Projector {
     started: bool,
     rows: BTreeMap<BlockKey, Block>,
     order: Vec<BlockKey>,
-    /// Updates that gave no row.
-    pub skipped: u64,
 }
 
 impl Projector {
@@ -104,13 +102,7 @@ impl Projector {
             started: false,
             rows: BTreeMap::new(),
             order: Vec::new(),
-            skipped: 0,
         }
-    }
-
-    /// The turn of the rows now.
-    pub fn turn(&self) -> u64 {
-        self.turn
     }
 
     /// The turns begun so far (the next live turn's number).
@@ -153,7 +145,6 @@ impl Projector {
                 }
                 let text = content_text(&c.content);
                 if is_local_command(&text) {
-                    self.skipped += 1;
                     return Step::Skipped;
                 }
                 if self.last != Last::User {
@@ -165,11 +156,10 @@ impl Projector {
                 }
                 self.last = Last::User;
                 let k = key(BlockType::User, &format!("acp-user-{}", self.turn));
-                Step::Rows(vec![self.append(k, &text, now)])
+                Step::Row(self.append(k, &text, now))
             }
             SessionUpdate::AgentMessageChunk(c) if content_text(&c.content).is_empty() => {
                 // An empty chunk (claude-agent-acp opens each reply with one): no row.
-                self.skipped += 1;
                 Step::Skipped
             }
             SessionUpdate::AgentMessageChunk(c) => {
@@ -178,11 +168,10 @@ impl Projector {
                     BlockType::AgentReply,
                     &format!("acp-reply-{}-{}", self.turn, self.segment),
                 );
-                Step::Rows(vec![self.append(k, &content_text(&c.content), now)])
+                Step::Row(self.append(k, &content_text(&c.content), now))
             }
             SessionUpdate::AgentThoughtChunk(c) if content_text(&c.content).is_empty() => {
                 // An empty chunk (claude-agent-acp opens each reply with one): no row.
-                self.skipped += 1;
                 Step::Skipped
             }
             SessionUpdate::AgentThoughtChunk(c) => {
@@ -191,24 +180,21 @@ impl Projector {
                     BlockType::Thinking,
                     &format!("acp-thought-{}-{}", self.turn, self.segment),
                 );
-                Step::Rows(vec![self.append(k, &content_text(&c.content), now)])
+                Step::Row(self.append(k, &content_text(&c.content), now))
             }
             SessionUpdate::ToolCall(t) => {
                 self.begin(Last::Other);
-                Step::Rows(vec![self.tool_call(t, now)])
+                Step::Row(self.tool_call(t, now))
             }
             SessionUpdate::ToolCallUpdate(t) => {
                 self.begin(Last::Other);
-                Step::Rows(vec![self.tool_update(t, now)])
+                Step::Row(self.tool_update(t, now))
             }
             SessionUpdate::Plan(p) => {
                 self.begin(Last::Other);
-                Step::Rows(vec![self.plan(p, now)])
+                Step::Row(self.plan(p, now))
             }
-            _ => {
-                self.skipped += 1;
-                Step::Skipped
-            }
+            _ => Step::Skipped,
         }
     }
 
@@ -228,17 +214,11 @@ impl Projector {
     }
 
     fn append(&mut self, k: BlockKey, text: &str, now: Millis) -> BlockKey {
-        let block = match self.rows.get(&k) {
-            Some(b) => {
-                let mut b = b.clone();
-                let mut t = b.data["text"].as_str().unwrap_or_default().to_owned();
-                t.push_str(text);
-                b.data["text"] = Value::String(t);
-                b
-            }
-            None => Block::new(k.clone(), now).with_data(json!({ "text": text })),
-        };
-        self.put(block);
+        // The text grows in place: a chunk costs its own length, not the row's.
+        match self.rows.get_mut(&k).map(|b| b.data.get_mut("text")) {
+            Some(Some(Value::String(t))) => t.push_str(text),
+            _ => self.put(Block::new(k.clone(), now).with_data(json!({ "text": text }))),
+        }
         k
     }
 

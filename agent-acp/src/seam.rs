@@ -815,7 +815,9 @@ impl AcpAgent {
         };
         if let Some(replay) = s.replay.as_mut() {
             // The replay of `session/load`: history, never live output.
-            replay.update(&n.update, false, now);
+            if replay.update(&n.update, false, now) == Step::Skipped {
+                self.skipped += 1;
+            }
             return;
         }
         let Some(run) = s.turn.as_ref().map(|t| t.run.clone()) else {
@@ -833,11 +835,8 @@ impl AcpAgent {
                 | SessionUpdate::UserMessageChunk(_)
         );
         match s.projector.update(&n.update, true, now) {
-            Step::Rows(keys) => {
-                let rows: Vec<_> = keys
-                    .iter()
-                    .filter_map(|k| s.projector.row(k).cloned())
-                    .collect();
+            Step::Row(key) => {
+                let rows: Vec<_> = s.projector.row(&key).cloned().into_iter().collect();
                 if conversation {
                     self.prove(&session, now);
                 }

@@ -4,13 +4,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use agent_acp::{AcpAgent, AcpConfig, AcpHistory};
 use host_core::{
     Agent, AgentCall, AgentEffect, AgentInput, ProcessId, ProcessSpec, WriteFailure, WriteId,
 };
-use outbox_core::adapter::{SendKind, SendRequest, SendResult};
-use outbox_core::entry::MessageRequest;
-use outbox_core::ids::{OperationId, RunId, SessionId};
+use outbox_core::adapter::{SendKind, SendResult};
+use outbox_core::ids::{RunId, SessionId};
 use outbox_core::AttemptId;
 use overlay_core::live::RunEventKind;
 use serde_json::{json, Value};
@@ -75,24 +76,14 @@ impl Hand {
 
     fn send(&mut self, op: &str, attempt: u64, kind: SendKind) {
         self.a.handle_call(
-            AgentCall::Send(SendRequest {
-                attempt: AttemptId(attempt),
-                session: self.session.clone(),
-                operation_id: OperationId::new(op).unwrap(),
-                request: MessageRequest::text("hello", "phone", Millis(0)),
-                kind,
-                rollback_before_send: false,
-                fresh_thread: false,
-            }),
+            common::send_call(&self.session, op, "hello", attempt, kind),
             Millis(0),
         );
         self.pump();
     }
 
     fn start(op: &str) -> SendKind {
-        SendKind::Start {
-            run: RunId::new(format!("run-{op}")).unwrap(),
-        }
+        common::start(op)
     }
 
     /// Starts the process and opens the session `acp-1`.
@@ -137,6 +128,15 @@ fn a_send_waits_for_the_session_and_an_unknown_update_is_counted() {
     h.a.handle_line(h.process.unwrap(), b"not json at all", Millis(10));
     assert_eq!(h.a.skipped(), skipped + 3);
     assert!(h.send_result(1).is_none(), "no word about the message yet");
+    // An empty chunk (claude-agent-acp opens each reply with one) is the agent's answer
+    // but no row.
+    h.update(json!({ "sessionUpdate": "agent_message_chunk", "content": { "type": "text", "text": "" } }));
+    assert!(matches!(h.send_result(1), Some(SendResult::Accepted(_))));
+    assert!(!h
+        .inputs
+        .iter()
+        .any(|i| matches!(i, AgentInput::Rows { rows, .. }
+        if rows.iter().any(|r| r.block.block_type == BlockType::AgentReply))));
     h.update(json!({ "sessionUpdate": "agent_message_chunk", "content": { "type": "text", "text": "Hi " } }));
     assert!(matches!(h.send_result(1), Some(SendResult::Accepted(_))));
     h.update(json!({ "sessionUpdate": "agent_message_chunk", "content": { "type": "text", "text": "there" } }));

@@ -668,18 +668,15 @@ where
             Some(Command::Request(request, reply)) => self.request(*request, reply),
             Some(Command::Grant(session, done)) => {
                 self.host.grant_session(&session, self.clock.now());
-                // A caller that stopped waiting has nothing to be told.
-                let _ = done.send(());
+                answer(done, ());
             }
             Some(Command::Release(session, reason, done)) => {
                 self.host
                     .release_session(&session, &reason, self.clock.now());
-                // A caller that stopped waiting has nothing to be told.
-                let _ = done.send(());
+                answer(done, ());
             }
             Some(Command::Serves(session, reply)) => {
-                // A caller that stopped waiting has nothing to be told.
-                let _ = reply.send(self.host.serves(&session));
+                answer(reply, self.host.serves(&session));
             }
             Some(Command::Stats(reply)) => {
                 let stats = RuntimeStats {
@@ -687,8 +684,7 @@ where
                     processes_running: self.processes.len(),
                     ..self.stats
                 };
-                // A caller that stopped waiting has nothing to be told.
-                let _ = reply.send(stats);
+                answer(reply, stats);
             }
             Some(Command::Processes(reply)) => {
                 let list = self
@@ -700,8 +696,7 @@ where
                         pid: h.group,
                     })
                     .collect();
-                // A caller that stopped waiting has nothing to be told.
-                let _ = reply.send(list);
+                answer(reply, list);
             }
             // Every client and the runtime are gone.
             None => return false,
@@ -825,8 +820,7 @@ where
         match effect {
             Effect::Reply { to, reply } => {
                 if let Some(tx) = self.waiting.remove(&to.0) {
-                    // A client that stopped waiting has nothing to be told.
-                    let _ = tx.send(reply);
+                    answer(tx, reply);
                 }
             }
             Effect::Agent(call) => self.agent_call(call),
@@ -929,5 +923,13 @@ where
             }
             other => warn!(?other, "an agent effect this runtime does not know"),
         }
+    }
+}
+
+/// Answers a caller of the [`Client`]. The send fails only when the caller dropped its
+/// receiver (it stopped waiting), so there is nobody to tell; that is logged, not lost.
+fn answer<T>(reply: oneshot::Sender<T>, value: T) {
+    if reply.send(value).is_err() {
+        tracing::debug!("a runtime caller stopped waiting for its answer");
     }
 }

@@ -29,6 +29,32 @@ pub struct Rig {
     pub history: AcpHistory,
 }
 
+/// A send of `text` as operation `op`, attempt `attempt`.
+pub fn send_call(
+    session: &SessionId,
+    op: &str,
+    text: &str,
+    attempt: u64,
+    kind: SendKind,
+) -> AgentCall {
+    AgentCall::Send(SendRequest {
+        attempt: AttemptId(attempt),
+        session: session.clone(),
+        operation_id: OperationId::new(op).unwrap(),
+        request: MessageRequest::text(text, "phone", Millis(0)),
+        kind,
+        rollback_before_send: false,
+        fresh_thread: false,
+    })
+}
+
+/// A start of the run `run-<op>`.
+pub fn start(op: &str) -> SendKind {
+    SendKind::Start {
+        run: RunId::new(format!("run-{op}")).unwrap(),
+    }
+}
+
 /// Which real ACP agent a rig runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Which {
@@ -98,17 +124,8 @@ pub fn rig(w: &World, acp_session: Option<&str>) -> Rig {
 
 impl Rig {
     pub fn send(&mut self, op: &str, text: &str, attempt: u64) {
-        self.d.call(AgentCall::Send(SendRequest {
-            attempt: AttemptId(attempt),
-            session: self.session.clone(),
-            operation_id: OperationId::new(op).unwrap(),
-            request: MessageRequest::text(text, "phone", Millis(0)),
-            kind: SendKind::Start {
-                run: RunId::new(format!("run-{op}")).unwrap(),
-            },
-            rollback_before_send: false,
-            fresh_thread: false,
-        }));
+        self.d
+            .call(send_call(&self.session, op, text, attempt, start(op)));
     }
 
     pub fn until_run_ended(&mut self, op: &str) -> RunEventKind {
