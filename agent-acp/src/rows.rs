@@ -158,29 +158,31 @@ impl Projector {
                 let k = key(BlockType::User, &format!("acp-user-{}", self.turn));
                 Step::Row(self.append(k, &text, now))
             }
-            SessionUpdate::AgentMessageChunk(c) if content_text(&c.content).is_empty() => {
-                // An empty chunk (claude-agent-acp opens each reply with one): no row.
-                Step::Skipped
-            }
             SessionUpdate::AgentMessageChunk(c) => {
+                let text = content_text(&c.content);
+                if text.is_empty() {
+                    // An empty chunk (claude-agent-acp opens each reply with one): no row.
+                    return Step::Skipped;
+                }
                 self.begin(Last::Reply);
                 let k = key(
                     BlockType::AgentReply,
                     &format!("acp-reply-{}-{}", self.turn, self.segment),
                 );
-                Step::Row(self.append(k, &content_text(&c.content), now))
-            }
-            SessionUpdate::AgentThoughtChunk(c) if content_text(&c.content).is_empty() => {
-                // An empty chunk (claude-agent-acp opens each reply with one): no row.
-                Step::Skipped
+                Step::Row(self.append(k, &text, now))
             }
             SessionUpdate::AgentThoughtChunk(c) => {
+                let text = content_text(&c.content);
+                if text.is_empty() {
+                    // An empty chunk (claude-agent-acp opens each reply with one): no row.
+                    return Step::Skipped;
+                }
                 self.begin(Last::Thought);
                 let k = key(
                     BlockType::Thinking,
                     &format!("acp-thought-{}-{}", self.turn, self.segment),
                 );
-                Step::Row(self.append(k, &content_text(&c.content), now))
+                Step::Row(self.append(k, &text, now))
             }
             SessionUpdate::ToolCall(t) => {
                 self.begin(Last::Other);

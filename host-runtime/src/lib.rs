@@ -809,7 +809,9 @@ where
                     let batch = std::mem::take(&mut self.pending);
                     // Fails only when the embedder dropped its outputs, or at shutdown:
                     // nobody is left to read them.
-                    let _ = local.block_on(self.out.send(batch));
+                    if local.block_on(self.out.send(batch)).is_err() {
+                        tracing::debug!("the embedder's outputs are gone; a batch was dropped");
+                    }
                 }
                 return;
             }
@@ -909,8 +911,10 @@ where
             AgentEffect::CloseInput { process } => {
                 if let Some(p) = self.processes.get(&(agent, process)) {
                     // A full queue: the agent is not reading anyway; its end comes by
-                    // the kill or by itself.
-                    let _ = p.input.try_send(InputCommand::Close);
+                    // the kill or by itself. A closed one: the writer has ended already.
+                    if let Err(e) = p.input.try_send(InputCommand::Close) {
+                        tracing::debug!(process = ?process, error = %e, "the agent's input was not closed");
+                    }
                 }
             }
             AgentEffect::Kill { process } => {

@@ -2,8 +2,8 @@
 //! bounded lines, their input written line by line with the outcome of each write
 //! reported, the group killed on `kill`, on drop and at shutdown.
 //!
-//! Every `let _ = events.send(..)` here can fail only when the host loop has stopped
-//! (its receiver is gone): nobody is left to tell, and the task ends.
+//! An event sent to the host loop ([`tell`]) fails only when the loop has stopped (its
+//! receiver is gone): nobody is left to tell, so it is logged and the task ends.
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,10 +75,7 @@ impl ProcessHandle {
         }
         if let Some(pid) = self.group.and_then(|p| i32::try_from(p).ok()) {
             // ESRCH: already gone; nothing else can fail for a group we started.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            kill_group(pid);
         }
     }
 }
@@ -126,23 +123,27 @@ pub(crate) fn spawn(
             let reason = format!("{program} could not be started: {e}");
             io.spawn(async move {
                 // Nothing was written to it: every write fails whole.
-                let _ = events
-                    .send(IoEvent::Exit {
+                tell(
+                    &events,
+                    IoEvent::Exit {
                         agent,
                         process,
                         reason: reason.clone(),
-                    })
-                    .await;
+                    },
+                )
+                .await;
                 while let Some(c) = commands.recv().await {
                     if let InputCommand::Write(write, _) = c {
-                        let _ = events
-                            .send(IoEvent::Written {
+                        tell(
+                            &events,
+                            IoEvent::Written {
                                 agent,
                                 process,
                                 write,
                                 result: Err(WriteFailure::NotWritten(reason.clone())),
-                            })
-                            .await;
+                            },
+                        )
+                        .await;
                     }
                 }
             });
@@ -263,19 +264,18 @@ pub(crate) fn spawn(
         // own; after this the handle sends no signal (the ID may be reused).
         if let Some(pid) = group.and_then(|p| i32::try_from(p).ok()) {
             // ESRCH: the group left nothing behind.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            kill_group(pid);
         }
         reaped.store(true, Ordering::SeqCst);
-        let _ = events
-            .send(IoEvent::Exit {
+        tell(
+            &events,
+            IoEvent::Exit {
                 agent,
                 process,
                 reason: reason.unwrap_or_else(|| format!("{program} ended")),
-            })
-            .await;
+            },
+        )
+        .await;
     });
     ProcessHandle { input, group, gone }
 }
@@ -330,13 +330,15 @@ pub(crate) fn read_file(
         let result = tokio::task::spawn_blocking(move || read_bounded(&path, limit))
             .await
             .unwrap_or_else(|e| Err(FileError::Io(e.to_string())));
-        let _ = events
-            .send(IoEvent::File {
+        tell(
+            &events,
+            IoEvent::File {
                 agent,
                 read,
                 result,
-            })
-            .await;
+            },
+        )
+        .await;
     });
 }
 
@@ -355,4 +357,24 @@ fn read_bounded(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, FileError
         return Err(FileError::TooLarge { path: shown, limit });
     }
     Ok(bytes)
+}
+
+/// Sends `event` to the host loop; one that has stopped gets nothing, and that is logged.
+async fn tell(events: &mpsc::Sender<IoEvent>, event: IoEvent) {
+    if events.send(event).await.is_err() {
+        tracing::debug!("the host loop has stopped; an agent IO event was not delivered");
+    }
+}
+
+/// Kills process group `pid` with SIGKILL. `ESRCH` (the group is already gone) is the
+/// expected miss; anything else is logged.
+fn kill_group(pid: i32) {
+    use nix::errno::Errno;
+    match nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    ) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!(pid, error = %e, "the agent's process group could not be killed"),
+    }
 }

@@ -786,8 +786,12 @@ async fn connection(socket: WebSocket, device: Device, shared: Arc<SharedHandle>
     // mutation's answer still settles its key (`asked`).
     requests.abort_all();
     drop(conn);
-    // The writer ends when it is cut; a panic in it has nothing left to tell.
-    let _ = writer.await;
+    // The writer ends when it is cut; a panic in it is the one failure left to report.
+    if let Err(e) = writer.await {
+        if e.is_panic() {
+            tracing::error!(error = %e, "a connection's writer panicked");
+        }
+    }
 }
 
 /// Ends when the connection is cut (or its sender is gone).
