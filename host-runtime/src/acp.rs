@@ -10,10 +10,10 @@
 //! | ACP | the host |
 //! |---|---|
 //! | `initialize` | nothing: protocol 1, `loadSession`, no authentication |
-//! | `session/new` | `run.chatJoin` of the session the face was started for; its ACP session ID is the app session ID |
+//! | `session/new` | `run.chatJoin` of the session the face was started for; its ACP session ID is the app session ID. The face attaches to that one session: a second `session/new` is refused (`-32603`, naming the session) rather than answered with the same ID |
 //! | `session/load` | `run.chatJoin`, then `run.chatLoad` of the latest 100 rows, replayed as `session/update` before the answer |
 //! | `session/prompt` | `run.chatOutboxSubmit` (automatic, with an idempotency key); answered when the run its message started ends (`completed`: `end_turn`, `aborted`: `cancelled`, `failed`: an error) |
-//! | `session/cancel` | `run.cancel` |
+//! | `session/cancel` | every unanswered prompt of the session answers `cancelled` (whatever its run's end): a message still in the outbox is removed (`run.chatOutboxRemove`), a run a prompt started is stopped (`run.cancel`) and its prompt answers when the run ends, after its last update |
 //! | `session/update` | the rows of each `blocks` snapshot that are new or changed: reply text as `agent_message_chunk` (only what was not sent yet), reasoning as `agent_thought_chunk`, another device's message as `user_message_chunk`, activity rows as `tool_call` and `tool_call_update` |
 //! | `session/request_permission` | a pending approval card; the client's option is `run.chatResolveApproval` (decided once across devices: a card decided elsewhere first refuses it) |
 //!
@@ -40,8 +40,24 @@ pub const LOAD_ROWS: u64 = 100;
 enum Wire {
     Join,
     Load { acp_id: Value, session: String },
-    Submit { acp_id: Value, op: String },
+    Submit { op: String },
+    Remove { op: String },
     Other,
+}
+
+/// A prompt waiting for the run its message starts.
+#[derive(Debug)]
+struct Prompt {
+    acp_id: Value,
+    session: String,
+    /// The run its message started, once the host says.
+    run: Option<String>,
+    /// The host took the message into the outbox.
+    submitted: bool,
+    /// The client cancelled it: it answers `cancelled` however its run ends.
+    cancelled: bool,
+    /// Its removal from the outbox is asked for.
+    removing: bool,
 }
 
 #[derive(Debug, Default)]
@@ -62,10 +78,13 @@ pub struct AcpFace {
     joined: BTreeSet<String>,
     /// Rows sent to the client, by row key.
     sent: BTreeMap<String, Sent>,
-    /// Prompts waiting for their run: operation to the ACP request id.
-    prompts: BTreeMap<String, Value>,
-    /// Runs started by a prompt: run to operation.
-    runs: BTreeMap<String, String>,
+    /// Prompts not answered yet, by the operation of their message.
+    prompts: BTreeMap<String, Prompt>,
+    /// A `session/new` was answered: the face serves one session.
+    opened: bool,
+    /// Sessions whose run is stopped once the cancelled messages still in their
+    /// outbox are removed (so the stop does not start them).
+    stopping: BTreeSet<String>,
     /// Permission requests of ours: ACP id to the card's four IDs.
     asked: BTreeMap<u64, Value>,
     /// Cards already asked about.
@@ -98,7 +117,8 @@ impl AcpFace {
             joined: BTreeSet::new(),
             sent: BTreeMap::new(),
             prompts: BTreeMap::new(),
-            runs: BTreeMap::new(),
+            opened: false,
+            stopping: BTreeSet::new(),
             asked: BTreeMap::new(),
             cards: BTreeSet::new(),
             own: BTreeSet::new(),
@@ -178,17 +198,63 @@ impl AcpFace {
                     .as_str()
                     .unwrap_or(&self.session)
                     .to_owned();
-                let key = self.key();
-                self.call(
-                    "run.cancel",
-                    json!({ "appSessionId": session, "idempotencyKey": key }),
-                    Wire::Other,
-                );
+                self.cancel(&session);
             }
             (Some(_), None) => {}
             (None, Some(id)) => self.client_answer(&id, &v),
             (None, None) => {}
         }
+    }
+
+    /// `session/cancel`: every prompt of the session answers `cancelled`. A message
+    /// still in the outbox is removed (its prompt answers when the host confirms); a
+    /// message that started a run stops it, after those removals, and its prompt
+    /// answers when the run ends.
+    fn cancel(&mut self, session: &str) {
+        for p in self.prompts.values_mut().filter(|p| p.session == session) {
+            if p.run.is_some() && !p.cancelled {
+                self.stopping.insert(session.to_owned());
+            }
+            p.cancelled = true;
+        }
+        self.advance_cancel(session);
+    }
+
+    /// Asks for the removals a cancel needs, then the stop once none is outstanding.
+    fn advance_cancel(&mut self, session: &str) {
+        let mut remove = Vec::new();
+        let mut outstanding = false;
+        for (op, p) in self.prompts.iter_mut() {
+            if p.session != session || !p.cancelled || p.run.is_some() {
+                continue;
+            }
+            if p.submitted && !p.removing {
+                p.removing = true;
+                remove.push(op.clone());
+            }
+            outstanding |= !p.submitted || p.removing;
+        }
+        for op in remove {
+            let key = self.key();
+            self.call(
+                "run.chatOutboxRemove",
+                json!({ "appSessionId": session, "queueId": format!("acp-{op}"),
+                    "idempotencyKey": key }),
+                Wire::Remove { op },
+            );
+        }
+        if !outstanding && self.stopping.remove(session) {
+            self.stop(session);
+        }
+    }
+
+    fn stop(&mut self, session: &str) {
+        let key = self.key();
+        self.call(
+            "run.cancel",
+            json!({ "appSessionId": session, "idempotencyKey": key }),
+            Wire::Other,
+        );
     }
 
     fn client_request(&mut self, method: &str, id: &Value, params: &Value) {
@@ -199,7 +265,20 @@ impl AcpFace {
                     .agent_info(Implementation::new("custody", env!("CARGO_PKG_VERSION")));
                 self.reply(id, to_value(&r));
             }
+            "session/new" if self.opened => {
+                let message = format!(
+                    "this agent serves one session, {}: start another for a new session",
+                    self.session
+                );
+                self.error(
+                    id,
+                    -32603,
+                    &message,
+                    Some(json!({ "sessionId": self.session })),
+                );
+            }
             "session/new" => {
+                self.opened = true;
                 let session = self.session.clone();
                 self.join(&session);
                 self.reply(id, to_value(&NewSessionResponse::new(session)));
@@ -240,6 +319,17 @@ impl AcpFace {
                 let op = self.key();
                 let key = self.key();
                 self.own.insert(op.clone());
+                self.prompts.insert(
+                    op.clone(),
+                    Prompt {
+                        acp_id: id.clone(),
+                        session: session.clone(),
+                        run: None,
+                        submitted: false,
+                        cancelled: false,
+                        removing: false,
+                    },
+                );
                 self.call(
                     "run.chatOutboxSubmit",
                     json!({
@@ -249,10 +339,7 @@ impl AcpFace {
                         "intent": "automatic", "sendMode": "queue",
                         "idempotencyKey": key,
                     }),
-                    Wire::Submit {
-                        acp_id: id.clone(),
-                        op: op.clone(),
-                    },
+                    Wire::Submit { op: op.clone() },
                 );
             }
             _ => self.error(id, -32601, &format!("Method not found: {method}"), None),
@@ -321,13 +408,40 @@ impl AcpFace {
                 }
                 self.reply(&acp_id, to_value(&LoadSessionResponse::new()));
             }
-            Wire::Submit { acp_id, op } => {
+            Wire::Submit { op } => {
+                let Some(p) = self.prompts.get_mut(&op) else {
+                    return;
+                };
                 if let Some(e) = v.get("error") {
+                    let acp_id = p.acp_id.clone();
+                    let session = p.session.clone();
+                    self.prompts.remove(&op);
                     let message = e["message"].as_str().unwrap_or("refused").to_owned();
                     self.error(&acp_id, -32603, &message, e.get("data").cloned());
+                    self.advance_cancel(&session);
                 } else {
-                    self.prompts.insert(op, acp_id);
+                    p.submitted = true;
+                    let session = p.session.clone();
+                    self.advance_cancel(&session);
                 }
+            }
+            Wire::Remove { op } => {
+                let Some(p) = self.prompts.get_mut(&op) else {
+                    return;
+                };
+                p.removing = false;
+                let session = p.session.clone();
+                // Refused: the message was handed to the agent meanwhile; its run is
+                // stopped when it starts, and the prompt answers when it ends.
+                if v.get("error").is_none() && p.run.is_none() {
+                    let acp_id = p.acp_id.clone();
+                    self.prompts.remove(&op);
+                    self.reply(
+                        &acp_id,
+                        to_value(&PromptResponse::new(StopReason::Cancelled)),
+                    );
+                }
+                self.advance_cancel(&session);
             }
             Wire::Join | Wire::Other => {}
         }
@@ -346,21 +460,36 @@ impl AcpFace {
                 }
             }
             Some("started") => {
-                if let (Some(op), Some(run)) = (p["operationId"].as_str(), p["runId"].as_str()) {
-                    if self.prompts.contains_key(op) {
-                        self.runs.insert(run.to_owned(), op.to_owned());
-                    }
+                let (Some(op), Some(run)) = (p["operationId"].as_str(), p["runId"].as_str()) else {
+                    return;
+                };
+                let Some(prompt) = self.prompts.get_mut(op) else {
+                    return;
+                };
+                prompt.run = Some(run.to_owned());
+                // Cancelled before it started: the run is stopped now.
+                if prompt.cancelled {
+                    self.stopping.insert(session.clone());
+                    self.advance_cancel(&session);
                 }
             }
             Some(end @ ("completed" | "aborted" | "failed")) => {
-                let op = p["runId"]
-                    .as_str()
-                    .and_then(|r| self.runs.remove(r))
-                    .or_else(|| p["operationId"].as_str().map(str::to_owned));
-                let Some(acp_id) = op.and_then(|op| self.prompts.remove(&op)) else {
+                let run = p["runId"].as_str();
+                let by_run = self
+                    .prompts
+                    .iter()
+                    .find(|(_, q)| run.is_some() && q.run.as_deref() == run)
+                    .map(|(op, _)| op.clone());
+                let op = by_run.or_else(|| p["operationId"].as_str().map(str::to_owned));
+                let Some(prompt) = op.and_then(|op| self.prompts.remove(&op)) else {
                     return;
                 };
+                let acp_id = prompt.acp_id;
                 match end {
+                    _ if prompt.cancelled => self.reply(
+                        &acp_id,
+                        to_value(&PromptResponse::new(StopReason::Cancelled)),
+                    ),
                     "completed" => {
                         self.reply(&acp_id, to_value(&PromptResponse::new(StopReason::EndTurn)))
                     }

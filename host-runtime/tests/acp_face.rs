@@ -217,3 +217,85 @@ async fn a_loaded_session_replays_history_and_a_card_is_decided_once_across_devi
     drop(server);
     runtime.shutdown().await.unwrap();
 }
+
+// AG-04: `session/cancel` during a prompt stops the run and removes the client's message
+// still queued behind it; both prompts answer `cancelled` (the protocol's rule whatever
+// the run's end), the queued one never reaches the agent, and the next prompt on the
+// same host session runs and answers `end_turn`. The face serves one session: a second
+// `session/new` is refused, not answered with the same ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_prompt_answers_cancelled_and_the_next_prompt_runs() {
+    let (runtime, server, sends) = serve(ServerConfig::default(), 0).await;
+    let token = pair(&server, "editor").await;
+    let mut c = AcpClient::start(&url(server.local_addr(), &token));
+    c.write(json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": 1, "clientCapabilities": {} } }))
+        .await;
+    c.until("initialize", |v| v["id"] == 1).await;
+    c.write(json!({ "jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": { "cwd": "/", "mcpServers": [] } }))
+        .await;
+    let new = c.until("session/new", |v| v["id"] == 2).await;
+    let session = new["result"]["sessionId"].as_str().unwrap().to_owned();
+    c.write(json!({ "jsonrpc": "2.0", "id": 6, "method": "session/new",
+        "params": { "cwd": "/", "mcpServers": [] } }))
+        .await;
+    let again = c.until("the second session/new", |v| v["id"] == 6).await;
+    assert_eq!(again["error"]["code"], -32603, "{again}");
+    assert_eq!(again["error"]["data"]["sessionId"], session.as_str());
+    c.write(
+        json!({ "jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": { "sessionId": session, "prompt": [{ "type": "text", "text": "slow one" }] } }),
+    )
+    .await;
+    c.until("the first streamed word", |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    c.write(
+        json!({ "jsonrpc": "2.0", "id": 5, "method": "session/prompt",
+        "params": { "sessionId": session, "prompt": [{ "type": "text", "text": "queued" }] } }),
+    )
+    .await;
+    c.write(json!({ "jsonrpc": "2.0", "method": "session/cancel",
+        "params": { "sessionId": session } }))
+        .await;
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let end = c
+            .until("the cancelled prompts' answers", |v| {
+                v["id"] == 3 || v["id"] == 5
+            })
+            .await;
+        assert_eq!(end["result"]["stopReason"], "cancelled", "{end}");
+        answered.push(end["id"].clone());
+    }
+    assert_eq!(
+        sends.load(Ordering::SeqCst),
+        1,
+        "the queued message was not sent"
+    );
+    let streamed = c.updates("agent_message_chunk").join("");
+    assert!(
+        !streamed.contains("word39"),
+        "the stop cut the reply: {streamed}"
+    );
+
+    c.write(
+        json!({ "jsonrpc": "2.0", "id": 4, "method": "session/prompt",
+        "params": { "sessionId": session, "prompt": [{ "type": "text", "text": "after" }] } }),
+    )
+    .await;
+    let seen = c.seen.len();
+    let end = c.until("the next prompt's answer", |v| v["id"] == 4).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    let after: String = c.seen[seen..]
+        .iter()
+        .filter_map(|v| v["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(after, "echo: after", "only the new run's reply, once");
+    assert_eq!(sends.load(Ordering::SeqCst), 2);
+    c.child.kill().await.unwrap();
+    drop(server);
+    runtime.shutdown().await.unwrap();
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use host_core::{
     Agent, AgentCall, AgentEffect, AgentInput, FileError, ProcessId, ReadId, WriteFailure, WriteId,
 };
-use outbox_core::adapter::{Capabilities, SendKind, SendResult};
+use outbox_core::adapter::{Capabilities, SendKind, SendResult, StopResult};
 use outbox_core::entry::Acceptance;
 use outbox_core::ids::{RunId, ThreadId, TurnId};
 use overlay_core::live::RunEventKind;
@@ -31,7 +31,9 @@ use timeline_core::Block;
 /// - `hold`: nothing more, and the run never ends (nor is a stop answered);
 /// - anything else: the reply `echo: <text>`.
 ///
-/// The run ends 50 ms after the last row (3 s after an approval's decision).
+/// The run ends 50 ms after the last row (3 s after an approval's decision). A stop
+/// of a run it plays is answered at once: the rows still to come are dropped and the
+/// run ends `aborted` (a `hold` run's stop is never answered).
 #[derive(Debug)]
 pub struct EchoAgent {
     out: VecDeque<AgentEffect>,
@@ -233,6 +235,37 @@ impl Agent for EchoAgent {
                 // The decided card stays until the run's end removes it (the Codex
                 // cleanup): three seconds, so a person (or a test) sees it.
                 self.end_at = Some((now.saturating_add(Millis(3_000)), session, run));
+            }
+            AgentCall::Stop {
+                attempt,
+                session,
+                run,
+            } => {
+                let playing = self.after_later.as_ref().is_some_and(|(_, r)| *r == run)
+                    || self.end_at.as_ref().is_some_and(|(_, _, r)| *r == run)
+                    || self.asked.as_ref().is_some_and(|(_, _, r)| *r == run);
+                if !playing {
+                    return;
+                }
+                self.later.clear();
+                self.next_at = None;
+                self.after_later = None;
+                self.later_session = None;
+                self.end_at = None;
+                self.asked = None;
+                self.out
+                    .push_back(AgentEffect::Input(AgentInput::StopResult {
+                        attempt,
+                        result: StopResult::Stopped {
+                            untaken: Vec::new(),
+                        },
+                    }));
+                self.out.push_back(AgentEffect::Input(AgentInput::RunEnded {
+                    session,
+                    run,
+                    outcome: RunEventKind::Aborted,
+                    untaken: Vec::new(),
+                }));
             }
             _ => {}
         }
