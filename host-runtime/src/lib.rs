@@ -97,6 +97,8 @@ mod lines;
 mod process;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -84,6 +84,9 @@ pub struct ServerConfig {
     /// served (see [`crate::cluster`]).
     #[cfg(feature = "cluster")]
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// TLS on the listener when given (feature `tls`): `wss://` and `https://` only.
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Default for ServerConfig {
@@ -97,6 +100,8 @@ impl Default for ServerConfig {
             page_wasm: None,
             #[cfg(feature = "cluster")]
             cluster: None,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -107,6 +112,14 @@ impl ServerConfig {
     pub fn dispatch_caps(mut self, load: Duration, other: Duration) -> ServerConfig {
         self.load_cap = load;
         self.other_cap = other;
+        self
+    }
+
+    /// Serves over TLS with `tls` (see [`crate::tls`]).
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> ServerConfig {
+        self.tls = Some(tls);
         self
     }
 
@@ -362,15 +375,38 @@ impl Server {
         }
         let app = app.with_state(Arc::clone(&shared));
         let (stop, stopped) = oneshot::channel::<()>();
+        let stopped = async move {
+            // A dropped sender stops the server too.
+            let _ = stopped.await;
+        };
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &shared.0.config.tls {
+            use axum::serve::ListenerExt;
+            // `tap_io` gives the connection's peer address as its connect info, as a
+            // plain listener does.
+            let listener = crate::tls::TlsListener::new(listener, tls)?.tap_io(|_| {});
+            let task = tokio::spawn(async move {
+                axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(stopped)
+                .await
+            });
+            return Ok(Server {
+                shared,
+                local_addr,
+                stop: Some(stop),
+                task: Some(task),
+                pump: Some(pump),
+            });
+        }
         let task = tokio::spawn(async move {
             axum::serve(
                 listener,
                 app.into_make_service_with_connect_info::<SocketAddr>(),
             )
-            .with_graceful_shutdown(async move {
-                // A dropped sender stops the server too.
-                let _ = stopped.await;
-            })
+            .with_graceful_shutdown(stopped)
             .await
         });
         Ok(Server {
