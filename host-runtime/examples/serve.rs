@@ -8,6 +8,12 @@
 //! cargo run -p host-runtime --features server --example serve
 //! ```
 //!
+//! Over TLS (`https://`, `wss://`) with a PEM certificate chain and its key:
+//!
+//! ```sh
+//! cargo run -p host-runtime --features tls --example serve -- --tls cert.pem key.pem
+//! ```
+//!
 //! The page's timeline is `timeline-wasm` built for wasm32 (the example builds it into
 //! `target/wasm-page`; `rustup target add wasm32-unknown-unknown`).
 
@@ -25,18 +31,52 @@ use timeline_core::{BoundaryToken, HostKey, SessionId};
 
 type Error = Box<dyn std::error::Error>;
 
-fn minutes() -> Result<u64, Error> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
-        [] => Ok(10),
-        [flag, n] if flag == "--minutes" => Ok(n.parse()?),
-        _ => Err("usage: serve [--minutes N]".into()),
+struct Args {
+    minutes: u64,
+    /// The certificate chain and key files.
+    tls: Option<(PathBuf, PathBuf)>,
+}
+
+fn args() -> Result<Args, Error> {
+    let mut args = Args {
+        minutes: 10,
+        tls: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match (flag.as_str(), it.next()) {
+            ("--minutes", Some(n)) => args.minutes = n.parse()?,
+            ("--tls", Some(cert)) => {
+                let key = it.next().ok_or("--tls needs CERT KEY")?;
+                args.tls = Some((cert.into(), key.into()));
+            }
+            _ => return Err("usage: serve [--minutes N] [--tls CERT KEY]".into()),
+        }
+    }
+    Ok(args)
+}
+
+#[cfg(feature = "tls")]
+fn with_tls(config: ServerConfig, tls: Option<(PathBuf, PathBuf)>) -> Result<ServerConfig, Error> {
+    let Some((cert, key)) = tls else {
+        return Ok(config);
+    };
+    let tls = host_runtime::tls::TlsConfig::from_pem(&std::fs::read(cert)?, &std::fs::read(key)?)?;
+    Ok(config.tls(tls))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(config: ServerConfig, tls: Option<(PathBuf, PathBuf)>) -> Result<ServerConfig, Error> {
+    match tls {
+        None => Ok(config),
+        Some(_) => Err("--tls needs the example built with --features tls".into()),
     }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
-    let minutes = minutes()?;
+    let Args { minutes, tls } = args()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let wasm = scripted_model::wasm::timeline_wasm()?;
     let dir = std::env::temp_dir().join(format!("custody-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -71,13 +111,16 @@ async fn main() -> Result<(), Error> {
     let server = Server::start(
         &mut runtime,
         listener,
-        ServerConfig::default().page(wasm),
+        with_tls(ServerConfig::default().page(wasm), tls)?,
         Devices::default(),
         None,
     )
     .await?;
     println!("database:     {}", path.display());
-    println!("open:         http://{}/?session=s1", server.local_addr());
+    println!(
+        "open:         {scheme}://{}/?session=s1",
+        server.local_addr()
+    );
     println!(
         "pairing code: {} (single use, five minutes)",
         server.pairing_code()?

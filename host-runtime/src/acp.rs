@@ -4,7 +4,8 @@
 //! [`AcpFace`] is sans-IO: ACP lines from the client and wire frames from the host's
 //! server go in, ACP lines and wire frames come out. [`serve_stdio`] runs it between
 //! stdin/stdout and the server's WebSocket (`ws://.../ws?token=...`), which is what the
-//! `custody-acp` program does: an editor starts it as its agent. The client sees what the
+//! `custody-acp` program does: an editor starts it as its agent ([`serve_stdio_tls`] for
+//! a server over TLS, `wss://`, feature `tls`). The client sees what the
 //! phones see, because it is a device of the same host:
 //!
 //! | ACP | the host |
@@ -648,13 +649,75 @@ fn to_value<T: serde::Serialize>(t: &T) -> Value {
 ///
 /// The server could not be reached, or a read or write failed.
 pub async fn serve_stdio(url: &str, session: &str) -> std::io::Result<()> {
+    let (ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .map_err(|e| std::io::Error::other(format!("the host at {url}: {e}")))?;
+    face_stdio(ws, session).await
+}
+
+/// [`serve_stdio`] to a server over TLS (feature `tls`): `url` is
+/// `wss://HOST:PORT/ws?token=...`, and the server's certificate must chain to one of
+/// the PEM certificates in `roots` (its own self-signed certificate, or a CA bundle such
+/// as `/etc/ssl/certs/ca-certificates.crt`), for the name `HOST`.
+///
+/// # Errors
+///
+/// `roots` holds no usable certificate, the URL has no host, the server could not be
+/// reached or its certificate is not trusted, or a read or write failed.
+#[cfg(feature = "tls")]
+pub async fn serve_stdio_tls(url: &str, session: &str, roots: &[u8]) -> std::io::Result<()> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+    let mut store = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(roots) {
+        let cert = cert.map_err(|e| bad(format!("unreadable PEM in the roots: {e}")))?;
+        store
+            .add(cert)
+            .map_err(|e| bad(format!("a root certificate was refused: {e}")))?;
+    }
+    if store.is_empty() {
+        return Err(bad("the roots hold no certificate".into()));
+    }
+    let uri: tokio_tungstenite::tungstenite::http::Uri = url
+        .parse()
+        .map_err(|e| bad(format!("not a URL: {url}: {e}")))?;
+    let (Some("wss"), Some(host)) = (uri.scheme_str(), uri.host()) else {
+        return Err(bad(format!("not a wss:// URL with a host: {url}")));
+    };
+    let port = uri.port_u16().unwrap_or(443);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = ServerName::try_from(host.to_owned())
+        .map_err(|e| bad(format!("the host of {url}: {e}")))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| std::io::Error::other(format!("the host at {url}: {e}")))?;
+    let (ws, _) = tokio_tungstenite::client_async(url, tls)
+        .await
+        .map_err(|e| std::io::Error::other(format!("the host at {url}: {e}")))?;
+    face_stdio(ws, session).await
+}
+
+async fn face_stdio<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    session: &str,
+) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use futures_util::{SinkExt, StreamExt};
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     use tokio_tungstenite::tungstenite::Message;
 
-    let (ws, _) = tokio_tungstenite::connect_async(url)
-        .await
-        .map_err(|e| std::io::Error::other(format!("the host at {url}: {e}")))?;
     let (mut tx, mut rx) = ws.split();
     let new_id = Box::new(|| uuid::Uuid::new_v4().to_string());
     let mut face = AcpFace::new(session, new_id);
