@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use outbox_core::adapter::Capabilities;
-use outbox_core::custody::{ConflictKind, SubmitError, ValidationError};
+use outbox_core::custody::{ActionError, ConflictKind, SubmitError, ValidationError};
 use outbox_core::entry::{
     Attachment, Controls, EntryState, EntryStatus, Intent, MessageRequest, SendMode, StoredEntry,
 };
@@ -603,4 +603,69 @@ fn the_memory_fallback_holds_256_records() {
         LedgerRecord::new(LedgerStatus::Sent, Millis(1)),
     )
     .unwrap();
+}
+
+// OB-11: reorder moves a queued entry before another or to the back, keeping its
+// operation; a sending entry is neither moved nor passed; when no position is free
+// between two neighbours the queue is renumbered and the order is still the one asked.
+#[test]
+fn reorder_moves_queued_entries_and_renumbers_when_the_gap_closes() {
+    let mut b = Bench::codex(&["s1"]);
+    b.agent.default = fixtures::adapters::WhenUnscripted::Accept;
+    b.submit("s1", "run", Controls::automatic());
+    for n in ["1", "2", "3"] {
+        b.submit("s1", n, Controls::enqueue());
+    }
+    let order = |b: &mut Bench| -> Vec<String> {
+        b.entries("s1")
+            .iter()
+            .map(|e| e.operation_id.to_string())
+            .collect()
+    };
+    let now = b.now;
+    b.c.reorder(&s("s1"), &q("q-3"), Some(&q("q-1")), now)
+        .unwrap();
+    assert_eq!(order(&mut b), ["op-run", "op-3", "op-1", "op-2"]);
+    b.c.reorder(&s("s1"), &q("q-3"), None, now).unwrap();
+    assert_eq!(order(&mut b), ["op-run", "op-1", "op-2", "op-3"]);
+    b.c.reorder(&s("s1"), &q("q-2"), Some(&q("q-2")), now)
+        .unwrap();
+    assert_eq!(order(&mut b), ["op-run", "op-1", "op-2", "op-3"]);
+
+    assert_eq!(b.entries("s1")[0].state.status(), EntryStatus::Sending);
+    let sending = b.c.reorder(&s("s1"), &q("q-run"), None, now);
+    assert_eq!(sending, Err(ActionError::Blocked));
+    let passing = b.c.reorder(&s("s1"), &q("q-1"), Some(&q("q-run")), now);
+    assert_eq!(passing, Err(ActionError::Blocked));
+    let missing = b.c.reorder(&s("s1"), &q("q-9"), None, now);
+    assert_eq!(missing, Err(ActionError::NotFound));
+    let missing = b.c.reorder(&s("s1"), &q("q-1"), Some(&q("q-9")), now);
+    assert_eq!(missing, Err(ActionError::NotFound));
+
+    // Always the back entry before the second queued one: the gap after the first
+    // queued entry halves each time, until the queue is renumbered (the position step
+    // is 2^20, so well within 40 moves).
+    let mut model = order(&mut b);
+    for _ in 0..40 {
+        let last = model.pop().unwrap();
+        model.insert(2, last.clone());
+        let last_q = last.replace("op-", "q-");
+        let second_q = model[3].replace("op-", "q-");
+        b.c.reorder(&s("s1"), &q(&last_q), Some(&q(&second_q)), now)
+            .unwrap();
+        assert_eq!(order(&mut b), model);
+    }
+    // What the store holds is that order too, not only memory.
+    let stored: Vec<String> =
+        b.c.store()
+            .entries(&s("s1"))
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e {
+                StoredEntry::Entry(e) => Some(e.operation_id.to_string()),
+                _ => None,
+            })
+            .collect();
+    assert_eq!(stored, model);
+    assert_eq!(b.agent.sends.len(), 1, "reordering sent nothing");
 }

@@ -1,4 +1,4 @@
-//! Composer actions on queued entries (OB-11): edit, remove, send now. A sending entry
+//! Composer actions on queued entries (OB-11): edit, remove, send now, reorder. A sending entry
 //! cannot be changed: it stays until the ledger or the history settles it.
 
 use timeline_core::time::Millis;
@@ -176,6 +176,93 @@ impl<S: OutboxStore> Custody<S> {
             }
             self.wake(session, now);
         }
+        Ok(())
+    }
+
+    /// Moves a queued entry to just before the queued entry `before`, or to the back of
+    /// the queue when `before` is `None`; its text, operation and controls stay (the
+    /// seed's "reorder", OB-11). A sending entry cannot be moved, and nothing is placed
+    /// before one: both are [`ActionError::Blocked`], since a sending entry stays at the
+    /// front until the ledger or the history settles it. Moving an entry before itself
+    /// changes nothing. One store write, or one renumbering of the queue when no
+    /// position is free between the two neighbours.
+    pub fn reorder(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        before: Option<&QueueId>,
+        now: Millis,
+    ) -> Result<(), ActionError> {
+        let moved = self.reorder_granted(session, queue_id, before, now);
+        self.action_failed(moved.as_ref().err(), now);
+        moved
+    }
+
+    fn reorder_granted(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+        before: Option<&QueueId>,
+        now: Millis,
+    ) -> Result<(), ActionError> {
+        self.saw(now);
+        let current = self.queued_entry(session, queue_id)?;
+        if let Some(b) = before {
+            self.queued_entry(session, b)?;
+            if b == queue_id {
+                return Ok(());
+            }
+        }
+        let Some(b) = before else {
+            let mut new = current.clone();
+            new.position = self.place(session, Intent::Enqueue, Some(queue_id))?;
+            return self.reorder_write(session, &current, new, now);
+        };
+        // The queue without the moved entry; the moved entry goes in at `at`.
+        let mut order: Vec<(QueueId, i64)> = self
+            .state(session)?
+            .ordered()
+            .filter(|e| e.queue_id != *queue_id)
+            .map(|e| (e.queue_id.clone(), e.position))
+            .collect();
+        let at = order
+            .iter()
+            .position(|(q, _)| q == b)
+            .ok_or(ActionError::NotFound)?;
+        let low = at.checked_sub(1).map(|i| i128::from(order[i].1));
+        let high = i128::from(order[at].1);
+        let free = match low {
+            Some(low) if high - low >= 2 => Some(low + (high - low) / 2),
+            None => Some(high - i128::from(super::submit::POSITION_STEP)),
+            Some(_) => None,
+        };
+        match free.and_then(|p| i64::try_from(p).ok()) {
+            Some(position) => {
+                let mut new = current.clone();
+                new.position = position;
+                self.reorder_write(session, &current, new, now)
+            }
+            None => {
+                order.insert(at, (queue_id.clone(), current.position));
+                let order: Vec<QueueId> = order.into_iter().map(|(q, _)| q).collect();
+                self.renumber(session, &order)?;
+                self.wake(session, now);
+                Ok(())
+            }
+        }
+    }
+
+    fn reorder_write(
+        &mut self,
+        session: &SessionId,
+        current: &OutboxEntry,
+        new: OutboxEntry,
+        now: Millis,
+    ) -> Result<(), ActionError> {
+        if !self.replace(session, current, new)? {
+            return Err(ActionError::Blocked);
+        }
+        self.wake(session, now);
         Ok(())
     }
 

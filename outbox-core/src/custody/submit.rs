@@ -296,33 +296,45 @@ impl<S: OutboxStore> Custody<S> {
             (Some(s), Some(q)) if q - s >= 2 => Ok(s + (q - s) / 2),
             _ => {
                 // No room: renumber the queue with wide gaps and place again.
-                let positions: Vec<(QueueId, i64)> = state
-                    .ordered()
-                    .enumerate()
-                    .map(|(i, e)| (e.queue_id.clone(), (i as i64 + 1) * POSITION_STEP))
-                    .collect();
-                if let Err(e) = self.store.set_positions(session, &positions) {
-                    self.forget(session);
-                    return Err(e);
-                }
-                let renumbered: Vec<OutboxEntry> = {
-                    let state = self.state(session)?;
-                    positions
-                        .iter()
-                        .filter_map(|(q, p)| {
-                            state.get(q).cloned().map(|mut e| {
-                                e.position = *p;
-                                e
-                            })
-                        })
-                        .collect()
-                };
-                for e in renumbered {
-                    self.cached_put(session, e);
-                }
+                let order: Vec<QueueId> = state.ordered().map(|e| e.queue_id.clone()).collect();
+                self.renumber(session, &order)?;
                 self.place(session, intent, moving)
             }
         }
+    }
+
+    /// Gives the entries of `order` the positions of that order, with wide gaps (one
+    /// store write), and memory follows.
+    pub(crate) fn renumber(
+        &mut self,
+        session: &SessionId,
+        order: &[QueueId],
+    ) -> Result<(), StoreError> {
+        let positions: Vec<(QueueId, i64)> = order
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.clone(), (i as i64 + 1).saturating_mul(POSITION_STEP)))
+            .collect();
+        if let Err(e) = self.store.set_positions(session, &positions) {
+            self.forget(session);
+            return Err(e);
+        }
+        let renumbered: Vec<OutboxEntry> = {
+            let state = self.state(session)?;
+            positions
+                .iter()
+                .filter_map(|(q, p)| {
+                    state.get(q).cloned().map(|mut e| {
+                        e.position = *p;
+                        e
+                    })
+                })
+                .collect()
+        };
+        for e in renumbered {
+            self.cached_put(session, e);
+        }
+        Ok(())
     }
 }
 
