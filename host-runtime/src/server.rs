@@ -377,7 +377,9 @@ impl Server {
         let (stop, stopped) = oneshot::channel::<()>();
         let stopped = async move {
             // A dropped sender stops the server too.
-            let _ = stopped.await;
+            if stopped.await.is_err() {
+                tracing::debug!("the server's handle was dropped: stopping");
+            }
         };
         #[cfg(feature = "tls")]
         if let Some(tls) = &shared.0.config.tls {
@@ -456,7 +458,9 @@ impl Server {
     pub async fn shutdown(mut self) -> std::io::Result<()> {
         if let Some(stop) = self.stop.take() {
             // The server may have ended already; nothing then waits for the signal.
-            let _ = stop.send(());
+            if stop.send(()).is_err() {
+                tracing::debug!("the server had already ended");
+            }
         }
         let conns: Vec<Arc<Conn>> = lock(&self.shared.0.conns).values().cloned().collect();
         for conn in conns {
@@ -476,7 +480,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             // Ending anyway: a server that already stopped needs no signal.
-            let _ = stop.send(());
+            if stop.send(()).is_err() {
+                tracing::debug!("the server had already ended");
+            }
         }
         if let Some(pump) = self.pump.take() {
             pump.abort();
@@ -759,7 +765,11 @@ async fn connection(socket: WebSocket, device: Device, shared: Arc<SharedHandle>
                     }));
                     // The socket may already be gone or take nothing; it closes either
                     // way, within a second.
-                    let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(close)).await;
+                    match tokio::time::timeout(Duration::from_secs(1), sink.send(close)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::debug!(error = %e, "the close frame was not sent"),
+                        Err(_) => tracing::debug!("the close frame took over a second"),
+                    }
                     break;
                 }
             }
@@ -833,7 +843,9 @@ async fn connection(socket: WebSocket, device: Device, shared: Arc<SharedHandle>
 /// Ends when the connection is cut (or its sender is gone).
 async fn until_cut(mut cut: watch::Receiver<bool>) {
     // An error means the sender is gone: the connection is over either way.
-    let _ = cut.wait_for(|cut| *cut).await;
+    if cut.wait_for(|cut| *cut).await.is_err() {
+        tracing::debug!("the connection's cut signal is gone");
+    }
 }
 
 /// The host let the scope of `base` go: every connection joined to a session of it is

@@ -8,12 +8,14 @@
 mod page;
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use host_runtime::server::ServerConfig;
+use host_runtime::server::{Server, ServerConfig};
 use host_runtime::tls::{TlsConfig, TlsError};
+use host_runtime::Runtime;
 use page::serve;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
@@ -36,6 +38,14 @@ fn cert() -> Cert {
         key: c.signing_key.serialize_pem(),
         der: c.cert.der().clone(),
     }
+}
+
+/// A server over TLS with a new certificate, over a session with `history` saved rows.
+async fn tls_server(history: usize) -> (Cert, Runtime, Server, Arc<AtomicUsize>) {
+    let cert = cert();
+    let config = TlsConfig::from_pem(cert.pem.as_bytes(), cert.key.as_bytes()).unwrap();
+    let (runtime, server, sends) = serve(ServerConfig::default().tls(config), history).await;
+    (cert, runtime, server, sends)
 }
 
 fn connector(cert: &Cert) -> TlsConnector {
@@ -91,9 +101,7 @@ async fn pair_over_tls(addr: SocketAddr, cert: &Cert, code: &str) -> String {
 // SV-05: a phone pairs over https:// and joins the session over wss://.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_and_the_wire_work_over_tls() {
-    let cert = cert();
-    let config = TlsConfig::from_pem(cert.pem.as_bytes(), cert.key.as_bytes()).unwrap();
-    let (runtime, server, _) = serve(ServerConfig::default().tls(config), 2).await;
+    let (cert, runtime, server, _) = tls_server(2).await;
     let addr = server.local_addr();
     let token = pair_over_tls(addr, &cert, &server.pairing_code().unwrap()).await;
     let url = format!("wss://localhost:{}/ws?token={token}", addr.port());
@@ -140,9 +148,7 @@ async fn pairing_and_the_wire_work_over_tls() {
 // client's pairing behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_and_silent_clients_hold_up_no_one() {
-    let cert = cert();
-    let config = TlsConfig::from_pem(cert.pem.as_bytes(), cert.key.as_bytes()).unwrap();
-    let (runtime, server, _) = serve(ServerConfig::default().tls(config), 0).await;
+    let (cert, runtime, server, _) = tls_server(0).await;
     let addr = server.local_addr();
     let silent = TcpStream::connect(addr).await.unwrap();
     let code = server.pairing_code().unwrap();
@@ -195,9 +201,7 @@ async fn the_acp_face_sends_over_wss() {
     use tokio::io::{AsyncBufReadExt, BufReader};
 
     const FACE: &str = env!("CARGO_BIN_EXE_custody-acp");
-    let cert = cert();
-    let config = TlsConfig::from_pem(cert.pem.as_bytes(), cert.key.as_bytes()).unwrap();
-    let (runtime, server, sends) = serve(ServerConfig::default().tls(config), 0).await;
+    let (cert, runtime, server, sends) = tls_server(0).await;
     let addr = server.local_addr();
     let token = pair_over_tls(addr, &cert, &server.pairing_code().unwrap()).await;
     let url = format!("wss://localhost:{}/ws?token={token}", addr.port());

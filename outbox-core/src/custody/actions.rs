@@ -207,49 +207,44 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), ActionError> {
         self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
-        if let Some(b) = before {
-            self.queued_entry(session, b)?;
-            if b == queue_id {
-                return Ok(());
-            }
-        }
         let Some(b) = before else {
             let mut new = current.clone();
             new.position = self.place(session, Intent::Enqueue, Some(queue_id))?;
             return self.reorder_write(session, &current, new, now);
         };
-        // The queue without the moved entry; the moved entry goes in at `at`.
-        let mut order: Vec<(QueueId, i64)> = self
+        let target = self.queued_entry(session, b)?;
+        if b == queue_id {
+            return Ok(());
+        }
+        // The free position between the target and the entry before it (the moved
+        // entry left out): one lookup in the queue order, not a walk of the queue.
+        let low = self
             .state(session)?
-            .ordered()
-            .filter(|e| e.queue_id != *queue_id)
-            .map(|e| (e.queue_id.clone(), e.position))
-            .collect();
-        let at = order
-            .iter()
-            .position(|(q, _)| q == b)
-            .ok_or(ActionError::NotFound)?;
-        let low = at.checked_sub(1).map(|i| i128::from(order[i].1));
-        let high = i128::from(order[at].1);
+            .position_before(target.position, b, queue_id)
+            .map(i128::from);
+        let high = i128::from(target.position);
         let free = match low {
             Some(low) if high - low >= 2 => Some(low + (high - low) / 2),
             None => Some(high - i128::from(super::submit::POSITION_STEP)),
             Some(_) => None,
         };
-        match free.and_then(|p| i64::try_from(p).ok()) {
-            Some(position) => {
-                let mut new = current.clone();
-                new.position = position;
-                self.reorder_write(session, &current, new, now)
-            }
-            None => {
-                order.insert(at, (queue_id.clone(), current.position));
-                let order: Vec<QueueId> = order.into_iter().map(|(q, _)| q).collect();
-                self.renumber(session, &order)?;
-                self.wake(session, now);
-                Ok(())
-            }
+        if let Some(position) = free.and_then(|p| i64::try_from(p).ok()) {
+            let mut new = current.clone();
+            new.position = position;
+            return self.reorder_write(session, &current, new, now);
         }
+        // No room: the queue in its new order, renumbered.
+        let mut order: Vec<QueueId> = self
+            .state(session)?
+            .ordered()
+            .map(|e| e.queue_id.clone())
+            .filter(|q| q != queue_id)
+            .collect();
+        let at = order.iter().position(|q| q == b).unwrap_or(order.len());
+        order.insert(at, queue_id.clone());
+        self.renumber(session, &order)?;
+        self.wake(session, now);
+        Ok(())
     }
 
     fn reorder_write(

@@ -141,6 +141,21 @@ impl SessionState {
         self.order.iter().filter_map(|(_, q)| self.entries.get(q))
     }
 
+    /// The position of the entry just before (`position`, `queue_id`) in queue order,
+    /// not counting the entry `skip` (the one being moved).
+    pub(crate) fn position_before(
+        &self,
+        position: i64,
+        queue_id: &QueueId,
+        skip: &QueueId,
+    ) -> Option<i64> {
+        self.order
+            .range(..(position, queue_id.clone()))
+            .rev()
+            .find(|(_, q)| q != skip)
+            .map(|(p, _)| *p)
+    }
+
     /// The highest position of any entry.
     pub(crate) fn max_position(&self) -> Option<i64> {
         let decoded = self.order.last().map(|(p, _)| *p);
