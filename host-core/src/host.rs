@@ -673,6 +673,16 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             ClientRequest::Remove { session, queue_id } => {
                 Some(Reply::Done(self.custody.remove(&session, &queue_id, now)))
             }
+            ClientRequest::Reorder {
+                session,
+                queue_id,
+                before,
+            } => Some(Reply::Done(self.custody.reorder(
+                &session,
+                &queue_id,
+                before.as_ref(),
+                now,
+            ))),
             ClientRequest::SendNow { session, queue_id } => {
                 Some(Reply::Done(self.custody.send_now(&session, &queue_id, now)))
             }

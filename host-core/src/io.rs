@@ -47,6 +47,16 @@ pub enum ClientRequest {
         /// The entry.
         queue_id: QueueId,
     },
+    /// Move a queued message just before another queued one, or to the back of the
+    /// queue (OB-11): [`Reply::Done`].
+    Reorder {
+        /// The app session it concerns.
+        session: SessionId,
+        /// The entry moved.
+        queue_id: QueueId,
+        /// The queued entry it goes before; `None` for the back of the queue.
+        before: Option<QueueId>,
+    },
     /// Send a queued message now: [`Reply::Done`].
     SendNow {
         /// The app session it concerns.
@@ -338,7 +348,7 @@ pub enum Reply {
     Submitted(Result<Receipt, SubmitError>),
     /// [`ClientRequest::Edit`].
     Edited(Result<Receipt, ActionError>),
-    /// Remove, send now, stop and send now, unsubscribe, leave.
+    /// Remove, reorder, send now, stop and send now, unsubscribe, leave.
     Done(Result<(), ActionError>),
     /// [`ClientRequest::Stop`].
     Stop(StopAnswer),

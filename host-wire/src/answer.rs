@@ -13,7 +13,7 @@ use crate::error::{WireError, INTERNAL_ERROR};
 use crate::event::replay_frame;
 use crate::frame::{RequestId, Response};
 
-/// The result of `run.chatOutboxRemove`, `run.chatOutboxSendNow`,
+/// The result of `run.chatOutboxRemove`, `run.chatOutboxReorder`, `run.chatOutboxSendNow`,
 /// `run.chatOutboxStopAndSendNow` and `run.chatLeave`: done, nothing more to say.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Ack {}

@@ -4,8 +4,8 @@
 //! The seed names the loads, the reconcile, stop and send now, `run.cancel`, `run.list`
 //! and `run.chatResolveApproval`. It leaves the other outbox commands and a phone's join
 //! and leave unnamed; they are named here in the same style: `run.chatOutboxSubmit`,
-//! `run.chatOutboxEdit`, `run.chatOutboxRemove`, `run.chatOutboxSendNow`,
-//! `run.chatJoin`, `run.chatLeave`.
+//! `run.chatOutboxEdit`, `run.chatOutboxRemove`, `run.chatOutboxReorder`,
+//! `run.chatOutboxSendNow`, `run.chatJoin`, `run.chatLeave`.
 
 use outbox_core::entry::{Controls, Intent, MessageRequest, SendMode};
 use outbox_core::ids::{IdempotencyKey, OperationId, QueueId};
@@ -158,6 +158,23 @@ pub struct OutboxEntryParams {
     pub idempotency_key: IdempotencyKey,
 }
 
+/// `run.chatOutboxReorder` (wire version 2): move a queued entry just before another
+/// queued entry, or to the back of the queue; its text, operation and controls stay.
+/// A sending entry is neither moved nor passed (`ENTRY_BLOCKED`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatOutboxReorderParams {
+    /// The app session that owns the outbox.
+    pub app_session_id: SessionId,
+    /// The entry moved.
+    pub queue_id: QueueId,
+    /// The queued entry it goes before; absent for the back of the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_queue_id: Option<QueueId>,
+    /// The remote mutation request.
+    pub idempotency_key: IdempotencyKey,
+}
+
 /// `run.cancel`: stop the session's active run (queued messages stay).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -250,6 +267,9 @@ pub enum Call {
     /// `run.chatOutboxRemove`.
     #[serde(rename = "run.chatOutboxRemove")]
     ChatOutboxRemove(OutboxEntryParams),
+    /// `run.chatOutboxReorder`.
+    #[serde(rename = "run.chatOutboxReorder")]
+    ChatOutboxReorder(ChatOutboxReorderParams),
     /// `run.chatOutboxSendNow`.
     #[serde(rename = "run.chatOutboxSendNow")]
     ChatOutboxSendNow(OutboxEntryParams),
@@ -283,6 +303,7 @@ pub const METHODS: &[&str] = &[
     "run.chatOutboxSubmit",
     "run.chatOutboxEdit",
     "run.chatOutboxRemove",
+    "run.chatOutboxReorder",
     "run.chatOutboxSendNow",
     "run.chatOutboxStopAndSendNow",
     "run.cancel",
@@ -315,6 +336,7 @@ impl Call {
             Call::ChatReconcileSessions(p) => p.app_session_ids.iter().collect(),
             Call::ChatOutboxSubmit(p) => vec![&p.app_session_id],
             Call::ChatOutboxEdit(p) => vec![&p.app_session_id],
+            Call::ChatOutboxReorder(p) => vec![&p.app_session_id],
             Call::ChatOutboxRemove(p)
             | Call::ChatOutboxSendNow(p)
             | Call::ChatOutboxStopAndSendNow(p) => vec![&p.app_session_id],
@@ -336,6 +358,7 @@ impl Call {
             Call::ChatOutboxSubmit(_) => "run.chatOutboxSubmit",
             Call::ChatOutboxEdit(_) => "run.chatOutboxEdit",
             Call::ChatOutboxRemove(_) => "run.chatOutboxRemove",
+            Call::ChatOutboxReorder(_) => "run.chatOutboxReorder",
             Call::ChatOutboxSendNow(_) => "run.chatOutboxSendNow",
             Call::ChatOutboxStopAndSendNow(_) => "run.chatOutboxStopAndSendNow",
             Call::Cancel(_) => "run.cancel",
@@ -359,6 +382,7 @@ impl Call {
         match self {
             Call::ChatOutboxSubmit(p) => Some(&p.idempotency_key),
             Call::ChatOutboxEdit(p) => Some(&p.idempotency_key),
+            Call::ChatOutboxReorder(p) => Some(&p.idempotency_key),
             Call::ChatOutboxRemove(p)
             | Call::ChatOutboxSendNow(p)
             | Call::ChatOutboxStopAndSendNow(p) => Some(&p.idempotency_key),
@@ -447,6 +471,11 @@ impl Call {
             Call::ChatOutboxRemove(p) => R::Remove {
                 session: p.app_session_id,
                 queue_id: p.queue_id,
+            },
+            Call::ChatOutboxReorder(p) => R::Reorder {
+                session: p.app_session_id,
+                queue_id: p.queue_id,
+                before: p.before_queue_id,
             },
             Call::ChatOutboxSendNow(p) => R::SendNow {
                 session: p.app_session_id,

@@ -15,7 +15,9 @@ use crate::frame::{Notification, Request, Response};
 /// The wire's version. A new version only adds (fields, methods, events, codes); a
 /// client of an older version keeps working, and the messages of every older version
 /// still decode (the test of `schema/<version>/examples`).
-pub const WIRE_VERSION: u32 = 1;
+///
+/// Version 2 added `run.chatOutboxReorder`.
+pub const WIRE_VERSION: u32 = 2;
 
 fn schema_of<T: JsonSchema>() -> Schema {
     SchemaSettings::draft2020_12()
@@ -67,6 +69,7 @@ pub fn result_schemas() -> Vec<(&'static str, Schema)> {
         ("run.chatOutboxSubmit", schema_of::<Receipt>()),
         ("run.chatOutboxEdit", schema_of::<Receipt>()),
         ("run.chatOutboxRemove", schema_of::<Ack>()),
+        ("run.chatOutboxReorder", schema_of::<Ack>()),
         ("run.chatOutboxSendNow", schema_of::<Ack>()),
         ("run.chatOutboxStopAndSendNow", schema_of::<Ack>()),
         ("run.cancel", schema_of::<CancelResult>()),

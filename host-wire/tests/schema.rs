@@ -93,6 +93,10 @@ fn versions() -> Vec<u32> {
 
 fn examples(version: u32, kind: &str) -> Vec<(String, String)> {
     let dir = schema_dir(version).join("examples").join(kind);
+    if !dir.exists() {
+        // A version that added no message of this kind holds no examples of it.
+        return Vec::new();
+    }
     let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| {
@@ -106,7 +110,8 @@ fn examples(version: u32, kind: &str) -> Vec<(String, String)> {
 }
 
 // WI-03: additive only. The requests of every version, this one's included, decode
-// with this version's decoder and validate against this version's schema.
+// with this version's decoder and validate against this version's schema; each
+// version's examples show what it added, and together they hold every method.
 #[test]
 fn every_versions_requests_still_decode() {
     let now = validator(WIRE_VERSION, "request.json");
@@ -126,9 +131,7 @@ fn every_versions_requests_still_decode() {
             let request = decode_request(&text)
                 .unwrap_or_else(|r| panic!("v{version} {name} no longer decodes: {r}"));
             request.call.clone().into_client_request().unwrap();
-            if version == WIRE_VERSION {
-                methods_seen.insert(request.call.method());
-            }
+            methods_seen.insert(request.call.method());
         }
     }
     let all: BTreeSet<&str> = METHODS.iter().copied().collect();

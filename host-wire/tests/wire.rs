@@ -842,3 +842,95 @@ fn a_submit_repeated_under_its_key_is_one_message() {
         .count();
     assert_eq!(sends, 1, "one message handed to the agent");
 }
+
+// OB-11, WI-01: `run.chatOutboxReorder` moves queued messages before another or to the
+// back; the agent is then given them in the new order, and a move past the message
+// the agent is being given is refused.
+#[test]
+fn a_reorder_on_the_wire_changes_which_message_goes_next() {
+    let mut rig = Rig::new();
+    rig.call(
+        "run.chatOutboxSubmit",
+        submit_params("op-1", "automatic", "k1"),
+    );
+    let first = rig.take_send();
+    let SendKind::Start { run } = first.kind.clone() else {
+        panic!("a start")
+    };
+    rig.agent(AgentInput::SendResult {
+        attempt: first.attempt,
+        result: SendResult::Accepted(Acceptance {
+            run_id: run.clone(),
+            thread_id: ThreadId::new("thread-1").unwrap(),
+            turn_id: TurnId::new("turn-1").unwrap(),
+            accepted_at: rig.now,
+        }),
+    });
+    for (op, key) in [("op-2", "k2"), ("op-3", "k3"), ("op-4", "k4")] {
+        rig.call("run.chatOutboxSubmit", submit_params(op, "enqueue", key));
+    }
+    let reorder = |queue: &str, before: Option<&str>, key: &str| {
+        let mut params = serde_json::json!({
+            "appSessionId": "s1", "queueId": queue, "idempotencyKey": key,
+        });
+        if let Some(b) = before {
+            params["beforeQueueId"] = serde_json::json!(b);
+        }
+        params
+    };
+    // 2, 3, 4 → 4, 2, 3 → 4, 3, 2.
+    let moved = rig.call(
+        "run.chatOutboxReorder",
+        reorder("q-op-4", Some("q-op-2"), "k5"),
+    );
+    assert_eq!(moved["result"], serde_json::json!({}));
+    let moved = rig.call("run.chatOutboxReorder", reorder("q-op-2", None, "k6"));
+    assert_eq!(moved["result"], serde_json::json!({}));
+    let unknown = rig.call(
+        "run.chatOutboxReorder",
+        reorder("q-op-9", Some("q-op-3"), "k7"),
+    );
+    assert_eq!(error_code(&unknown), "ENTRY_NOT_FOUND");
+    let before_unknown = rig.call(
+        "run.chatOutboxReorder",
+        reorder("q-op-3", Some("q-op-9"), "k8"),
+    );
+    assert_eq!(error_code(&before_unknown), "ENTRY_NOT_FOUND");
+
+    let mut order = Vec::new();
+    let mut run = run;
+    for turn in 2..=4 {
+        rig.agent(AgentInput::RunEnded {
+            session: sid("s1"),
+            run: run.clone(),
+            outcome: overlay_core::RunEventKind::Completed,
+            untaken: Vec::new(),
+        });
+        let send = rig.take_send();
+        order.push(send.operation_id.as_str().to_owned());
+        let SendKind::Start { run: next } = send.kind.clone() else {
+            panic!("a start")
+        };
+        if turn == 2 {
+            // The message being given to the agent is neither moved nor passed.
+            let sending = rig.call("run.chatOutboxReorder", reorder("q-op-4", None, "k9"));
+            assert_eq!(error_code(&sending), "ENTRY_BLOCKED");
+            let past = rig.call(
+                "run.chatOutboxReorder",
+                reorder("q-op-2", Some("q-op-4"), "k10"),
+            );
+            assert_eq!(error_code(&past), "ENTRY_BLOCKED");
+        }
+        rig.agent(AgentInput::SendResult {
+            attempt: send.attempt,
+            result: SendResult::Accepted(Acceptance {
+                run_id: next.clone(),
+                thread_id: ThreadId::new("thread-1").unwrap(),
+                turn_id: TurnId::new(format!("turn-{turn}")).unwrap(),
+                accepted_at: rig.now,
+            }),
+        });
+        run = next;
+    }
+    assert_eq!(order, ["op-4", "op-3", "op-2"]);
+}
