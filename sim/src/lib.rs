@@ -146,6 +146,9 @@ pub fn command(cfg: &Config) -> String {
     if !cfg.replace_latest {
         s.push_str(" --no-replace-latest");
     }
+    if !cfg.reorder {
+        s.push_str(" --no-reorder");
+    }
     if let Some(b) = cfg.backend {
         s.push_str(match b {
             Backend::Memory => " --backend memory",

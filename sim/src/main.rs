@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! sim --seed N [--steps K] [--without kind,...] [--backend memory|sqlite] [--trace]
-//!     [--no-replace-latest]
+//!     [--no-replace-latest] [--no-reorder]
 //! sim --seeds A..B [--steps K] [--jobs J] [--shrink] [--keep-going] [--no-replace-latest]
+//!     [--no-reorder]
 //! ```
 //!
 //! One seed prints its report (and with `--trace` every line of its trace). A range runs
@@ -31,10 +32,12 @@ struct Args {
     shrink: bool,
     keep_going: bool,
     replace_latest: bool,
+    reorder: bool,
 }
 
 const USAGE: &str = "usage: sim --seed N | --seeds A..B  [--steps K] [--without kind,...] \
-[--backend memory|sqlite] [--trace] [--jobs J] [--shrink] [--keep-going] [--no-replace-latest]";
+[--backend memory|sqlite] [--trace] [--jobs J] [--shrink] [--keep-going] [--no-replace-latest] \
+[--no-reorder]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
@@ -48,6 +51,7 @@ fn parse() -> Result<Args, String> {
         shrink: false,
         keep_going: false,
         replace_latest: true,
+        reorder: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -88,6 +92,7 @@ fn parse() -> Result<Args, String> {
             "--shrink" => args.shrink = true,
             "--keep-going" => args.keep_going = true,
             "--no-replace-latest" => args.replace_latest = false,
+            "--no-reorder" => args.reorder = false,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -104,6 +109,7 @@ fn config(args: &Args, seed: u64) -> Config {
     cfg.without = args.without.clone();
     cfg.backend = args.backend;
     cfg.replace_latest = args.replace_latest;
+    cfg.reorder = args.reorder;
     cfg
 }
 
@@ -288,6 +294,11 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
         stats.rollbacks_again,
         stats.threads_gone,
         stats.fresh_sends
+    );
+    sim::say!(
+        "reorders: {} asked, {} carried out",
+        stats.reorders,
+        stats.reordered
     );
     let known = known
         .lock()

@@ -1,6 +1,6 @@
 //! What users do: send (automatic, steer, queue, interrupt, replace latest), edit,
-//! remove, send now, stop, stop and send now, decide approvals, page older, jump to a
-//! row and back, reload, open another session.
+//! remove, reorder, send now, stop, stop and send now, decide approvals, page older, jump
+//! to a row and back, reload, open another session.
 //!
 //! Replace latest (`replace-latest` + `interrupt-running`, with `rollbackBeforeSend`)
 //! is drawn from a stream of its own ([`REPLACE_LATEST`] of the actions), on Codex
@@ -21,9 +21,16 @@ use crate::world::{Asked, World};
 /// The share of user actions that are a replace latest.
 pub(crate) const REPLACE_LATEST: f64 = 0.03;
 
+/// The share of user actions that are a reorder (drawn from a stream of its own).
+pub(crate) const REORDER: f64 = 0.04;
+
 impl World {
     /// One user action on a random client.
     pub(crate) fn user_action(&mut self) {
+        if self.reorders.chance(REORDER) && self.cfg.reorder {
+            self.reorder();
+            return;
+        }
         if self.actions.chance(REPLACE_LATEST) && self.cfg.replace_latest {
             // Its own stream picks the client, so the world's stream draws only what the
             // send itself draws.
@@ -141,6 +148,38 @@ impl World {
             // Open another session.
             _ => self.switch_session(c),
         }
+    }
+
+    /// A client moves one of its session's messages before another, or to the back
+    /// (every draw from the reorder stream).
+    fn reorder(&mut self) {
+        let c = self.reorders.index(self.clients.len());
+        let session = self.clients[c].session.clone();
+        let queues: Vec<QueueId> = self
+            .messages
+            .values()
+            .filter(|m| m.session == session && !m.replaced && !m.removed)
+            .map(|m| m.queue.clone())
+            .collect();
+        if queues.is_empty() {
+            return;
+        }
+        let queue_id = queues[self.reorders.index(queues.len())].clone();
+        let before = if self.reorders.chance(0.25) {
+            None
+        } else {
+            Some(queues[self.reorders.index(queues.len())].clone())
+        };
+        self.stats.reorders += 1;
+        self.request(
+            c,
+            Asked::Reorder,
+            ClientRequest::Reorder {
+                session,
+                queue_id,
+                before,
+            },
+        );
     }
 
     /// A queue entry of `session`: one of the messages sent to it.

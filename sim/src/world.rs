@@ -70,6 +70,9 @@ pub struct Config {
     /// their own, so a run without it is the run the seed made before replace latest
     /// was driven (`--no-replace-latest`).
     pub replace_latest: bool,
+    /// Users also reorder queued messages (on by default), drawn from a stream of its
+    /// own like replace latest (`--no-reorder`).
+    pub reorder: bool,
 }
 
 impl Config {
@@ -84,6 +87,7 @@ impl Config {
             echo: false,
             trace: true,
             replace_latest: true,
+            reorder: true,
         }
     }
 }
@@ -131,6 +135,10 @@ pub struct Stats {
     pub rollbacks_again: u64,
     /// Times the agent answered that a thread is gone.
     pub threads_gone: u64,
+    /// Reorders users asked.
+    pub reorders: u64,
+    /// Reorders the host carried out.
+    pub reordered: u64,
 }
 
 impl Stats {
@@ -153,6 +161,8 @@ impl Stats {
         self.rollbacks += other.rollbacks;
         self.rollbacks_again += other.rollbacks_again;
         self.threads_gone += other.threads_gone;
+        self.reorders += other.reorders;
+        self.reordered += other.reordered;
     }
 }
 
@@ -178,6 +188,7 @@ pub(crate) enum Asked {
     Submit(OperationId),
     Edit { old: OperationId, new: OperationId },
     Remove(QueueId),
+    Reorder,
     SendNow,
     StopAndSendNow,
     Stop,
@@ -220,6 +231,8 @@ pub struct World {
     /// own, so a run that never draws one runs exactly as before replace latest was
     /// driven (the seeds pinned in `tests/regressions.rs` build their situations still).
     pub(crate) actions: Rng,
+    /// The draws of reorders, a stream of their own for the same reason.
+    pub(crate) reorders: Rng,
     pub(crate) faults: Faults,
     /// Faults injected so far.
     pub counts: FaultCounts,
@@ -316,6 +329,7 @@ impl World {
     pub fn new(cfg: Config) -> Result<World, String> {
         let mut rng = Rng::new(cfg.seed);
         let actions = Rng::new(cfg.seed ^ 0x7265_706c_6163_6521);
+        let reorders = Rng::new(cfg.seed ^ 0x7265_6f72_6465_7221);
         let faults = Faults::draw(&mut rng, &cfg.without);
         let sqlite = rng.chance(1.0 / 16.0);
         let backend = cfg.backend.unwrap_or(if sqlite {
@@ -398,6 +412,7 @@ impl World {
             cfg,
             rng,
             actions,
+            reorders,
             faults,
             counts: FaultCounts::default(),
             now: millis(10_000),
@@ -766,6 +781,7 @@ impl World {
                     );
                 }
             }
+            (Asked::Reorder, Reply::Done(Ok(()))) => self.stats.reordered += 1,
             (Asked::Remove(queue), Reply::Done(Ok(()))) => {
                 let op = self.queues.get(&queue).cloned();
                 if let Some(op) = op {
@@ -2292,6 +2308,9 @@ fn request_line(r: &ClientRequest) -> String {
         } => format!("edit {queue_id} → {new_operation}"),
         ClientRequest::Remove { queue_id, .. } => format!("remove {queue_id}"),
         ClientRequest::SendNow { queue_id, .. } => format!("send-now {queue_id}"),
+        ClientRequest::Reorder {
+            queue_id, before, ..
+        } => format!("reorder {queue_id} before {before:?}"),
         ClientRequest::Stop { session } => format!("stop {session}"),
         ClientRequest::StopAndSendNow { queue_id, .. } => format!("stop-and-send-now {queue_id}"),
         ClientRequest::LatestWindow {
