@@ -10,7 +10,7 @@
 //!
 //! | `cmd` | fields | what it does |
 //! |---|---|---|
-//! | `new` | `mode` (`phone` or `desktop`) | a fresh timeline |
+//! | `new` | `mode` (`phone` or `desktop`) | a fresh timeline (and conversation) |
 //! | `open` | `target`, `now` | opens a target (the session for the main conversation) |
 //! | `window` | `tag`, `answer`, `now` | a `run.chatLoad` answer |
 //! | `older` | `tag`, `answer`, `now` | a `run.chatLoadPageBefore` answer |
@@ -22,8 +22,26 @@
 //! | `confirm` | `operationId` | the receipt came |
 //! | `delivered` | `operationId` | the sent proof came |
 //! | `removePending` | `operationId` | the user removed the message |
-//! | `loadOlder`, `reload`, `recover`, `timeout` | `now` | as the timeline's methods |
+//! | `loadAnchored` | `anchor`, `now` | a window at an anchor (`{kind, token}` or `{kind:"row", row}`) |
+//! | `loadOlder`, `loadNewer`, `reload`, `recover` | `now` | as the timeline's methods |
+//! | `timeout` | `now` | the timeline's and the conversation's timers |
 //! | `rows` | | the rows |
+//!
+//! A phone also keeps the conversation the host's record replays on join (RB-04,
+//! [`timeline_core::replay::ConversationClient`]). Its commands answer with its `rows`
+//! instead: `{origin: "record", seq, kind, text, ...}` for each entry in the server's
+//! order (`kind` `init`, `user` with its `clientId`, `assistant`, `approval` with its
+//! `requestId` and `outcome`, `omitted` with its `bytes`), then `{origin: "pending",
+//! clientId, text}` for each send the server has not acknowledged; and with `running`,
+//! `truncated`, `reclaimed` and `rebuilding`.
+//!
+//! | `cmd` | fields | what it does |
+//! |---|---|---|
+//! | `replayChunk` | `chunk`, `now` | one `structured_replay` chunk (the notification's params) |
+//! | `relayEvent` | `event` | one live event of the record (with its `seq`) |
+//! | `sendPending` | `clientId`, `text` | an optimistic send's placeholder |
+//! | `queued` | `queued` | how many messages this client holds queued |
+//! | `view` | | the conversation's rows |
 //!
 //! An `answer` is `{"ok": <result>}` or `{"errorCode": <code>}` (the wire's
 //! `data.errorCode`, or `TIMED_OUT` when the caller gave up waiting). A `tag` is given
@@ -41,6 +59,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use timeline_core::anchor::Anchor;
 use timeline_core::key::{OperationId, TargetId};
+use timeline_core::replay::{
+    ClientEffect, ConversationClient, EntryKind, ReplayOutcome, ReplayProblem, ViewRow,
+};
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
     ClientMode, Effect, LoadFailure, LoadReason, LoadState, Origin, Outcome, PendingSend,
@@ -179,6 +200,13 @@ enum Command {
     LoadOlder {
         now: Millis,
     },
+    LoadNewer {
+        now: Millis,
+    },
+    LoadAnchored {
+        anchor: Anchor,
+        now: Millis,
+    },
     Reload {
         now: Millis,
     },
@@ -189,6 +217,29 @@ enum Command {
         now: Millis,
     },
     Rows,
+}
+
+/// The conversation's commands.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "cmd", rename_all = "camelCase")]
+enum ConversationCommand {
+    // Values, not raw text: an internally tagged enum buffers its fields anyway.
+    ReplayChunk {
+        chunk: Value,
+        now: Millis,
+    },
+    RelayEvent {
+        event: Value,
+    },
+    #[serde(rename_all = "camelCase")]
+    SendPending {
+        client_id: String,
+        text: String,
+    },
+    Queued {
+        queued: usize,
+    },
+    View,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize)]
@@ -202,12 +253,14 @@ enum Mode {
 #[derive(Debug)]
 pub struct Client {
     timeline: Timeline,
+    conversation: ConversationClient,
 }
 
 impl Default for Client {
     fn default() -> Client {
         Client {
             timeline: Timeline::new(ClientMode::Phone),
+            conversation: ConversationClient::new(),
         }
     }
 }
@@ -226,6 +279,12 @@ impl Client {
             Err(e) => return refused(e),
         };
         let (outcome, rows_changed) = match head.cmd.as_ref() {
+            "replayChunk" | "relayEvent" | "sendPending" | "queued" | "view" => {
+                return match serde_json::from_str::<ConversationCommand>(command) {
+                    Ok(c) => self.converse(c),
+                    Err(e) => refused(e),
+                };
+            }
             kind @ ("window" | "older" | "anchored") => {
                 match serde_json::from_str::<AnswerCommand>(command) {
                     Ok(c) => self.answer(kind, c),
@@ -237,14 +296,10 @@ impl Client {
                 Err(e) => return refused(e),
             },
         };
-        let mut effects = Vec::new();
-        while let Some(effect) = self.timeline.poll_effect() {
-            effects.push(effect_json(&effect));
-        }
         let mut answer = json!({
             "outcome": outcome,
-            "effects": effects,
-            "timeout": self.timeline.poll_timeout().map(Millis::as_u64),
+            "effects": self.effects(),
+            "timeout": self.timeout(),
             "loadState": load_state(self.timeline.load_state()),
         });
         if rows_changed {
@@ -260,6 +315,63 @@ impl Client {
             return out;
         }
         answer.to_string()
+    }
+
+    /// Every effect waiting: the timeline's, then the conversation's.
+    fn effects(&mut self) -> Vec<Value> {
+        let mut effects = Vec::new();
+        while let Some(effect) = self.timeline.poll_effect() {
+            effects.push(effect_json(&effect));
+        }
+        while let Some(effect) = self.conversation.poll_effect() {
+            effects.push(conversation_effect_json(&effect));
+        }
+        effects
+    }
+
+    /// The earlier of the two machines' deadlines.
+    fn timeout(&self) -> Option<u64> {
+        [
+            self.timeline.poll_timeout(),
+            self.conversation.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(Millis::as_u64)
+    }
+
+    /// A command of the conversation; its whole answer.
+    fn converse(&mut self, command: ConversationCommand) -> String {
+        let c = &mut self.conversation;
+        let outcome = match command {
+            ConversationCommand::ReplayChunk { chunk, now } => {
+                replay_outcome_json(&c.handle_replay_chunk(&chunk.to_string(), now))
+            }
+            ConversationCommand::RelayEvent { event } => {
+                replay_outcome_json(&c.handle_live(&event.to_string()))
+            }
+            ConversationCommand::SendPending { client_id, text } => {
+                c.send(&client_id, &text);
+                json!("applied")
+            }
+            ConversationCommand::Queued { queued } => {
+                c.set_queued(queued);
+                json!("applied")
+            }
+            ConversationCommand::View => json!("unchanged"),
+        };
+        json!({
+            "outcome": outcome,
+            "effects": self.effects(),
+            "timeout": self.timeout(),
+            "running": self.conversation.running(),
+            "truncated": self.conversation.truncated(),
+            "reclaimed": self.conversation.reclaimed(),
+            "rebuilding": self.conversation.rebuilding(),
+            "rows": self.conversation.view().iter().map(view_row_json).collect::<Vec<_>>(),
+        })
+        .to_string()
     }
 
     /// A load's answer.
@@ -287,6 +399,7 @@ impl Client {
                     Mode::Phone => ClientMode::Phone,
                     Mode::Desktop => ClientMode::Desktop,
                 });
+                self.conversation = ConversationClient::new();
                 return (json!("applied"), true);
             }
             Command::Open { target, now } => {
@@ -316,6 +429,16 @@ impl Client {
                 let asked = t.load_older(now);
                 return (json!(if asked { "applied" } else { "unchanged" }), false);
             }
+            Command::LoadNewer { now } => {
+                let asked = t.load_newer(now);
+                return (json!(if asked { "applied" } else { "unchanged" }), false);
+            }
+            Command::LoadAnchored { anchor, now } => {
+                return match t.load_anchored(anchor, now) {
+                    Ok(()) => (json!("applied"), false),
+                    Err(e) => (json!({ "refused": e.to_string() }), false),
+                };
+            }
             Command::Reload { now } => {
                 t.reload(now);
                 return (json!("applied"), false);
@@ -326,6 +449,7 @@ impl Client {
             }
             Command::Timeout { now } => {
                 t.handle_timeout(now);
+                self.conversation.handle_timeout(now);
                 return (json!("applied"), true);
             }
             Command::Rows => return (json!("unchanged"), true),
@@ -420,6 +544,72 @@ fn effect_json(effect: &Effect) -> Value {
             json!({ "kind": "receiptOverdue", "operationId": operation_id })
         }
         other => json!({ "kind": "other", "debug": format!("{other:?}") }),
+    }
+}
+
+fn replay_outcome_json(outcome: &ReplayOutcome) -> Value {
+    match outcome {
+        ReplayOutcome::Progress => json!("progress"),
+        ReplayOutcome::Complete => json!("complete"),
+        ReplayOutcome::Applied => json!("applied"),
+        ReplayOutcome::Ignored => json!("ignored"),
+        ReplayOutcome::RequestReplay(why) => json!({ "requestReplay": match why {
+            ReplayProblem::Malformed => "malformed",
+            ReplayProblem::OutOfOrder => "outOfOrder",
+            ReplayProblem::MissingLastChunk => "missingLastChunk",
+            ReplayProblem::Gap => "gap",
+            other => return json!({ "requestReplay": format!("{other:?}") }),
+        } }),
+        other => json!({ "other": format!("{other:?}") }),
+    }
+}
+
+fn conversation_effect_json(effect: &ClientEffect) -> Value {
+    match effect {
+        ClientEffect::DispatchQueued => json!({ "kind": "dispatchQueued" }),
+        ClientEffect::StartWatchdog => json!({ "kind": "startWatchdog" }),
+        ClientEffect::StopWatchdog => json!({ "kind": "stopWatchdog" }),
+        ClientEffect::RunningChanged(running) => {
+            json!({ "kind": "runningChanged", "running": running })
+        }
+        ClientEffect::ApprovalReady { request_id } => {
+            json!({ "kind": "approvalReady", "requestId": request_id })
+        }
+        ClientEffect::RequestReplay => json!({ "kind": "requestReplay" }),
+        other => json!({ "kind": "other", "debug": format!("{other:?}") }),
+    }
+}
+
+fn view_row_json(row: &ViewRow) -> Value {
+    match row {
+        ViewRow::Entry(e) => {
+            let mut out = json!({ "origin": "record", "seq": e.seq, "text": e.text });
+            match &e.kind {
+                EntryKind::Init => out["kind"] = json!("init"),
+                EntryKind::User { client_id } => {
+                    out["kind"] = json!("user");
+                    out["clientId"] = json!(client_id);
+                }
+                EntryKind::Assistant => out["kind"] = json!("assistant"),
+                EntryKind::Approval {
+                    request_id,
+                    outcome,
+                } => {
+                    out["kind"] = json!("approval");
+                    out["requestId"] = json!(request_id);
+                    out["outcome"] = json!(outcome);
+                }
+                EntryKind::Omitted { bytes } => {
+                    out["kind"] = json!("omitted");
+                    out["bytes"] = json!(bytes);
+                }
+                other => out["kind"] = json!(format!("{other:?}")),
+            }
+            out
+        }
+        ViewRow::Pending { client_id, text } => {
+            json!({ "origin": "pending", "clientId": client_id, "text": text })
+        }
     }
 }
 
