@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use outbox_core::ids::QueueId;
 use overlay_core::{LiveProtocol, WindowId};
 use timeline_core::replay::ConversationClient;
+
+use crate::recorded::{Log, Recorded};
 use timeline_core::{ClientMode, OperationId, SessionId, TargetId, Timeline};
 
 /// Desktop or phone.
@@ -43,9 +45,9 @@ pub struct Client {
     /// Desktop or phone.
     pub kind: Kind,
     /// The timeline it shows.
-    pub timeline: Timeline,
+    pub timeline: Recorded<Timeline>,
     /// Phones: the conversation rebuilt from replays.
-    pub conversation: ConversationClient,
+    pub conversation: Recorded<ConversationClient>,
     /// The session it shows.
     pub session: SessionId,
     /// Desktops: its window.
@@ -70,15 +72,21 @@ pub struct Client {
 
 impl Client {
     /// A client of `kind` showing `session`.
-    pub fn new(kind: Kind, index: usize, session: SessionId, protocol: LiveProtocol) -> Client {
+    pub fn new(
+        kind: Kind,
+        index: usize,
+        session: SessionId,
+        protocol: LiveProtocol,
+        log: Option<Log>,
+    ) -> Client {
         let mode = match kind {
             Kind::Desktop => ClientMode::Desktop,
             Kind::Phone => ClientMode::Phone,
         };
         Client {
             kind,
-            timeline: Timeline::new(mode),
-            conversation: ConversationClient::new(),
+            timeline: Recorded::new(Timeline::new(mode), log.clone()),
+            conversation: Recorded::new(ConversationClient::new(), log),
             session,
             window: WindowId(index as u64 + 1),
             joined: None,

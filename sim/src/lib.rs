@@ -32,6 +32,7 @@ pub mod check;
 pub mod client;
 pub mod faults;
 pub mod net;
+pub mod recorded;
 pub mod rng;
 pub mod stores;
 pub mod trace;
@@ -100,6 +101,24 @@ pub struct Outcome {
     pub known: Vec<(Known, String)>,
     /// What the run did.
     pub stats: Stats,
+    /// The recorded client's commands and what it showed at the end (`Config::record`).
+    pub recording: Option<Recording>,
+}
+
+/// What one client was given, as `timeline-wasm` commands, and what it showed at the
+/// end: a vector made by the simulator.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Recording {
+    /// The client recorded.
+    pub client: usize,
+    /// Its commands, in order, `new` first.
+    pub commands: Vec<serde_json::Value>,
+    /// Its timeline's rows at the end, as `{origin, block}`.
+    pub rows: Vec<serde_json::Value>,
+    /// Its conversation at the end, as `origin:seq:text` (`pending::text` for a
+    /// placeholder).
+    pub view: Vec<String>,
 }
 
 impl Outcome {
@@ -187,6 +206,7 @@ pub fn run(cfg: Config) -> Outcome {
             backend: Some(world.stores_backend()),
             known: world.known.clone(),
             stats: world.stats.clone(),
+            recording: world.recording(),
             config: cfg,
         },
         Ok(Err(e)) => failed(
@@ -220,6 +240,7 @@ fn failed(cfg: Config, invariant: Invariant, detail: String) -> Outcome {
         backend: cfg.backend,
         known: Vec::new(),
         stats: Stats::default(),
+        recording: None,
         config: cfg,
     }
 }

@@ -73,6 +73,8 @@ pub struct Config {
     /// Users also reorder queued messages (on by default), drawn from a stream of its
     /// own like replace latest (`--no-reorder`).
     pub reorder: bool,
+    /// Record this client's inputs as `timeline-wasm` commands (`Outcome::recording`).
+    pub record: Option<usize>,
 }
 
 impl Config {
@@ -88,6 +90,7 @@ impl Config {
             trace: true,
             replace_latest: true,
             reorder: true,
+            record: None,
         }
     }
 }
@@ -233,6 +236,8 @@ pub struct World {
     pub(crate) actions: Rng,
     /// The draws of reorders, a stream of their own for the same reason.
     pub(crate) reorders: Rng,
+    /// The client recorded, and its log.
+    recording: Option<(usize, crate::recorded::Log)>,
     pub(crate) faults: Faults,
     /// Faults injected so far.
     pub counts: FaultCounts,
@@ -321,6 +326,39 @@ fn millis(ms: u64) -> Millis {
 }
 
 impl World {
+    /// The recorded client's commands and what it shows now.
+    pub fn recording(&self) -> Option<crate::Recording> {
+        let (client, log) = self.recording.as_ref()?;
+        let c = self.clients.get(*client)?;
+        let rows = c
+            .timeline
+            .rows()
+            .map(|row| {
+                let origin = match row.origin {
+                    timeline_core::timeline::Origin::History => "history",
+                    timeline_core::timeline::Origin::Live => "live",
+                    _ => "pending",
+                };
+                serde_json::json!({ "origin": origin, "block": row.block })
+            })
+            .collect();
+        let view = c
+            .conversation
+            .view()
+            .into_iter()
+            .map(|row| match row {
+                timeline_core::replay::ViewRow::Entry(e) => format!("record:{}:{}", e.seq, e.text),
+                timeline_core::replay::ViewRow::Pending { text, .. } => format!("pending::{text}"),
+            })
+            .collect();
+        Some(crate::Recording {
+            client: *client,
+            commands: log.commands(),
+            rows,
+            view,
+        })
+    }
+
     /// Builds the world of `cfg.seed`: sessions, stores, host, agent and clients.
     ///
     /// # Errors
@@ -362,6 +400,7 @@ impl World {
         }
         let n_clients = rng.range(1, 4) as usize;
         let mut clients = Vec::new();
+        let mut recording = None;
         for i in 0..n_clients {
             let kind = if i == 0 || (i == 1 && rng.chance(0.2)) {
                 Kind::Desktop
@@ -377,7 +416,18 @@ impl World {
                     .find(|s| s.id == session)
                     .map_or(LiveProtocol::Snapshots, |s| s.relay),
             };
-            clients.push(Client::new(kind, i, session, protocol));
+            let log = (cfg.record == Some(i)).then(|| {
+                let log = crate::recorded::Log::default();
+                log.push(serde_json::json!({ "cmd": "new", "mode": match kind {
+                    Kind::Desktop => "desktop",
+                    Kind::Phone => "phone",
+                } }));
+                log
+            });
+            if let Some(log) = &log {
+                recording = Some((i, log.clone()));
+            }
+            clients.push(Client::new(kind, i, session, protocol, log));
         }
         let mut trace = Trace::default();
         trace.echo = cfg.echo;
@@ -413,6 +463,7 @@ impl World {
             rng,
             actions,
             reorders,
+            recording,
             faults,
             counts: FaultCounts::default(),
             now: millis(10_000),
@@ -833,7 +884,7 @@ impl World {
         if defect {
             // A broken embedding plays the replay's events on the live path instead of
             // rebuilding from them.
-            client.conversation = timeline_core::replay::ConversationClient::new();
+            client.conversation.restart();
         }
         for chunk in chunks {
             if defect {
@@ -2197,7 +2248,7 @@ impl World {
         // What the live path brought and lost was of the old target.
         client.offered = None;
         client.relay_lost = None;
-        client.conversation = timeline_core::replay::ConversationClient::new();
+        client.conversation.restart();
         let target = client.target();
         client.timeline.open_target(target, self.now);
         self.connect(c);

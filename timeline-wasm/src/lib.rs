@@ -24,6 +24,7 @@
 //! | `removePending` | `operationId` | the user removed the message |
 //! | `loadAnchored` | `anchor`, `now` | a window at an anchor (`{kind, token}` or `{kind:"row", row}`) |
 //! | `loadOlder`, `loadNewer`, `reload`, `recover` | `now` | as the timeline's methods |
+//! | `readingRow` | `row` (`{type, id}` or `null`) | the row the reader reads, for `recover` |
 //! | `timeout` | `now` | the timeline's and the conversation's timers |
 //! | `rows` | | the rows |
 //!
@@ -41,6 +42,7 @@
 //! | `relayEvent` | `event` | one live event of the record (with its `seq`) |
 //! | `sendPending` | `clientId`, `text` | an optimistic send's placeholder |
 //! | `queued` | `queued` | how many messages this client holds queued |
+//! | `newConversation` | | a fresh conversation (another session opened) |
 //! | `view` | | the conversation's rows |
 //!
 //! An `answer` is `{"ok": <result>}` or `{"errorCode": <code>}` (the wire's
@@ -207,6 +209,9 @@ enum Command {
         anchor: Anchor,
         now: Millis,
     },
+    ReadingRow {
+        row: Option<timeline_core::key::BlockKey>,
+    },
     Reload {
         now: Millis,
     },
@@ -239,6 +244,7 @@ enum ConversationCommand {
     Queued {
         queued: usize,
     },
+    NewConversation,
     View,
 }
 
@@ -279,7 +285,8 @@ impl Client {
             Err(e) => return refused(e),
         };
         let (outcome, rows_changed) = match head.cmd.as_ref() {
-            "replayChunk" | "relayEvent" | "sendPending" | "queued" | "view" => {
+            "replayChunk" | "relayEvent" | "sendPending" | "queued" | "newConversation"
+            | "view" => {
                 return match serde_json::from_str::<ConversationCommand>(command) {
                     Ok(c) => self.converse(c),
                     Err(e) => refused(e),
@@ -359,6 +366,10 @@ impl Client {
                 c.set_queued(queued);
                 json!("applied")
             }
+            ConversationCommand::NewConversation => {
+                *c = ConversationClient::new();
+                json!("applied")
+            }
             ConversationCommand::View => json!("unchanged"),
         };
         json!({
@@ -432,6 +443,10 @@ impl Client {
             Command::LoadNewer { now } => {
                 let asked = t.load_newer(now);
                 return (json!(if asked { "applied" } else { "unchanged" }), false);
+            }
+            Command::ReadingRow { row } => {
+                t.set_reading_row(row);
+                return (json!("applied"), false);
             }
             Command::LoadAnchored { anchor, now } => {
                 return match t.load_anchored(anchor, now) {
