@@ -331,7 +331,7 @@ async fn two_pages_show_one_conversation() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|s| s["rows"].clone())
+            .map(|s| json!([s["rows"], s["changes"]]))
             .collect();
         assert_eq!(got, Value::Array(expected), "{}", path.display());
     }

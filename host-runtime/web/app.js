@@ -40,7 +40,9 @@ function ask(command) {
     return answer;
   }
   for (const effect of answer.effects) run(effect);
-  if (answer.rows) draw(answer.rows, answer.olderCursor);
+  if (answer.rows) draw(answer.rows);
+  if (answer.changes) redraw(answer.changes);
+  if (answer.olderCursor !== undefined) $("older").hidden = !answer.olderCursor;
   schedule(answer.timeout);
   status(answer.loadState);
   return answer;
@@ -192,42 +194,68 @@ const DECISION_WORDS = {
   decline: "Deny", cancel: "Cancel",
 };
 
-let shown = [];
+const shown = new Map(); // "type:id" -> { origin, block }, the rows on the page
+const keyOf = (k) => k.type + ":" + k.id;
 
-function draw(rows, olderCursor) {
-  shown = rows;
+// Every row again (a window applied, a target opened).
+function draw(rows) {
   const main = $("timeline");
   const atEnd = main.scrollTop + main.clientHeight >= main.scrollHeight - 20;
   const list = document.createDocumentFragment();
-  for (const { origin, block } of rows) {
-    const div = document.createElement("div");
-    div.className = "row";
-    div.dataset.key = block.type + ":" + block.id;
-    div.dataset.type = block.type;
-    div.dataset.origin = origin;
-    const data = block.data || {};
-    if (data.title) {
-      const t = document.createElement("span");
-      t.className = "title";
-      t.textContent = data.title;
-      div.append(t);
-      if (data.subtitle) div.append(" — " + data.subtitle);
-    }
-    if (data.text) div.append((data.title ? "\n" : "") + data.text);
-    if (data.label) div.append(data.label);
-    const signal = data.display && data.display.signal;
-    if (signal) {
-      const s = document.createElement("span");
-      s.className = "signal";
-      s.textContent = signal;
-      div.append(s);
-    }
-    if (data.approval) drawApproval(div, data.approval);
-    list.append(div);
+  shown.clear();
+  for (const row of rows) {
+    shown.set(keyOf(row.block), row);
+    list.append(rowNode(row));
   }
   main.replaceChildren(list);
-  $("older").hidden = !olderCursor;
   if (atEnd) main.scrollTop = main.scrollHeight;
+}
+
+// Only the rows that changed (a streamed token touches one): each taken out, and put
+// back after the row the timeline names, which is already in place.
+function redraw(changes) {
+  const main = $("timeline");
+  const atEnd = main.scrollTop + main.clientHeight >= main.scrollHeight - 20;
+  const node = (key) => main.querySelector(`:scope > [data-key="${CSS.escape(key)}"]`);
+  for (const { key, row, after } of changes) {
+    const k = keyOf(key);
+    const old = node(k);
+    if (old) old.remove();
+    shown.delete(k);
+    if (!row) continue;
+    shown.set(k, row);
+    const before = after ? node(keyOf(after)) : null;
+    if (before) before.after(rowNode(row));
+    else main.prepend(rowNode(row));
+  }
+  if (atEnd) main.scrollTop = main.scrollHeight;
+}
+
+function rowNode({ origin, block }) {
+  const div = document.createElement("div");
+  div.className = "row";
+  div.dataset.key = block.type + ":" + block.id;
+  div.dataset.type = block.type;
+  div.dataset.origin = origin;
+  const data = block.data || {};
+  if (data.title) {
+    const t = document.createElement("span");
+    t.className = "title";
+    t.textContent = data.title;
+    div.append(t);
+    if (data.subtitle) div.append(" — " + data.subtitle);
+  }
+  if (data.text) div.append((data.title ? "\n" : "") + data.text);
+  if (data.label) div.append(data.label);
+  const signal = data.display && data.display.signal;
+  if (signal) {
+    const s = document.createElement("span");
+    s.className = "signal";
+    s.textContent = signal;
+    div.append(s);
+  }
+  if (data.approval) drawApproval(div, data.approval);
+  return div;
 }
 
 function drawApproval(div, approval) {
@@ -309,7 +337,7 @@ async function start() {
   $("older").onclick = () => ask({ cmd: "loadOlder", now: Date.now() });
   wasmBytes = await (await fetch("timeline.wasm")).arrayBuffer();
   timeline = await instance();
-  ask({ cmd: "new", mode: "phone" });
+  ask({ cmd: "new", mode: "phone", changes: true });
   if (token) {
     localStorage.setItem("custody-token", token);
     connect();
@@ -324,12 +352,15 @@ async function start() {
 window.custody = {
   async replay(vector) {
     const own = await instance();
-    return vector.steps.map((step) => own(step.command).rows || null);
+    return vector.steps.map((step) => {
+      const a = own(step.command);
+      return [a.rows || null, a.changes || null];
+    });
   },
   cut() { if (ws) ws.close(); },
   // What a decision button does, for a card this page shows with another status.
   decide(status, decision) {
-    const row = shown.find((r) => r.block.data && r.block.data.approval && r.block.data.approval.status === status);
+    const row = [...shown.values()].find((r) => r.block.data && r.block.data.approval && r.block.data.approval.status === status);
     return decide(row.block.data.approval, decision);
   },
 };

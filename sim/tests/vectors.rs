@@ -96,6 +96,7 @@ fn a_seeds_phone_replays_through_the_wasm_client_to_the_same_rows() {
             "state": state(&answer),
             "effects": answer["effects"],
             "rows": answer.get("rows").cloned().unwrap_or(Value::Null),
+            "changes": answer.get("changes").cloned().unwrap_or(Value::Null),
         }));
     }
     let rows: Value =

@@ -89,7 +89,9 @@ pub use order::SourceOrder;
 pub use rows::{ActivityRow, ApprovalRequest, ApprovalResult, Decision};
 pub use seal::HostKey;
 pub use time::Millis;
-pub use timeline::{ClientMode, Effect, LoadState, Origin, PendingSend, RequestTag, Row, Timeline};
+pub use timeline::{
+    ClientMode, Effect, LoadState, Origin, PendingSend, RequestTag, Row, RowChanges, Timeline,
+};
 pub use wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
 
 // The README's embedding example, compiled and run as a doctest.

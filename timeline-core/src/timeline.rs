@@ -108,7 +108,7 @@
 //! travels is kept anew), so a version the host never reaches cannot make it reload
 //! forever.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::anchor::Anchor;
 use crate::block::Block;
@@ -153,6 +153,31 @@ pub struct Row<'a> {
     /// The block.
     pub block: &'a Block,
 }
+
+/// What changed in the visible rows since the last [`Timeline::take_row_changes`]: a
+/// renderer redraws only these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RowChanges {
+    /// Any row may have changed (a window applied, a target opened, or more keys
+    /// changed than the timeline shows): redraw every row.
+    All,
+    /// These keys changed: first the keys no longer shown, then the shown ones in
+    /// canonical order, so each can be put after the row
+    /// [`Timeline::row_before`] names, which is then already in place.
+    Keys(Vec<BlockKey>),
+}
+
+/// The keys changed since the last take; collapsed to "all" once they outnumber the
+/// rows (or when a rebuild touched every row).
+#[derive(Clone, Debug, Default)]
+struct Changed {
+    all: bool,
+    keys: BTreeSet<BlockKey>,
+}
+
+/// Fewer changed keys than this never collapse to "all".
+const CHANGED_KEYS_FLOOR: usize = 64;
 
 /// Identifies one request of this timeline. Responses carry it back.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -482,6 +507,8 @@ pub struct Timeline {
     behind: Option<Behind>,
     retry_at: Option<(Millis, u32)>,
     effects: VecDeque<Effect>,
+    /// The rows changed since the last [`Timeline::take_row_changes`].
+    changed: Changed,
 }
 
 impl Timeline {
@@ -507,6 +534,10 @@ impl Timeline {
             behind: None,
             retry_at: None,
             effects: VecDeque::new(),
+            changed: Changed {
+                all: true,
+                keys: BTreeSet::new(),
+            },
         }
     }
 
@@ -546,6 +577,33 @@ impl Timeline {
     /// True when no row is visible.
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// What changed in the visible rows since the last call (every row, the first time).
+    /// Costs the number of changed keys, not the number of rows.
+    pub fn take_row_changes(&mut self) -> RowChanges {
+        let changed = std::mem::take(&mut self.changed);
+        if changed.all {
+            return RowChanges::All;
+        }
+        let mut gone: Vec<BlockKey> = Vec::new();
+        let mut shown: Vec<(&OrderKey, BlockKey)> = Vec::new();
+        for key in changed.keys {
+            match self.shown.get(&key) {
+                Some(ok) => shown.push((ok, key)),
+                None => gone.push(key),
+            }
+        }
+        shown.sort_by(|a, b| a.0.cmp(b.0));
+        gone.extend(shown.into_iter().map(|(_, k)| k));
+        RowChanges::Keys(gone)
+    }
+
+    /// The key of the visible row just before the visible row `key` (`None` for the
+    /// first row, or when `key` is not shown).
+    pub fn row_before(&self, key: &BlockKey) -> Option<&BlockKey> {
+        let ok = self.shown.get(key)?;
+        self.index.range(..ok).next_back().map(|(k, _)| &k.key)
     }
 
     /// The visible row with `key`, if any.
@@ -657,6 +715,7 @@ impl Timeline {
         self.reading_row = None;
         self.index.clear();
         self.shown.clear();
+        self.changed.all = true;
         self.in_flight.clear();
         self.behind = None;
         self.retry_at = None;
@@ -1692,6 +1751,13 @@ impl Timeline {
     }
 
     fn refresh(&mut self, key: &BlockKey) {
+        if !self.changed.all {
+            self.changed.keys.insert(key.clone());
+            if self.changed.keys.len() > self.index.len().max(CHANGED_KEYS_FLOOR) {
+                self.changed.all = true;
+                self.changed.keys = BTreeSet::new();
+            }
+        }
         let want = self.winner(key);
         let have = self.shown.get(key);
         match (have, want) {
@@ -1713,6 +1779,8 @@ impl Timeline {
     }
 
     fn rebuild(&mut self) {
+        self.changed.all = true;
+        self.changed.keys = BTreeSet::new();
         self.index.clear();
         self.shown.clear();
         self.carried.clear();

@@ -19,7 +19,9 @@
 //! - within an epoch a lower revision never changes the view;
 //! - applying the same live update twice changes nothing (snapshot or patch);
 //! - a patch from another base, epoch or an old revision changes nothing;
-//! - a latest window answered at once shows exactly the host's view.
+//! - a latest window answered at once shows exactly the host's view;
+//! - a renderer that redraws only what [`Timeline::take_row_changes`] names, each row
+//!   put after [`Timeline::row_before`], shows exactly the rows.
 //!
 //! And for live patches: for any sequence of writes, a client fed patch by patch shows
 //! exactly what a client fed whole snapshots shows, on every client mode; a client that
@@ -36,7 +38,7 @@ use timeline_core::key::{BlockKey, BlockType, OperationId};
 use timeline_core::time::Millis;
 use timeline_core::timeline::IgnoreReason;
 use timeline_core::timeline::{
-    ClientMode, Effect, Origin, Outcome, PendingSend, RequestTag, Timeline,
+    ClientMode, Effect, Origin, Outcome, PendingSend, RequestTag, RowChanges, Timeline,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
 
@@ -111,6 +113,8 @@ struct World {
     delivered: BTreeSet<OperationId>,
     /// Every operation ever sent (a message is sent once).
     submitted: BTreeSet<OperationId>,
+    /// What a renderer that redraws only the changed rows shows.
+    drawn: Vec<(Origin, Block)>,
 }
 
 type View = Vec<(Origin, BlockKey)>;
@@ -137,6 +141,7 @@ impl World {
             pending: BTreeSet::new(),
             delivered: BTreeSet::new(),
             submitted: BTreeSet::new(),
+            drawn: Vec::new(),
         };
         w.drain_effects().unwrap();
         w
@@ -181,7 +186,51 @@ impl World {
         self.relay.push(snap);
     }
 
+    /// A renderer's redraw from the changes alone: each changed key taken out, and put
+    /// back after the row before it when it still shows.
+    fn redraw(&mut self) -> Result<(), TestCaseError> {
+        match self.client.take_row_changes() {
+            RowChanges::All => {
+                self.drawn = self
+                    .client
+                    .rows()
+                    .map(|r| (r.origin, r.block.clone()))
+                    .collect();
+            }
+            RowChanges::Keys(keys) => {
+                for k in keys {
+                    self.drawn.retain(|(_, b)| b.key() != k);
+                    let Some(row) = self.client.row(&k) else {
+                        continue;
+                    };
+                    let at = match self.client.row_before(&k) {
+                        None => 0,
+                        Some(before) => {
+                            let i = self.drawn.iter().position(|(_, b)| &b.key() == before);
+                            prop_assert!(i.is_some(), "{k} comes after {before}, not drawn");
+                            i.unwrap_or(0) + 1
+                        }
+                    };
+                    self.drawn.insert(at, (row.origin, row.block.clone()));
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+        let rows: Vec<(Origin, Block)> = self
+            .client
+            .rows()
+            .map(|r| (r.origin, r.block.clone()))
+            .collect();
+        prop_assert_eq!(
+            &self.drawn,
+            &rows,
+            "the changed rows alone do not redraw the view"
+        );
+        Ok(())
+    }
+
     fn check(&mut self, before: &View) -> Result<(), TestCaseError> {
+        self.redraw()?;
         let rows: Vec<_> = self.client.rows().collect();
         // One row per key, canonical order, incremental == full rebuild.
         let keys: HashSet<BlockKey> = rows.iter().map(|r| r.block.key()).collect();

@@ -8,9 +8,17 @@
 //! `{origin, block}` with `origin` `history`, `live` or `pending`). Time always comes in
 //! as `now`: the timeline reads no clock.
 //!
+//! A timeline made with `{"cmd": "new", ..., "changes": true}` answers with only what
+//! changed, so a streamed token costs the rows it touched, not every row: `changes`
+//! instead of `rows`, each `{key, row, after}` (`row` `null` when the key no longer
+//! shows; otherwise put it after the row `after` names, or first when `after` is
+//! `null`), the keys no longer shown first and then the shown ones in order, so each
+//! `after` is already in place. An answer after which any row may have changed (a
+//! window, a target opened), and the `rows` command, still carry every row as `rows`.
+//!
 //! | `cmd` | fields | what it does |
 //! |---|---|---|
-//! | `new` | `mode` (`phone` or `desktop`) | a fresh timeline (and conversation) |
+//! | `new` | `mode` (`phone` or `desktop`), `changes` | a fresh timeline (and conversation) |
 //! | `open` | `target`, `now` | opens a target (the session for the main conversation) |
 //! | `window` | `tag`, `answer`, `now` | a `run.chatLoad` answer |
 //! | `older` | `tag`, `answer`, `now` | a `run.chatLoadPageBefore` answer |
@@ -60,14 +68,14 @@ use std::cell::RefCell;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use timeline_core::anchor::Anchor;
-use timeline_core::key::{OperationId, TargetId};
+use timeline_core::key::{BlockKey, OperationId, TargetId};
 use timeline_core::replay::{
     ClientEffect, ConversationClient, EntryKind, ReplayOutcome, ReplayProblem, ViewRow,
 };
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
     ClientMode, Effect, LoadFailure, LoadReason, LoadState, Origin, Outcome, PendingSend,
-    RequestTag,
+    RequestTag, RowChanges,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
 use timeline_core::Timeline;
@@ -160,6 +168,9 @@ struct AnswerCommand {
 enum Command {
     New {
         mode: Mode,
+        /// Answer with the changed rows only (see the crate docs).
+        #[serde(default)]
+        changes: bool,
     },
     Open {
         target: TargetId,
@@ -260,6 +271,8 @@ enum Mode {
 pub struct Client {
     timeline: Timeline,
     conversation: ConversationClient,
+    /// Answer with `changes` instead of every row.
+    changes: bool,
 }
 
 impl Default for Client {
@@ -267,6 +280,7 @@ impl Default for Client {
         Client {
             timeline: Timeline::new(ClientMode::Phone),
             conversation: ConversationClient::new(),
+            changes: false,
         }
     }
 }
@@ -312,11 +326,18 @@ impl Client {
         if rows_changed {
             answer["olderCursor"] = json!(self.timeline.oldest_cursor().is_some());
             // The rows go in as text: the answer's other fields are small, the rows not.
+            // `rows` asks for every row: the changes so far are in them.
+            let changes = self.changes && head.cmd != "rows";
+            let (field, rows) = match changes.then(|| self.timeline.take_row_changes()) {
+                Some(RowChanges::Keys(keys)) => ("changes", self.changed_rows(&keys)),
+                _ => ("rows", self.rows()),
+            };
             let head = answer.to_string();
-            let rows = self.rows();
-            let mut out = String::with_capacity(head.len() + rows.get().len() + 10);
+            let mut out = String::with_capacity(head.len() + rows.get().len() + 14);
             out.push_str(&head[..head.len() - 1]);
-            out.push_str(r#","rows":"#);
+            out.push_str(",\"");
+            out.push_str(field);
+            out.push_str("\":");
             out.push_str(rows.get());
             out.push('}');
             return out;
@@ -405,7 +426,9 @@ impl Client {
     fn run(&mut self, command: Command) -> (Value, bool) {
         let t = &mut self.timeline;
         let outcome = match command {
-            Command::New { mode } => {
+            Command::New { mode, changes } => {
+                self.changes = changes;
+                let t = &mut self.timeline;
                 *t = Timeline::new(match mode {
                     Mode::Phone => ClientMode::Phone,
                     Mode::Desktop => ClientMode::Desktop,
@@ -473,28 +496,52 @@ impl Client {
         (outcome_json(&outcome), changed)
     }
 
-    /// The visible rows, in order, as JSON text (written once, with no value built).
-    fn rows(&self) -> Box<serde_json::value::RawValue> {
+    /// The rows of `keys` as `{key, row, after}` (`row` `null` for a key no longer
+    /// shown), as JSON text.
+    fn changed_rows(&self, keys: &[BlockKey]) -> Box<serde_json::value::RawValue> {
         #[derive(Serialize)]
-        struct RowOut<'a> {
-            origin: &'static str,
-            block: &'a timeline_core::Block,
+        struct Change<'a> {
+            key: &'a BlockKey,
+            row: Option<RowOut<'a>>,
+            after: Option<&'a BlockKey>,
         }
-        let rows: Vec<RowOut<'_>> = self
-            .timeline
-            .rows()
-            .map(|row| RowOut {
-                origin: match row.origin {
-                    Origin::History => "history",
-                    Origin::Live => "live",
-                    Origin::Pending => "pending",
-                },
-                block: row.block,
+        let changes: Vec<Change<'_>> = keys
+            .iter()
+            .map(|key| Change {
+                key,
+                row: self.timeline.row(key).map(row_out),
+                after: self.timeline.row_before(key),
             })
             .collect();
+        serde_json::value::to_raw_value(&changes).unwrap_or_else(|_| {
+            serde_json::value::RawValue::from_string("[]".into()).unwrap_or_default()
+        })
+    }
+
+    /// The visible rows, in order, as JSON text (written once, with no value built).
+    fn rows(&self) -> Box<serde_json::value::RawValue> {
+        let rows: Vec<RowOut<'_>> = self.timeline.rows().map(row_out).collect();
         serde_json::value::to_raw_value(&rows).unwrap_or_else(|_| {
             serde_json::value::RawValue::from_string("[]".into()).unwrap_or_default()
         })
+    }
+}
+
+/// A visible row as the answers carry it.
+#[derive(Serialize)]
+struct RowOut<'a> {
+    origin: &'static str,
+    block: &'a timeline_core::Block,
+}
+
+fn row_out(row: timeline_core::Row<'_>) -> RowOut<'_> {
+    RowOut {
+        origin: match row.origin {
+            Origin::History => "history",
+            Origin::Live => "live",
+            Origin::Pending => "pending",
+        },
+        block: row.block,
     }
 }
 

@@ -64,6 +64,7 @@ impl Vector {
             "state": state(&answer),
             "effects": answer["effects"],
             "rows": answer.get("rows").cloned().unwrap_or(Value::Null),
+            "changes": answer.get("changes").cloned().unwrap_or(Value::Null),
         }));
         answer
     }
@@ -309,6 +310,44 @@ fn vectors() -> Vec<(String, Value)> {
     v.step(json!({ "cmd": "timeout", "now": 2000 }));
     v.step(json!({ "cmd": "window", "tag": "$tag", "now": 2100, "answer": { "ok": window(vec![block("agent-reply", "A", 10, "A")], None, Some((0, 1, vec![]))) } }));
     assert_eq!(v.keys(), ["history:agent-reply:A"]);
+    out.push(v.finish());
+
+    // TL-06 with a renderer that redraws only what changed.
+    let mut v = Vector::new(
+        "a-streamed-token-changes-one-row",
+        &["TL-06", "TL-03"],
+        "A timeline made with changes: true answers a window with every row, then a streamed token (a patch appending text) with the one row it changed and the row it goes after, a live snapshot that replaces a row with the row gone first and the new one after, and an echo with its own row.",
+    );
+    v.step(json!({ "cmd": "new", "mode": "phone", "changes": true }));
+    v.step(json!({ "cmd": "open", "target": "s1", "now": 1000 }));
+    v.step(
+        json!({ "cmd": "window", "tag": "$tag", "now": 1100, "answer": { "ok": window(
+        vec![block("agent-reply", "h-1", 10, "one"), block("agent-reply", "h-2", 11, "two")],
+        None,
+        Some((1, 1, vec![block("agent-reply", "live-a", 20, "Hel")])),
+    ) } }),
+    );
+    v.step(
+        json!({ "cmd": "patch", "target": "s1", "now": 1200, "patch": {
+        "settlementEpoch": 1, "baseRevision": 1, "revision": 2, "upserts": [], "removals": [],
+        "appends": [{ "key": { "type": "agent-reply", "id": "live-a" }, "text": "lo" }],
+    } }),
+    );
+    v.step(
+        json!({ "cmd": "live", "target": "s1", "now": 1300, "overlay": overlay(1, 3, vec![
+        block("agent-reply", "live-b", 21, "Hello again"),
+    ]) }),
+    );
+    v.step(json!({ "cmd": "pending", "operationId": "op-1", "createdAt": 30, "data": { "text": "mine" } }));
+    assert_eq!(
+        v.keys(),
+        [
+            "history:agent-reply:h-1",
+            "history:agent-reply:h-2",
+            "live:agent-reply:live-b",
+            "pending:user:user-message::op-1"
+        ]
+    );
     out.push(v.finish());
 
     out.extend(anchored_vectors());
@@ -644,6 +683,8 @@ fn every_vector_replays_to_its_rows() {
                 serde_json::from_str(&client.handle(&step["command"].to_string())).unwrap();
             let rows = answer.get("rows").cloned().unwrap_or(Value::Null);
             assert_eq!(rows, step["rows"], "{name} step {i}");
+            let changes = answer.get("changes").cloned().unwrap_or(Value::Null);
+            assert_eq!(changes, step["changes"], "{name} step {i}");
             assert_eq!(answer["outcome"], step["outcome"], "{name} step {i}");
             assert_eq!(answer["effects"], step["effects"], "{name} step {i}");
             assert_eq!(state(&answer), step["state"], "{name} step {i}");
