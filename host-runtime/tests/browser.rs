@@ -297,6 +297,21 @@ async fn two_pages_show_one_conversation() {
     }
     let (a, b) = (rows(&phone).await, rows(&desk).await);
     assert!(no_duplicate_keys(&a) && no_duplicate_keys(&b));
+    // RB-03, RB-04: the phone rebuilt the session's record from the replay of its first
+    // join and of its join after the cut; the message sent while it streamed is in it
+    // once.
+    let record = phone
+        .execute("return custody.record();", vec![])
+        .await
+        .unwrap();
+    assert!(record["replays"].as_u64().unwrap() >= 2, "{record}");
+    let said: Vec<&Value> = record["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "user" && r["text"] == "slow one")
+        .collect();
+    assert_eq!(said.len(), 1, "{record}");
     assert!(
         b.len() > a.len(),
         "the desktop paged back: {} rows, phone {}",

@@ -48,6 +48,29 @@ function ask(command) {
   return answer;
 }
 
+// The session's record, rebuilt from the replay a join brings (RB-04): the run's state
+// as the host last knew it, whatever relay events the page missed while cut off.
+let replays = 0;
+function record(command) {
+  const answer = timeline(command);
+  if (answer.error) {
+    notice("The timeline refused a command: " + answer.error);
+    return answer;
+  }
+  for (const effect of answer.effects) {
+    // A damaged or incomplete replay: join again for a new one.
+    if (effect.kind === "requestReplay") rpc("run.chatJoin", { appSessionId: session });
+  }
+  if (answer.outcome === "complete") {
+    replays++;
+    const shown = document.body.dataset.run;
+    if (answer.running) document.body.dataset.run = "running";
+    else if (shown === "running") document.body.dataset.run = "idle"; // its end was missed
+  }
+  schedule(answer.timeout);
+  return answer;
+}
+
 function schedule(at) {
   clearTimeout(timer);
   if (at !== null && at !== undefined) {
@@ -119,7 +142,11 @@ function run(effect) {
 }
 
 function onNotification(frame) {
-  if (frame.method !== "chat:timeline-updated") return; // replay chunks: the window load rebuilds
+  if (frame.method === "structured_replay") {
+    record({ cmd: "replayChunk", chunk: frame.params, now: Date.now() });
+    return;
+  }
+  if (frame.method !== "chat:timeline-updated") return;
   const p = frame.params;
   if (p.appSessionId !== session) return;
   const now = Date.now();
@@ -358,6 +385,8 @@ window.custody = {
     });
   },
   cut() { if (ws) ws.close(); },
+  // The record rebuilt from replays: how many, and its rows.
+  record() { return { replays, rows: timeline({ cmd: "view" }).rows }; },
   // What a decision button does, for a card this page shows with another status.
   decide(status, decision) {
     const row = [...shown.values()].find((r) => r.block.data && r.block.data.approval && r.block.data.approval.status === status);
