@@ -57,7 +57,10 @@
 //! - **Bounded channels everywhere.** Process output waits when the host thread is
 //!   behind (the agent then blocks on its pipe); a write to an agent whose input queue
 //!   (256 lines) is full is not made and is reported so (the host never waits on an
-//!   agent); live output waits for the embedder to take it with
+//!   agent); the agents' output on its way to the host thread is bounded in bytes too,
+//!   for all processes together ([`RuntimeBuilder::max_buffered_bytes`], 64 MiB unless
+//!   set; a line longer than that waits for the whole budget and passes alone); live
+//!   output waits for the embedder to take it with
 //!   [`Runtime::next_output`]: an embedder that stops reading stops the host, it never
 //!   grows a buffer.
 //! - **Time.** The clock is monotonic: the wall time read once at start, plus the time
@@ -120,6 +123,10 @@ use crate::process::{InputCommand, IoEvent, ProcessHandle};
 
 /// The default bound on one line an agent prints: 16 MiB.
 pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// The default bound on the agents' output waiting for the host thread, all processes
+/// together: 64 MiB.
+pub const DEFAULT_MAX_BUFFERED: usize = 64 * 1024 * 1024;
 
 /// Inputs taken in one round of the host loop at most, before its effects are carried
 /// out.
@@ -239,6 +246,7 @@ pub struct RuntimeBuilder<O, V> {
     host: Host<O, V>,
     agents: Vec<Box<dyn Agent + Send>>,
     max_line: usize,
+    max_buffered: usize,
 }
 
 impl<O, V> std::fmt::Debug for RuntimeBuilder<O, V> {
@@ -246,6 +254,7 @@ impl<O, V> std::fmt::Debug for RuntimeBuilder<O, V> {
         f.debug_struct("RuntimeBuilder")
             .field("agents", &self.agents.len())
             .field("max_line", &self.max_line)
+            .field("max_buffered", &self.max_buffered)
             .finish_non_exhaustive()
     }
 }
@@ -266,6 +275,15 @@ where
     #[must_use]
     pub fn max_line_bytes(mut self, max: usize) -> Self {
         self.max_line = max;
+        self
+    }
+
+    /// The bound on the agents' output waiting for the host thread, in bytes, all
+    /// processes together ([`DEFAULT_MAX_BUFFERED`] unless set). When the host is
+    /// behind, a process's next line waits (and the agent then blocks on its pipe).
+    #[must_use]
+    pub fn max_buffered_bytes(mut self, max: usize) -> Self {
+        self.max_buffered = max;
         self
     }
 
@@ -291,6 +309,7 @@ where
             host,
             agents,
             max_line,
+            max_buffered,
         } = self;
         let thread = std::thread::Builder::new()
             .name("host-runtime-host".to_owned())
@@ -322,6 +341,7 @@ where
                     waiting: BTreeMap::new(),
                     next_reply: 1,
                     max_line,
+                    budget: process::Budget::new(max_buffered),
                     stats: RuntimeStats::default(),
                 };
                 if let Err(e) = l.host.start(clock.now()) {
@@ -492,6 +512,7 @@ impl Runtime {
             host,
             agents: Vec::new(),
             max_line: DEFAULT_MAX_LINE,
+            max_buffered: DEFAULT_MAX_BUFFERED,
         }
     }
 
@@ -581,6 +602,7 @@ struct Loop<O, V> {
     waiting: BTreeMap<u64, oneshot::Sender<Reply>>,
     next_reply: u64,
     max_line: usize,
+    budget: process::Budget,
     stats: RuntimeStats,
 }
 
@@ -739,6 +761,7 @@ where
                 agent,
                 process,
                 line,
+                held: _held,
             } => {
                 self.stats.lines_read += 1;
                 if let Some(a) = self.agents.get_mut(agent) {
@@ -868,6 +891,7 @@ where
                     process,
                     &spec,
                     self.max_line,
+                    self.budget.clone(),
                     self.io_tx.clone(),
                 );
                 self.stats.processes_started += 1;

@@ -12,13 +12,47 @@ use std::time::Duration;
 
 use host_core::{FileError, ProcessId, ProcessSpec, ReadId, WriteFailure, WriteId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::lines::{LineSplitter, Piece};
 
 /// How long output is still read after the agent's leader exited, before its group is
 /// killed and the end reported.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// The bytes of agent output on their way to the host loop, for every process of a
+/// runtime together: a line waits for its bytes before it is sent, and gives them back
+/// once the host thread has handled it, so output the host is behind on costs at most
+/// the budget (plus one line longer than the budget, which waits for the whole budget
+/// and passes alone).
+#[derive(Clone, Debug)]
+pub(crate) struct Budget {
+    permits: Arc<Semaphore>,
+    total: usize,
+}
+
+impl Budget {
+    /// A budget of `bytes` (at least one; at most what a semaphore counts).
+    pub(crate) fn new(bytes: usize) -> Budget {
+        let total = bytes.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        Budget {
+            permits: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Waits until `bytes` of the budget are free and holds them.
+    async fn hold(&self, bytes: usize) -> Held {
+        // The total fits a u32 (see `new`); the semaphore is never closed.
+        let n = u32::try_from(bytes.clamp(1, self.total)).unwrap_or(u32::MAX);
+        Held(Arc::clone(&self.permits).acquire_many_owned(n).await.ok())
+    }
+}
+
+/// Bytes of the [`Budget`] a line holds until the host thread has handled it (given
+/// back when dropped).
+#[derive(Debug)]
+pub(crate) struct Held(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
 
 /// What the IO side tells the host thread.
 #[derive(Debug)]
@@ -27,6 +61,8 @@ pub(crate) enum IoEvent {
         agent: usize,
         process: ProcessId,
         line: Vec<u8>,
+        /// Its bytes of the budget, given back when the event is dropped.
+        held: Held,
     },
     TooLong {
         agent: usize,
@@ -94,6 +130,7 @@ pub(crate) fn spawn(
     process: ProcessId,
     spec: &ProcessSpec,
     max_line: usize,
+    budget: Budget,
     events: mpsc::Sender<IoEvent>,
 ) -> ProcessHandle {
     let (input, mut commands) = mpsc::channel::<InputCommand>(256);
@@ -233,7 +270,7 @@ pub(crate) fn spawn(
                     Ok(n) if n > 0 => {
                         splitter.push(&buf[..n], &mut pieces);
                         for piece in pieces.drain(..) {
-                            if send_piece(&events, agent, process, piece).await.is_err() {
+                            if send_piece(&events, &budget, agent, process, piece).await.is_err() {
                                 return;
                             }
                         }
@@ -241,7 +278,7 @@ pub(crate) fn spawn(
                     _ => {
                         stdout = None;
                         if let Some(piece) = splitter.finish() {
-                            if send_piece(&events, agent, process, piece).await.is_err() {
+                            if send_piece(&events, &budget, agent, process, piece).await.is_err() {
                                 return;
                             }
                         }
@@ -282,6 +319,7 @@ pub(crate) fn spawn(
 
 async fn send_piece(
     events: &mpsc::Sender<IoEvent>,
+    budget: &Budget,
     agent: usize,
     process: ProcessId,
     piece: Piece,
@@ -290,6 +328,7 @@ async fn send_piece(
         Piece::Line(line) => IoEvent::Line {
             agent,
             process,
+            held: budget.hold(line.len()).await,
             line,
         },
         Piece::TooLong => IoEvent::TooLong { agent, process },
@@ -376,5 +415,66 @@ fn kill_group(pid: i32) {
     ) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => tracing::warn!(pid, error = %e, "the agent's process group could not be killed"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    fn line(bytes: usize) -> Piece {
+        Piece::Line(vec![b'x'; bytes])
+    }
+
+    // The agents' output waiting for the host thread is bounded in bytes: a line waits
+    // for its bytes, the host handling a line gives them back, and a line longer than
+    // the whole budget waits for all of it and passes alone.
+    #[test]
+    fn lines_wait_for_their_bytes_of_the_budget() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let budget = Budget::new(4 * MIB);
+            let (tx, mut rx) = mpsc::channel(1024);
+            let p = ProcessId(1);
+            for _ in 0..4 {
+                send_piece(&tx, &budget, 0, p, line(MIB)).await.unwrap();
+            }
+            let fifth = send_piece(&tx, &budget, 0, p, line(MIB));
+            tokio::pin!(fifth);
+            let wait = Duration::from_millis(50);
+            assert!(
+                tokio::time::timeout(wait, &mut fifth).await.is_err(),
+                "a fifth MiB past a 4 MiB budget waits"
+            );
+            drop(rx.recv().await.expect("a line"));
+            tokio::time::timeout(Duration::from_secs(5), &mut fifth)
+                .await
+                .expect("one MiB given back lets it pass")
+                .unwrap();
+
+            let long = send_piece(&tx, &budget, 0, p, line(8 * MIB));
+            tokio::pin!(long);
+            assert!(
+                tokio::time::timeout(wait, &mut long).await.is_err(),
+                "a line past the budget waits for the whole budget"
+            );
+            for _ in 0..4 {
+                drop(rx.recv().await.expect("a line"));
+            }
+            tokio::time::timeout(Duration::from_secs(5), &mut long)
+                .await
+                .expect("the whole budget free lets it pass")
+                .unwrap();
+            let Some(IoEvent::Line { line, .. }) = rx.recv().await else {
+                panic!("the long line")
+            };
+            assert_eq!(line.len(), 8 * MIB);
+        });
     }
 }
