@@ -34,7 +34,8 @@
 //!   blocking and without IO, for a runtime to drive.
 //! - [`diag`]: what was parsed, skipped, unknown or malformed. Message content
 //!   ([`Content`], [`ContentBlock`], [`Message`]) is re-exported here; the rows both paths
-//!   build (keyed alike) and timestamp parsing are private to the crate.
+//!   build (keyed alike) are private to the crate, and timestamps are read by
+//!   `timeline_core::time::parse_timestamp`, the parser the Codex adapter uses too.
 //!
 //! Nothing here is fatal on input from a newer Claude: unknown line types, subtypes,
 //! event, delta and block types are skipped and counted in [`diag::Diagnostics`].
@@ -55,7 +56,6 @@ pub mod seam;
 pub mod source;
 pub mod stream;
 pub mod tail;
-mod time;
 pub mod transcript;
 
 pub use adapter::{AdapterConfig, ApprovalError, ClaudeAdapter};

@@ -91,7 +91,7 @@ use crate::blocks::{self, ToolCall, ToolResult};
 use crate::content::{Content, ContentBlock, Message};
 use crate::diag::Diagnostics;
 use crate::proof::{Attachment, Marks};
-use crate::time::parse_timestamp;
+use timeline_core::time::parse_timestamp;
 
 /// Metadata line types (no `uuid` chain, no rows): skipped on purpose.
 pub const METADATA_TYPES: &[&str] = &[

@@ -970,6 +970,27 @@ pub struct OutboxEntry {
 }
 
 impl OutboxEntry {
+    /// An entry from a saved row whose key columns (queue ID, operation ID, position)
+    /// are kept apart from the rest of its JSON: the JSON with the columns put back.
+    ///
+    /// # Errors
+    ///
+    /// The decoder's text when the JSON is not an object or not an entry.
+    pub fn from_row(
+        queue_id: &str,
+        operation_id: &str,
+        position: i64,
+        json: &str,
+    ) -> Result<OutboxEntry, String> {
+        use serde_json::{Map, Value};
+        let mut fields: Map<String, Value> =
+            serde_json::from_str(json).map_err(|e| e.to_string())?;
+        fields.insert("queueId".into(), queue_id.into());
+        fields.insert("operationId".into(), operation_id.into());
+        fields.insert("position".into(), position.into());
+        serde_json::from_value(Value::Object(fields)).map_err(|e| e.to_string())
+    }
+
     /// A new entry as submit saves it: queued, auto-drain on, nothing holding it.
     pub fn queued(
         queue_id: QueueId,
@@ -1164,6 +1185,33 @@ pub enum StoredEntry {
 }
 
 impl StoredEntry {
+    /// A saved row read back by a store that keeps an entry's key columns (queue ID,
+    /// operation ID, position) apart from the rest of its JSON: the entry
+    /// ([`OutboxEntry::from_row`]), or, when the row does not decode or a column was
+    /// refused as it was read (`refused`, the reasons), a blocked entry that keeps its
+    /// place and its IDs, never dropped.
+    pub fn from_row(
+        queue_id: String,
+        operation_id: String,
+        position: i64,
+        json: &str,
+        refused: Option<String>,
+    ) -> StoredEntry {
+        let decoded = match refused {
+            Some(reason) => Err(reason),
+            None => OutboxEntry::from_row(&queue_id, &operation_id, position, json),
+        };
+        match decoded {
+            Ok(e) => StoredEntry::Entry(Box::new(e)),
+            Err(reason) => StoredEntry::Blocked(BlockedEntry {
+                operation_id: Some(operation_id).filter(|o| !o.is_empty()),
+                queue_id,
+                position,
+                reason,
+            }),
+        }
+    }
+
     /// The decoded entry, if any.
     pub fn entry(&self) -> Option<&OutboxEntry> {
         match self {

@@ -170,7 +170,7 @@ pub use hosts::{
     Heartbeat, HostId, HostedRun, LeaseError, LeaseLost, LeaseSet, Leases, RunStartError,
     SessionBusy, SessionLease, Wake, WakeListener, WAKE_CHANNEL,
 };
-pub use overlay::OVERLAY_CACHE_TARGETS;
+pub use overlay_core::store::OVERLAY_CACHE_TARGETS;
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
 pub const MIGRATIONS: [(&str, &str); 3] = [
@@ -421,7 +421,7 @@ fn retryable(e: &postgres::Error) -> bool {
 /// What a store keeps beside its connection.
 #[derive(Debug, Default)]
 struct Local {
-    overlays: overlay::OverlayCache,
+    overlays: overlay_core::store::OverlayCache,
     fence: hosts::Fence,
     pause_before_commit: Option<Duration>,
 }

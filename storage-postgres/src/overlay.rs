@@ -21,8 +21,8 @@
 
 use overlay_core::overlay::{apply, Change};
 use overlay_core::store::{
-    created_epoch, next_epoch, Changes, CleanupJournal, OverlayRows, OverlayStore, Snapshot,
-    StoreError as OverlayError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
+    created_epoch, next_epoch, Changes, CleanupJournal, OverlayCache, OverlayRows, OverlayStore,
+    Snapshot, StoreError as OverlayError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };
 use postgres::error::SqlState;
 use postgres::{GenericClient, Row};
@@ -30,10 +30,6 @@ use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 
 use crate::columns::{self, Column, Refused};
 use crate::{lock_key, pg_message, Conn, Fail, PostgresStore};
-
-/// Targets whose rows a connection keeps in memory. A target past this count pushes out
-/// the one used longest ago; its next write reads its rows from the table again.
-pub const OVERLAY_CACHE_TARGETS: usize = 64;
 
 const OVERLAYS: &str = "chat_live_timeline_overlays";
 const OVERLAY_TARGET: Column = Column::new(OVERLAYS, "timeline_target_id");
@@ -78,61 +74,6 @@ fn refused<'a>(
     target: &'a TargetId,
 ) -> impl Fn(Refused) -> Fail<OverlayError> + 'a {
     move |r| Fail::Refused(corrupt(what(session, target), r.to_string()))
-}
-
-/// The overlays a connection read or wrote last, by target, each at the revision and
-/// epoch it was read or written at. An entry changes only after its write committed.
-#[derive(Default)]
-pub(crate) struct OverlayCache {
-    entries: std::collections::HashMap<(SessionId, TargetId), (Snapshot, u64)>,
-    clock: u64,
-}
-
-impl OverlayCache {
-    /// The rows of the target if the cached version is `revision` and `epoch`.
-    fn rows(
-        &mut self,
-        session: &SessionId,
-        target: &TargetId,
-        revision: u64,
-        epoch: u64,
-    ) -> Option<OverlayRows> {
-        self.clock += 1;
-        let (snapshot, used) = self.entries.get_mut(&(session.clone(), target.clone()))?;
-        if (snapshot.revision, snapshot.settlement_epoch) != (revision, epoch) {
-            return None;
-        }
-        *used = self.clock;
-        Some(snapshot.rows().clone())
-    }
-
-    fn put(&mut self, session: &SessionId, target: &TargetId, snapshot: Snapshot) {
-        self.clock += 1;
-        let k = (session.clone(), target.clone());
-        if self.entries.len() >= OVERLAY_CACHE_TARGETS && !self.entries.contains_key(&k) {
-            let oldest = self
-                .entries
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                self.entries.remove(&oldest);
-            }
-        }
-        self.entries.insert(k, (snapshot, self.clock));
-    }
-
-    fn forget(&mut self, session: &SessionId, target: &TargetId) {
-        self.entries.remove(&(session.clone(), target.clone()));
-    }
-}
-
-impl std::fmt::Debug for OverlayCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OverlayCache")
-            .field("targets", &self.entries.len())
-            .finish()
-    }
 }
 
 /// A target's overlay as one transaction read it.

@@ -25,7 +25,7 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::error::{open_error, sqlite_error, OpenError, SqliteError};
 use crate::migrations::{self, migrate, schema_tables, Stored, SCHEMA_TABLE, SCHEMA_VERSION};
-use crate::overlay::OverlayCache;
+use overlay_core::store::OverlayCache;
 
 /// SQLite's `synchronous` level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -201,6 +201,6 @@ pub use error::{OpenError, SqliteError};
 #[cfg(feature = "testing")]
 pub use id_column::{read_id, IdColumn};
 pub use migrations::{MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION};
-pub use overlay::OVERLAY_CACHE_TARGETS;
+pub use overlay_core::store::OVERLAY_CACHE_TARGETS;
 /// The rusqlite this crate is built with, for [`SqliteStore::from_connection`].
 pub use rusqlite;

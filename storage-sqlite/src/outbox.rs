@@ -8,7 +8,7 @@
 //! aliases) is one `IMMEDIATE` transaction.
 
 use outbox_core::entry::{
-    Acceptance, BlockedEntry, Controls, EntryStatus, HandoffRef, MessageRequest, OutboxEntry,
+    Acceptance, Controls, EntryStatus, HandoffRef, MessageRequest, OutboxEntry,
     SessionMessageOrigin, StateWire, StoredEntry,
 };
 use outbox_core::fingerprint::Digest256;
@@ -149,30 +149,27 @@ impl EntryRow {
 
     /// The entry: the JSON with the columns put back.
     fn decode(&self) -> Result<OutboxEntry, String> {
-        use serde_json::{Map, Value};
         if let Some(reason) = &self.refused {
             return Err(reason.clone());
         }
-        let mut fields: Map<String, Value> =
-            serde_json::from_str(&self.json).map_err(|e| e.to_string())?;
-        fields.insert("queueId".into(), self.queue_id.clone().into());
-        fields.insert("operationId".into(), self.operation_id.clone().into());
-        fields.insert("position".into(), self.position.into());
-        serde_json::from_value(Value::Object(fields)).map_err(|e| e.to_string())
+        OutboxEntry::from_row(
+            &self.queue_id,
+            &self.operation_id,
+            self.position,
+            &self.json,
+        )
     }
 
     /// What a session's outbox shows for the row: the entry, or a blocked entry when
     /// the row does not decode.
     fn into_stored(self) -> StoredEntry {
-        match self.decode() {
-            Ok(e) => StoredEntry::Entry(Box::new(e)),
-            Err(reason) => StoredEntry::Blocked(BlockedEntry {
-                operation_id: Some(self.operation_id).filter(|o| !o.is_empty()),
-                queue_id: self.queue_id,
-                position: self.position,
-                reason,
-            }),
-        }
+        StoredEntry::from_row(
+            self.queue_id,
+            self.operation_id,
+            self.position,
+            &self.json,
+            self.refused,
+        )
     }
 }
 

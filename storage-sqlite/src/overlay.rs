@@ -14,7 +14,7 @@
 use outbox_core::ids::{RunId, SessionId};
 use overlay_core::overlay::{apply, Change};
 use overlay_core::store::{
-    created_epoch, next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot,
+    created_epoch, next_epoch, CleanupJournal, OverlayCache, OverlayRows, OverlayStore, Snapshot,
     StoreError as OverlayError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
@@ -42,71 +42,6 @@ const DELETED_EPOCH: Column = Column::new(
 const CLEANUPS: &str = "chat_pending_terminal_overlay_cleanups";
 const CLEANUP_SESSION: Column = Column::new(CLEANUPS, "app_session_id");
 const CLEANUP_RUN: Column = Column::new(CLEANUPS, "run_id");
-
-/// Targets whose rows a connection keeps in memory. A target past this count pushes out
-/// the one used longest ago; its next write reads its rows from the table again.
-pub const OVERLAY_CACHE_TARGETS: usize = 64;
-
-/// The overlays a connection read or wrote last, by target, each at the revision and
-/// epoch it was read or written at.
-///
-/// An entry is used only inside a transaction that read the same revision and epoch
-/// from the target's header row: the global counter never hands out a revision twice
-/// (OV-02), so then no connection has written the target since. An entry changes only
-/// after its write committed; a failed or refused write leaves the entry of the version
-/// the file still holds.
-#[derive(Default)]
-pub(crate) struct OverlayCache {
-    entries: std::collections::HashMap<(SessionId, TargetId), (Snapshot, u64)>,
-    clock: u64,
-}
-
-impl OverlayCache {
-    /// The rows of the target if the cached version is `revision` and `epoch`.
-    fn rows(
-        &mut self,
-        session: &SessionId,
-        target: &TargetId,
-        revision: u64,
-        epoch: u64,
-    ) -> Option<OverlayRows> {
-        self.clock += 1;
-        let (snapshot, used) = self.entries.get_mut(&(session.clone(), target.clone()))?;
-        if (snapshot.revision, snapshot.settlement_epoch) != (revision, epoch) {
-            return None;
-        }
-        *used = self.clock;
-        Some(snapshot.rows().clone())
-    }
-
-    fn put(&mut self, session: &SessionId, target: &TargetId, snapshot: Snapshot) {
-        self.clock += 1;
-        let k = (session.clone(), target.clone());
-        if self.entries.len() >= OVERLAY_CACHE_TARGETS && !self.entries.contains_key(&k) {
-            let oldest = self
-                .entries
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                self.entries.remove(&oldest);
-            }
-        }
-        self.entries.insert(k, (snapshot, self.clock));
-    }
-
-    fn forget(&mut self, session: &SessionId, target: &TargetId) {
-        self.entries.remove(&(session.clone(), target.clone()));
-    }
-}
-
-impl std::fmt::Debug for OverlayCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OverlayCache")
-            .field("targets", &self.entries.len())
-            .finish()
-    }
-}
 
 /// A target's header row.
 struct Header {

@@ -41,6 +41,7 @@
 //! new overlay in one step) instead of dropping rows that history may hold. The
 //! remembered epoch leaves the store when the target is written again.
 
+mod cache;
 pub mod memory;
 pub mod rows;
 mod tree;
@@ -52,6 +53,7 @@ use timeline_core::policy::MAX_EXACT_INTEGER;
 use timeline_core::wire::LiveOverlay;
 
 use crate::overlay::{apply, Change};
+pub use cache::{OverlayCache, OVERLAY_CACHE_TARGETS};
 pub use rows::{Changes, OverlayRows, Runs, Snapshot};
 
 /// The stored format version (OV-01).
