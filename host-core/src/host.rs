@@ -22,7 +22,9 @@ use timeline_core::seal::HostKey;
 use timeline_core::time::Millis;
 
 use crate::approvals::Approvals;
-use crate::io::{AgentCall, AgentInput, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo};
+use crate::io::{
+    AgentCall, AgentInput, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo, SessionSummary,
+};
 
 /// History pages of [`EXACT_SCAN_PAGE`] items an exact scan reads back from the present
 /// of each target, at most, while keys of the run are still missing.
@@ -502,6 +504,24 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         entry.sources.insert(TargetId::main(session), source);
     }
 
+    /// Every session served here (granted, when the host serves only granted ones), in
+    /// session order. O(sessions).
+    fn session_summaries(&self) -> Vec<SessionSummary> {
+        self.sessions
+            .keys()
+            .filter(|s| self.custody.scope_granted(s))
+            .filter_map(|s| {
+                let info = self.custody.session(s)?;
+                Some(SessionSummary {
+                    session: s.clone(),
+                    agent: info.capabilities.agent,
+                    title: info.title.clone(),
+                    active_run: self.custody.runs().active(s).map(|r| r.run_id.clone()),
+                })
+            })
+            .collect()
+    }
+
     /// Adds the history source of a child thread or subagent of `session`.
     pub fn add_target(&mut self, session: &SessionId, target: TargetId, source: Source) {
         if let Some(s) = self.sessions.get_mut(session) {
@@ -841,6 +861,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 Some(Reply::Done(Ok(())))
             }
             ClientRequest::ListRuns => Some(Reply::Runs(self.custody.active_runs(now))),
+            ClientRequest::ListSessions => Some(Reply::Sessions(self.session_summaries())),
         };
         if let Some(reply) = reply {
             self.effects.push_back(Effect::Reply { to, reply });

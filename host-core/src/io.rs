@@ -162,6 +162,8 @@ pub enum ClientRequest {
     },
     /// `run.list`: every active run, after the stale reclaim (OB-14): [`Reply::Runs`].
     ListRuns,
+    /// `run.chatListSessions`: every session this host serves: [`Reply::Sessions`].
+    ListSessions,
 }
 
 /// An answer from the agent, or something the agent did.
@@ -366,6 +368,22 @@ pub enum Reply {
     Reconciled(Result<Vec<overlay_core::window::SessionSnapshot>, LoadError>),
     /// [`ClientRequest::ListRuns`]: each active run with its session.
     Runs(Vec<(SessionId, RunId)>),
+    /// [`ClientRequest::ListSessions`]: each session served here, in session order.
+    Sessions(Vec<SessionSummary>),
+}
+
+/// A session as [`ClientRequest::ListSessions`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionSummary {
+    /// The app session.
+    pub session: SessionId,
+    /// Its agent.
+    pub agent: timeline_core::key::AgentKind,
+    /// Its title (empty when it has none).
+    pub title: String,
+    /// Its active run, if one runs.
+    pub active_run: Option<RunId>,
 }
 
 /// Why a load failed.

@@ -123,5 +123,5 @@ pub use host::{
 };
 pub use io::{
     AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo,
-    Severity,
+    SessionSummary, Severity,
 };

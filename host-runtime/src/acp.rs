@@ -10,7 +10,8 @@
 //!
 //! | ACP | the host |
 //! |---|---|
-//! | `initialize` | nothing: protocol 1, `loadSession`, no authentication |
+//! | `initialize` | nothing: protocol 1, `loadSession`, `sessionCapabilities.list`, no authentication |
+//! | `session/list` | `run.chatListSessions`: every session the host serves, with its title; its `cwd` is the face's own directory (the host does not know where each session's agent works), and a `cwd` filter is not applied for the same reason |
 //! | `session/new` | `run.chatJoin` of the session the face was started for; its ACP session ID is the app session ID. The face attaches to that one session: a second `session/new` is refused (`-32603`, naming the session) rather than answered with the same ID |
 //! | `session/load` | `run.chatJoin`, then `run.chatLoad` of the latest 100 rows, replayed as `session/update` before the answer |
 //! | `session/prompt` | `run.chatOutboxSubmit` (automatic, with an idempotency key); answered when the run its message started ends (`completed`: `end_turn`, `aborted`: `cancelled`, `failed`: an error) |
@@ -27,9 +28,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, ContentBlock, ContentChunk, Implementation, InitializeResponse,
-    LoadSessionResponse, NewSessionResponse, PermissionOption, PermissionOptionKind,
-    PromptResponse, RequestPermissionRequest, SessionNotification, SessionUpdate, StopReason,
-    ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ListSessionsResponse, LoadSessionResponse, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptResponse, RequestPermissionRequest, SessionCapabilities,
+    SessionInfo, SessionListCapabilities, SessionNotification, SessionUpdate, StopReason, ToolCall,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
 };
 use serde_json::{json, Value};
 
@@ -41,6 +43,7 @@ pub const LOAD_ROWS: u64 = 100;
 enum Wire {
     Join,
     Load { acp_id: Value, session: String },
+    List { acp_id: Value },
     Submit { op: String },
     Remove { op: String },
     Other,
@@ -72,6 +75,8 @@ struct Sent {
 /// The face. See the module doc.
 pub struct AcpFace {
     session: String,
+    /// The directory `session/list` names for every session.
+    cwd: std::path::PathBuf,
     new_id: Box<dyn FnMut() -> String + Send>,
     next_wire: u64,
     next_acp: u64,
@@ -111,6 +116,7 @@ impl AcpFace {
     pub fn new(session: impl Into<String>, new_id: Box<dyn FnMut() -> String + Send>) -> AcpFace {
         AcpFace {
             session: session.into(),
+            cwd: std::path::PathBuf::from("/"),
             new_id,
             next_wire: 0,
             next_acp: 0,
@@ -126,6 +132,15 @@ impl AcpFace {
             to_client: VecDeque::new(),
             to_wire: VecDeque::new(),
         }
+    }
+
+    /// The directory `session/list` names as every session's `cwd` (`/` unless set;
+    /// [`serve_stdio`] gives the face's own working directory). The host does not know
+    /// where each session's agent works.
+    #[must_use]
+    pub fn cwd(mut self, cwd: impl Into<std::path::PathBuf>) -> AcpFace {
+        self.cwd = cwd.into();
+        self
     }
 
     /// The next ACP line for the client.
@@ -262,7 +277,13 @@ impl AcpFace {
         match method {
             "initialize" => {
                 let r = InitializeResponse::new(ProtocolVersion::V1)
-                    .agent_capabilities(AgentCapabilities::new().load_session(true))
+                    .agent_capabilities(
+                        AgentCapabilities::new()
+                            .load_session(true)
+                            .session_capabilities(
+                                SessionCapabilities::new().list(SessionListCapabilities::new()),
+                            ),
+                    )
                     .agent_info(Implementation::new("custody", env!("CARGO_PKG_VERSION")));
                 self.reply(id, to_value(&r));
             }
@@ -284,6 +305,11 @@ impl AcpFace {
                 self.join(&session);
                 self.reply(id, to_value(&NewSessionResponse::new(session)));
             }
+            "session/list" => self.call(
+                "run.chatListSessions",
+                json!({}),
+                Wire::List { acp_id: id.clone() },
+            ),
             "session/load" => {
                 let Some(session) = params["sessionId"].as_str().map(str::to_owned) else {
                     self.error(id, -32602, "Invalid params: no sessionId", None);
@@ -408,6 +434,32 @@ impl AcpFace {
                     self.row(&session, b, true);
                 }
                 self.reply(&acp_id, to_value(&LoadSessionResponse::new()));
+            }
+            Wire::List { acp_id } => {
+                if let Some(e) = v.get("error") {
+                    self.error(
+                        &acp_id,
+                        -32603,
+                        "the host could not list its sessions",
+                        Some(e.clone()),
+                    );
+                    return;
+                }
+                let sessions = v["result"]["sessions"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|s| {
+                        let id = s["appSessionId"].as_str()?;
+                        let title = s["title"].as_str().filter(|t| !t.is_empty());
+                        Some(
+                            SessionInfo::new(id.to_owned(), self.cwd.clone())
+                                .title(title.map(str::to_owned)),
+                        )
+                    })
+                    .collect();
+                self.reply(&acp_id, to_value(&ListSessionsResponse::new(sessions)));
             }
             Wire::Submit { op } => {
                 let Some(p) = self.prompts.get_mut(&op) else {
@@ -721,6 +773,9 @@ where
     let (mut tx, mut rx) = ws.split();
     let new_id = Box::new(|| uuid::Uuid::new_v4().to_string());
     let mut face = AcpFace::new(session, new_id);
+    if let Ok(dir) = std::env::current_dir() {
+        face = face.cwd(dir);
+    }
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
     loop {

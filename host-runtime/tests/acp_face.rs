@@ -141,6 +141,23 @@ async fn a_loaded_session_replays_history_and_a_card_is_decided_once_across_devi
     let init = c.until("initialize", |v| v["id"] == 1).await;
     assert_eq!(init["result"]["protocolVersion"], 1);
     assert_eq!(init["result"]["agentCapabilities"]["loadSession"], true);
+    assert_eq!(
+        init["result"]["agentCapabilities"]["sessionCapabilities"]["list"],
+        json!({})
+    );
+    // AG-04: `session/list` names every session the host serves, in the face's
+    // directory.
+    c.write(json!({ "jsonrpc": "2.0", "id": 8, "method": "session/list", "params": {} }))
+        .await;
+    let listed = c.until("the list", |v| v["id"] == 8).await;
+    let sessions = listed["result"]["sessions"].as_array().unwrap();
+    let ids: Vec<&str> = sessions
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s1"], "{listed}");
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(sessions[0]["cwd"], json!(cwd), "{listed}");
     // A prompt without its session or its content is refused as sent, nothing submitted.
     c.write(json!({ "jsonrpc": "2.0", "id": 9, "method": "session/prompt", "params": {} }))
         .await;

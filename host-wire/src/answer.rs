@@ -5,7 +5,7 @@ use outbox_core::custody::StopAnswer;
 use outbox_core::entry::StoredEntry;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use timeline_core::key::{RunId, SessionId};
+use timeline_core::key::{AgentKind, RunId, SessionId};
 use timeline_core::rows::ApprovalResult;
 use timeline_core::wire::TimelineWindow;
 
@@ -89,6 +89,29 @@ pub struct ListResult {
     pub runs: Vec<ActiveRun>,
 }
 
+/// A session of `run.chatListSessions`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedSession {
+    /// The app session.
+    pub app_session_id: SessionId,
+    /// Its agent: `codex`, `claude` or `acp`.
+    pub agent: AgentKind,
+    /// Its title (empty when it has none).
+    pub title: String,
+    /// Its active run, if one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_run_id: Option<RunId>,
+}
+
+/// The result of `run.chatListSessions` (wire version 2): every session the host
+/// serves, in session order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListSessionsResult {
+    /// The sessions.
+    pub sessions: Vec<ListedSession>,
+}
+
 /// The frames that answer request `id` with the host's `reply`, in the order to send
 /// them: for a join, the replay's chunks, then the response; for anything else, the
 /// response alone.
@@ -136,6 +159,17 @@ fn reply_result(reply: &Reply) -> Result<serde_json::Value, WireError> {
         }
         Reply::Replay(chunks) => to_json(&JoinResult {
             chunks: chunks.len() as u64,
+        }),
+        Reply::Sessions(sessions) => to_json(&ListSessionsResult {
+            sessions: sessions
+                .iter()
+                .map(|s| ListedSession {
+                    app_session_id: s.session.clone(),
+                    agent: s.agent,
+                    title: s.title.clone(),
+                    active_run_id: s.active_run.clone(),
+                })
+                .collect(),
         }),
         Reply::Runs(runs) => to_json(&ListResult {
             runs: runs

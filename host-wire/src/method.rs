@@ -5,7 +5,7 @@
 //! and `run.chatResolveApproval`. It leaves the other outbox commands and a phone's join
 //! and leave unnamed; they are named here in the same style: `run.chatOutboxSubmit`,
 //! `run.chatOutboxEdit`, `run.chatOutboxRemove`, `run.chatOutboxReorder`,
-//! `run.chatOutboxSendNow`, `run.chatJoin`, `run.chatLeave`.
+//! `run.chatOutboxSendNow`, `run.chatJoin`, `run.chatLeave`, `run.chatListSessions`.
 
 use outbox_core::entry::{Controls, Intent, MessageRequest, SendMode};
 use outbox_core::ids::{IdempotencyKey, OperationId, QueueId};
@@ -189,6 +189,11 @@ pub struct CancelParams {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ListParams {}
 
+/// `run.chatListSessions` (wire version 2): every session the host serves; no
+/// parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ChatListSessionsParams {}
+
 /// `run.chatResolveApproval`: a decision for an approval card. It carries no session ID.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -291,6 +296,9 @@ pub enum Call {
     /// `run.chatLeave`.
     #[serde(rename = "run.chatLeave")]
     ChatLeave(ChatLeaveParams),
+    /// `run.chatListSessions`.
+    #[serde(rename = "run.chatListSessions")]
+    ChatListSessions(ChatListSessionsParams),
 }
 
 /// Every method name, in the order of [`Call`].
@@ -311,6 +319,7 @@ pub const METHODS: &[&str] = &[
     "run.chatResolveApproval",
     "run.chatJoin",
     "run.chatLeave",
+    "run.chatListSessions",
 ];
 
 /// Which dispatch cap a method has (the seed: 95 s around the 90 s handler deadline for
@@ -343,7 +352,7 @@ impl Call {
             Call::Cancel(p) => vec![&p.app_session_id],
             Call::ChatJoin(p) => vec![&p.app_session_id],
             Call::ChatLeave(p) => vec![&p.app_session_id],
-            Call::List(_) | Call::ChatResolveApproval(_) => Vec::new(),
+            Call::List(_) | Call::ChatResolveApproval(_) | Call::ChatListSessions(_) => Vec::new(),
         }
     }
 
@@ -366,6 +375,7 @@ impl Call {
             Call::ChatResolveApproval(_) => "run.chatResolveApproval",
             Call::ChatJoin(_) => "run.chatJoin",
             Call::ChatLeave(_) => "run.chatLeave",
+            Call::ChatListSessions(_) => "run.chatListSessions",
         }
     }
 
@@ -489,6 +499,7 @@ impl Call {
                 session: p.app_session_id,
             },
             Call::List(_) => R::ListRuns,
+            Call::ChatListSessions(_) => R::ListSessions,
             Call::ChatResolveApproval(p) => R::ResolveApproval {
                 request_id: p.request_id,
                 thread_id: p.thread_id,

@@ -9,14 +9,17 @@
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema};
 
-use crate::answer::{Ack, ApprovalResolved, CancelResult, JoinResult, ListResult, ReconcileResult};
+use crate::answer::{
+    Ack, ApprovalResolved, CancelResult, JoinResult, ListResult, ListSessionsResult,
+    ReconcileResult,
+};
 use crate::frame::{Notification, Request, Response};
 
 /// The wire's version. A new version only adds (fields, methods, events, codes); a
 /// client of an older version keeps working, and the messages of every older version
 /// still decode (the test of `schema/<version>/examples`).
 ///
-/// Version 2 added `run.chatOutboxReorder`.
+/// Version 2 added `run.chatOutboxReorder` and `run.chatListSessions`.
 pub const WIRE_VERSION: u32 = 2;
 
 fn schema_of<T: JsonSchema>() -> Schema {
@@ -77,5 +80,6 @@ pub fn result_schemas() -> Vec<(&'static str, Schema)> {
         ("run.chatResolveApproval", schema_of::<ApprovalResolved>()),
         ("run.chatJoin", schema_of::<JoinResult>()),
         ("run.chatLeave", schema_of::<Ack>()),
+        ("run.chatListSessions", schema_of::<ListSessionsResult>()),
     ]
 }

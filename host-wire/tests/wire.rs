@@ -312,6 +312,15 @@ fn every_method_reaches_the_host_and_every_answer_validates() {
     });
     let runs = rig.call("run.list", serde_json::json!({}));
     assert_eq!(runs["result"]["runs"][0]["runId"], run.as_str());
+    // Every session the host serves, with its agent and its active run.
+    let listed = rig.call("run.chatListSessions", serde_json::json!({}));
+    assert_eq!(
+        listed["result"]["sessions"],
+        serde_json::json!([
+            { "appSessionId": "c1", "agent": "claude", "title": "" },
+            { "appSessionId": "s1", "agent": "codex", "title": "", "activeRunId": run.as_str() },
+        ])
+    );
 
     // A second message queues behind the run: edit it, send it now, remove it.
     rig.call(
