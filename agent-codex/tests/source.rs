@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 
 use agent_codex::diag::Skip;
 use agent_codex::edge::RolloutSource;
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::source::{HistorySource, SourceKind, SourcePosition};
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{RowClass, StoredBlock};
 use overlay_core::window::{latest_window, older_page, OlderPageRequest, Target};
 use timeline_core::block::Block;

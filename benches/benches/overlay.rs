@@ -11,11 +11,12 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use overlay_core::live::{LiveHub, Payload, WindowId};
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::source::{
     HistorySource, MemorySource, SourceError, SourceItem, SourceKind, SourcePage, SourcePosition,
 };
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{RowClass, StoredBlock};
 use overlay_core::window::{anchored_window, latest_window, Target};
 use timeline_core::anchor::Anchor;
@@ -378,7 +379,7 @@ fn anchored_builders(c: &mut Criterion) {
     group.finish();
 }
 
-/// `overlay_publish/{memory,sqlite_normal}/{100,10000}`: one `overlay::write` that
+/// `overlay_publish/{memory,sqlite_normal}/{100,10000}`: one `store::write` that
 /// publishes one updated row (new text, same key and place) into an overlay of n rows,
 /// on the memory store and on SQLite with `synchronous = NORMAL` (a file, WAL). The cost
 /// should follow the one changed row, not n. `naive_memory` is the baseline: the same

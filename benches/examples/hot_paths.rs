@@ -20,10 +20,11 @@ use benches::baseline::{
     baseline_latest_window, previous_latest_window, BaselineKind, BaselineOverlayStore,
     BaselineReplay,
 };
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig};
 use overlay_core::source::{MemorySource, SourceKind};
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{RowClass, StoredBlock};
 use overlay_core::window::{latest_window, Target};
 use timeline_core::block::Block;

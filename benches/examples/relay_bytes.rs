@@ -21,8 +21,9 @@
 use overlay_core::live::{
     Delivery, LiveHub, LiveProtocol, Payload, RunEvent, RunEventKind, WindowId, BLOCKS_PATCH_EVENT,
 };
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{OverlayStore, RowClass, StoredBlock};
 use timeline_core::block::Block;
 use timeline_core::cursor::BoundaryToken;

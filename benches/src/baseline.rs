@@ -22,10 +22,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use fixtures::conformance::naive_overlay::apply;
-use overlay_core::overlay::{write, Change, WriteResult};
+use overlay_core::overlay::Change;
 use overlay_core::replay::AppendError;
 use overlay_core::source::{HistorySource, SourceItem, SourceKind};
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::{write, WriteResult};
 use overlay_core::store::{OverlayStore, StoredBlock, StoredOverlay, FORMAT_VERSION};
 use overlay_core::window::WindowError;
 use timeline_core::block::Block;

@@ -9,10 +9,11 @@ use outbox_core::runs::STALE_RUN_AFTER;
 use outbox_core::store::{OutboxStore, StoreError as OutboxError};
 use overlay_core::live::{Delivery, LiveHub, LiveProtocol, Payload, RelayOutcome};
 use overlay_core::live::{RunEvent, RunEventKind};
-use overlay_core::overlay::{self, Change, LiveSequencer, WriteResult};
+use overlay_core::overlay::{Change, LiveSequencer};
 use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState};
 use overlay_core::scan::{self, ExactScans, ScanEffect, ScanReport};
 use overlay_core::source::HistorySource;
+use overlay_core::store::{self as overlay_store, WriteResult};
 use overlay_core::store::{CleanupJournal, OverlayStore, StoreError as OverlayError};
 use overlay_core::store::{RowClass, StoredBlock, StoredOverlay};
 use overlay_core::window::{self, BuildError, OlderPageRequest, Target};
@@ -1282,7 +1283,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                         .filter(|r| Some(r) != current.as_ref()),
                 );
             }
-            match overlay::write(&mut self.overlays, session, &target, &change) {
+            match overlay_store::write(&mut self.overlays, session, &target, &change) {
                 Ok(WriteResult::Written { stored, .. }) => {
                     let stored = stored.stored().clone();
                     self.emit_blocks(session, &target, &stored, now);
@@ -1377,7 +1378,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             }
         }
         let change = Change::Publish(rows.clone());
-        let result = overlay::write(&mut self.overlays, session, target, &change);
+        let result = overlay_store::write(&mut self.overlays, session, target, &change);
         let saved = match result {
             Ok(WriteResult::Written { stored, .. }) => {
                 let stored = stored.stored().clone();

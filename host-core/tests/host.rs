@@ -440,7 +440,7 @@ fn journal_rows_left_at_a_restart_are_scanned_when_the_session_opens() {
     let run = RunId::new("run-1").unwrap();
     let s = session();
     let mut overlays = MemoryOverlayStore::new();
-    overlay_core::overlay::write(
+    overlay_core::store::write(
         &mut overlays,
         &s,
         &TargetId::main(&s),
@@ -916,7 +916,7 @@ fn a_scope_taken_over_repeats_the_scans_its_last_host_left_in_the_journal() {
     let mut host = granted_host(history);
     // The host that served the scope wrote a live row and the run's journal row, then
     // died before its scans settled it.
-    overlay_core::overlay::write(
+    overlay_core::store::write(
         host.overlays(),
         &s,
         &TargetId::main(&s),

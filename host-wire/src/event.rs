@@ -19,6 +19,9 @@ pub const TIMELINE_UPDATED: &str = "chat:timeline-updated";
 /// The notification method of replay chunks.
 pub const STRUCTURED_REPLAY: &str = "structured_replay";
 
+/// The method of [`SessionMoved`].
+pub const SESSION_MOVED: &str = "chat:session-moved";
+
 /// A notification's method and params.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "method", content = "params")]
@@ -65,9 +68,13 @@ impl SessionMoved {
         }
     }
 
-    /// Its notification frame.
+    /// Its notification frame (what [`crate::Notification`] writes for it).
     pub fn frame(&self) -> String {
-        crate::frame::Notification::new(Event::SessionMoved(self.clone())).to_json()
+        // Values built by this crate: writing them to a string cannot fail.
+        notification_frame(
+            SESSION_MOVED,
+            &serde_json::to_string(self).unwrap_or_default(),
+        )
     }
 }
 

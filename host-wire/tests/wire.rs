@@ -943,3 +943,24 @@ fn a_reorder_on_the_wire_changes_which_message_goes_next() {
     }
     assert_eq!(order, ["op-4", "op-3", "op-2"]);
 }
+
+// MH-01: the frame a server writes for `chat:session-moved` is the notification the
+// schema describes, and decodes as one.
+#[test]
+fn a_session_moved_frame_is_its_notification() {
+    let served = host_wire::ServedBy {
+        host: "b".into(),
+        address: Some("127.0.0.1:7002".into()),
+    };
+    let moved = host_wire::SessionMoved::new(sid("s1"), "the lease moved", Some(served));
+    let frame: serde_json::Value = serde_json::from_str(&moved.frame()).unwrap();
+    let typed = host_wire::Notification::new(host_wire::Event::SessionMoved(moved.clone()));
+    assert_eq!(frame, serde_json::to_value(&typed).unwrap());
+    assert_valid(
+        &validator("notification.json"),
+        &frame,
+        "chat:session-moved",
+    );
+    let back: host_wire::Notification = serde_json::from_value(frame).unwrap();
+    assert_eq!(back, typed);
+}

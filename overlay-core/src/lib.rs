@@ -3,10 +3,16 @@
 //! The host side of the timeline, as pure functions and sans-IO state machines over
 //! storage traits:
 //!
+//! - [`rows`]: the overlay's data: one target's rows indexed by key, order, class and
+//!   run ([`rows::OverlayRows`]), a stored version ([`rows::Snapshot`]), the stored form
+//!   and the row classes (OV-01, OV-03).
+//! - [`overlay`]: the reducer: a [`Change`] applied to the rows gives the next rows and
+//!   what changed (settlement and the epoch rule, OV-03, OV-04); live sequence numbers
+//!   (TL-05). It knows no store.
 //! - [`store`]: storage traits for overlay snapshots, the global revision counter and the
-//!   terminal-cleanup journal, with the in-memory reference implementation (OV-01, OV-02).
-//! - [`overlay`]: row classes, settlement and the epoch rule, the compare-and-set write
-//!   loop, live sequence numbers (OV-03, OV-04, TL-05).
+//!   terminal-cleanup journal, with the in-memory reference implementation (OV-01, OV-02);
+//!   a store applies what the reducer produced ([`store::write`], the compare-and-set
+//!   write loop). The arrows run one way: store to reducer to rows.
 //! - [`source`]: history sources behind a trait, with an in-memory source.
 //! - [`window`]: latest windows and the multi-session reconcile, older pages, anchored
 //!   windows (OV-05, TL-08, TL-12 host side).
@@ -24,6 +30,7 @@
 pub mod live;
 pub mod overlay;
 pub mod replay;
+pub mod rows;
 pub mod scan;
 pub mod source;
 pub mod store;

@@ -1,9 +1,10 @@
-//! Overlay changes, settlement and the compare-and-set write loop (OV-01 to OV-04).
+//! The overlay reducer: changes and settlement (OV-01 to OV-04).
 //!
 //! Every change to a target's overlay is a [`Change`] value. [`apply`] computes the next
-//! rows and what changed from the current [`OverlayRows`] (a pure function), and
-//! [`write()`] stores the result through [`OverlayStore::update`], which re-applies the
-//! change to the current overlay when another writer got there first. So a stale writer
+//! rows and what changed from the current [`OverlayRows`] (a pure function that knows no
+//! store), and a store applies that result: [`crate::store::write`] stores it through
+//! [`crate::store::OverlayStore::update`], which re-applies the change to the current
+//! overlay when another writer got there first. So a stale writer
 //! never overwrites, and the rules below hold whatever the interleaving:
 //!
 //! - the settlement epoch rises only in a write that removes at least one ordinary row
@@ -31,13 +32,10 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
+use timeline_core::key::{BlockKey, RunId};
 use timeline_core::order::SourceOrder;
 
-use crate::store::{
-    Changes, OverlayRows, OverlayStore, RowClass, Runs, Snapshot, StoreError, StoredBlock,
-    StoredOverlay, Update,
-};
+use crate::rows::{Changes, OverlayRows, RowClass, Runs, StoredBlock};
 
 /// One change to a target's overlay.
 #[derive(Clone, Debug, PartialEq)]
@@ -207,64 +205,6 @@ pub fn apply(current: &OverlayRows, change: &Change) -> Option<Next> {
     }
     changes.upserts.sort_by_cached_key(|b| b.block.order_key());
     Some(Next { rows, changes })
-}
-
-/// What [`write()`] did.
-#[derive(Clone, Debug, PartialEq)]
-pub enum WriteResult {
-    /// A new version was stored.
-    Written {
-        /// The stored version (shared with the store; [`Snapshot::stored`] builds the
-        /// whole form).
-        stored: Snapshot,
-        /// True when the write raised the settlement epoch.
-        epoch_raised: bool,
-        /// The revision the change was applied to (`None`: the target had no row).
-        base_revision: Option<u64>,
-        /// What changed from that revision.
-        changes: Changes,
-    },
-    /// The change changed nothing; this is what is stored.
-    Unchanged(Option<Snapshot>),
-}
-
-impl WriteResult {
-    /// The version stored after the call.
-    pub fn snapshot(&self) -> Option<&Snapshot> {
-        match self {
-            WriteResult::Written { stored, .. } => Some(stored),
-            WriteResult::Unchanged(s) => s.as_ref(),
-        }
-    }
-
-    /// The whole stored form after the call, built on first use (O(n)).
-    pub fn stored(&self) -> Option<&StoredOverlay> {
-        self.snapshot().map(Snapshot::stored)
-    }
-}
-
-/// Writes `change` to a target atomically (OV-02): through
-/// [`OverlayStore::update`], so a stale writer re-applies its change to the current
-/// overlay instead of overwriting it.
-pub fn write<S: OverlayStore + ?Sized>(
-    store: &mut S,
-    session: &SessionId,
-    target: &TargetId,
-    change: &Change,
-) -> Result<WriteResult, StoreError> {
-    Ok(match store.update(session, target, change)? {
-        Update::Written {
-            base_revision,
-            stored,
-            changes,
-        } => WriteResult::Written {
-            epoch_raised: changes.raises_epoch,
-            stored,
-            base_revision,
-            changes,
-        },
-        Update::Unchanged(stored) => WriteResult::Unchanged(stored),
-    })
 }
 
 /// Hands out live sequence numbers (TL-05 `[2, sequence]`): a row gets its number once,

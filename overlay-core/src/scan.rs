@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::time::Millis;
 
-use crate::overlay::{self, Change};
-use crate::store::{OverlayStore, RowClass, StoreError, StoredOverlay};
+use crate::overlay::Change;
+use crate::store::{self, OverlayStore, RowClass, StoreError, StoredOverlay};
 
 /// Scans in all.
 pub const SCAN_ATTEMPTS: u32 = 3;
@@ -348,8 +348,8 @@ fn settle_targets<S: OverlayStore + ?Sized>(
             None => HashSet::new(),
         };
         for change in [Change::Settle(own), Change::RunCleanup(run.clone())] {
-            if let overlay::WriteResult::Written { stored, .. } =
-                overlay::write(store, session, &target, &change)?
+            if let store::WriteResult::Written { stored, .. } =
+                store::write(store, session, &target, &change)?
             {
                 written.push((target.clone(), stored.into()));
             }

@@ -3,7 +3,7 @@
 //! side).
 //!
 //! Every builder reads a [`HistorySource`], writes the overlay through
-//! [`crate::overlay::write`] when a page settles rows, and answers with the wire types of
+//! [`crate::store::write`] when a page settles rows, and answers with the wire types of
 //! timeline-core. Cursors and anchor tokens are sealed with the host's [`HostKey`].
 //!
 //! - [`latest_window`]: the newest page, then the overlay without the rows whose keys the
@@ -77,8 +77,9 @@ use timeline_core::wire::{
     LiveOverlay, OlderPage, TimelineWindow, MESSAGE_NOT_SAVED_NOTICE, ROW_NOT_SAVED_NOTICE,
 };
 
-use crate::overlay::{self, Change, WriteResult};
+use crate::overlay::Change;
 use crate::source::{HistorySource, SourceError, SourceItem, SourceKind, SourcePosition};
+use crate::store::{self, WriteResult};
 use crate::store::{OverlayStore, RowClass, Snapshot, StoreError, StoredBlock, StoredOverlay};
 
 /// Source pages one older-page request may read before it answers.
@@ -474,10 +475,7 @@ fn settle_against<S: OverlayStore + ?Sized>(
         history_keys,
         current_run: t.current_run.cloned(),
     };
-    let result = noting(
-        overlay::write(store, t.session, t.target, &change)?,
-        settled,
-    );
+    let result = noting(store::write(store, t.session, t.target, &change)?, settled);
     // The client form straight from the rows: one copy of each block, and no whole
     // stored form when the window settled nothing.
     Ok(result.snapshot().map_or(
@@ -1595,7 +1593,7 @@ mod tests {
             })
             .collect();
         live.dedup_by_key(|b| b.block.key());
-        overlay::write(&mut store, &s, &TargetId::main(&s), &Change::Publish(live)).unwrap();
+        store::write(&mut store, &s, &TargetId::main(&s), &Change::Publish(live)).unwrap();
         World {
             source,
             rows,

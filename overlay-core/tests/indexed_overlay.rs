@@ -12,8 +12,9 @@ mod common;
 
 use common::*;
 use fixtures::conformance::naive_overlay::{self, Op, Reference};
-use overlay_core::overlay::{write, Change, WriteResult};
+use overlay_core::overlay::Change;
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::{write, WriteResult};
 use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay};
 use proptest::prelude::*;
 use timeline_core::key::{SessionId, TargetId};

@@ -13,8 +13,9 @@ use overlay_core::live::{
     RelayError, RelayOutcome, RunEvent, RunEventKind, WindowId, AGENT_THREADS_WINDOW,
     BLOCKS_PATCH_EVENT, COALESCE_WINDOW,
 };
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use timeline_core::key::{OperationId, SessionId, TargetId};
 use timeline_core::time::Millis;
 use timeline_core::wire::LiveOverlay;

@@ -18,9 +18,10 @@ use std::collections::{HashMap, HashSet};
 
 use common::*;
 use overlay_core::live::{Delivery, LiveHub, Payload};
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::source::MemorySource;
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{OverlayStore, StoredOverlay};
 use overlay_core::window::{latest_window, older_page, OlderPageRequest, Target};
 use proptest::prelude::*;

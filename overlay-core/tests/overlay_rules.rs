@@ -6,8 +6,9 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use overlay_core::overlay::{apply, write, Change, LiveSequencer, WriteResult};
+use overlay_core::overlay::{apply, Change, LiveSequencer};
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::{write, WriteResult};
 use overlay_core::store::{OverlayRows, OverlayStore, RowClass, StoreError, FORMAT_VERSION};
 use proptest::prelude::*;
 use timeline_core::key::TargetId;

@@ -6,9 +6,10 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::scan::{run_keys, settle_run, ExactScans, ScanEffect, ScanReport};
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{CleanupJournal, OverlayStore, RowClass};
 use timeline_core::key::TargetId;
 use timeline_core::time::Millis;

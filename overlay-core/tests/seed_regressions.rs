@@ -6,8 +6,9 @@ mod common;
 
 use common::*;
 use overlay_core::live::{Delivery, LiveHub, Payload, RunEvent, RunEventKind};
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{OverlayStore, RowClass};
 use overlay_core::window::{latest_window, Target};
 use timeline_core::time::Millis;

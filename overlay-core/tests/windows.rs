@@ -6,11 +6,12 @@
 mod common;
 
 use common::*;
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::source::{
     HistorySource, MemorySource, SourceError, SourceKind, SourcePage, SourcePosition,
 };
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay, Update};
 use overlay_core::window::{
     anchored_window, latest_window, leaves_latest_window, older_page, reconcile_sessions,

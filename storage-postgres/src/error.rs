@@ -126,6 +126,16 @@ pub(crate) fn pg_message(e: &postgres::Error) -> String {
     message
 }
 
+/// The outbox's error for a failure of the server or the connection, with a
+/// [`DatabaseError`] as its source.
+pub(crate) fn ob(e: postgres::Error) -> outbox_core::store::StoreError {
+    let e = DatabaseError::from_driver(e);
+    outbox_core::store::StoreError::Unavailable {
+        message: e.message().to_owned(),
+        source: Some(std::sync::Arc::new(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

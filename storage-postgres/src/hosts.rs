@@ -44,7 +44,7 @@ use postgres::{GenericClient, Row};
 use timeline_core::time::Millis;
 
 use crate::columns::{self, Column, Refused};
-use crate::outbox::ob;
+use crate::error::ob;
 use crate::{lock_key, Conn, Fail, PostgresStore};
 
 timeline_core::string_id!(
@@ -1096,14 +1096,14 @@ impl WakeListener {
         match first {
             Ok(Some(n)) => take(n),
             Ok(None) => return Ok(wakes),
-            Err(e) => return Err(crate::outbox::ob(e)),
+            Err(e) => return Err(ob(e)),
         }
         let mut more = notes.iter();
         loop {
             match more.next() {
                 Ok(Some(n)) => take(n),
                 Ok(None) => break,
-                Err(e) => return Err(crate::outbox::ob(e)),
+                Err(e) => return Err(ob(e)),
             }
         }
         Ok(wakes)

@@ -13,8 +13,6 @@
 //! - with fencing on ([`crate::hosts`]), every write checks in its own transaction that
 //!   this host still holds the session's lease.
 
-use std::sync::Arc;
-
 use outbox_core::entry::{OutboxEntry, StoredEntry};
 use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
@@ -27,18 +25,9 @@ use postgres::{GenericClient, Row};
 use timeline_core::time::Millis;
 
 use crate::columns::{self, Column, Refused, Stored};
+use crate::error::ob;
 use crate::hosts::fence_check;
-use crate::{Conn, DatabaseError, Fail, PostgresStore};
-
-/// The outbox's error for a failure of the server or the connection, with a
-/// [`DatabaseError`] as its source.
-pub(crate) fn ob(e: postgres::Error) -> OutboxError {
-    let e = DatabaseError::from_driver(e);
-    OutboxError::Unavailable {
-        message: e.message().to_owned(),
-        source: Some(Arc::new(e)),
-    }
-}
+use crate::{Conn, Fail, PostgresStore};
 
 fn corrupt(what: impl Into<String>, reason: impl Into<String>) -> OutboxError {
     OutboxError::Corrupt {

@@ -19,7 +19,8 @@ use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::runs::RunError;
 use outbox_core::store::{OutboxStore, StoreError as OutboxError, StoreErrorKind};
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
+use overlay_core::store::write;
 use overlay_core::store::{
     CleanupJournal, OverlayStore, RowClass, StoreError as OverlayError, StoredBlock,
 };

@@ -669,7 +669,7 @@ mod deleted_epoch_tests {
     //! Schema 6: a deleted target keeps its settlement epoch (OV-02, OV-04, TL-06).
     use super::*;
     use crate::{Settings, SCHEMA_VERSION};
-    use overlay_core::overlay::write;
+    use overlay_core::store::write;
     use timeline_core::block::Block;
     use timeline_core::key::{BlockKey, BlockType};
     use timeline_core::time::Millis;

@@ -445,7 +445,7 @@ fn a_corrupt_revision_counter_is_a_typed_error() {
         );
         let before = store.load(&s("s1"), &t("t1")).unwrap().unwrap();
         assert_eq!(
-            overlay_corrupt(overlay_core::overlay::write(
+            overlay_corrupt(overlay_core::store::write(
                 &mut store,
                 &s("s1"),
                 &t("t1"),
@@ -477,7 +477,7 @@ fn a_counter_behind_the_targets_revision_is_corrupt() {
         reason,
         "chat_live_timeline_overlay_revisions.revision holds INTEGER 1, below the revision 2 of overlay s1/t2"
     );
-    let (what, _) = overlay_corrupt(overlay_core::overlay::write(
+    let (what, _) = overlay_corrupt(overlay_core::store::write(
         &mut store,
         &s("s1"),
         &t("t2"),
@@ -517,7 +517,7 @@ fn a_version_4_snapshot_with_a_key_twice_stays_and_is_corrupt() {
         "chat_live_timeline_overlays.snapshot_json holds two blocks with the key agentReply \"a\""
             .replace("agentReply", BlockType::AgentReply.as_str())
     );
-    let (what, _) = overlay_corrupt(overlay_core::overlay::write(
+    let (what, _) = overlay_corrupt(overlay_core::store::write(
         &mut store,
         &s("s1"),
         &t("t1"),
@@ -584,7 +584,7 @@ fn t1_row_corrupt(sql: &str) -> (String, String) {
     // target still loads.
     let before = store.current_revision().unwrap();
     assert_eq!(
-        overlay_corrupt(overlay_core::overlay::write(
+        overlay_corrupt(overlay_core::store::write(
             &mut store,
             &s("s1"),
             &t("t1"),

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use fixtures::conformance::naive_overlay::{self, Op, Reference};
-use overlay_core::overlay::{write, Change, WriteResult};
+use overlay_core::overlay::Change;
+use overlay_core::store::{write, WriteResult};
 use overlay_core::store::{
     OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };

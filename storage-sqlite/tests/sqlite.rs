@@ -7,7 +7,8 @@ use std::path::Path;
 
 use outbox_core::ids::{OperationId, SessionId};
 use outbox_core::store::OutboxStore;
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
+use overlay_core::store::write;
 use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock};
 use rusqlite::Connection;
 use storage_sqlite::{

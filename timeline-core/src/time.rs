@@ -50,6 +50,10 @@ impl std::fmt::Display for Millis {
     }
 }
 
+/// The largest number of milliseconds the wire carries (2^53 - 1; the same number as
+/// `policy::MAX_EXACT_INTEGER`, which builds on this module).
+const MAX_WIRE: u64 = (1 << 53) - 1;
+
 /// Days from 1970-01-01 to the civil date `y-m-d` (proleptic Gregorian).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -129,7 +133,7 @@ pub fn parse_timestamp(text: &str) -> Option<Millis> {
     let secs = days * 86_400 + h * 3_600 + mi * 60 + s - offset_min * 60;
     let total = secs.checked_mul(1_000)?.checked_add(ms)?;
     let total = u64::try_from(total).ok()?;
-    (total <= crate::policy::MAX_EXACT_INTEGER).then_some(Millis(total))
+    (total <= MAX_WIRE).then_some(Millis(total))
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! Helpers shared by the overlay-core test files.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use overlay_core::overlay::{write, Change};
+use overlay_core::overlay::Change;
 use overlay_core::source::{MemorySource, SourceKind};
 use overlay_core::store::memory::MemoryOverlayStore;
+use overlay_core::store::write;
 use overlay_core::store::{RowClass, StoredBlock};
 use timeline_core::block::Block;
 use timeline_core::cursor::BoundaryToken;

@@ -19,17 +19,87 @@
 //! size is a function of the row, kept in the row's shared entry: a version that shares
 //! the entry shares the size, and a changed row is a new entry that has none yet.
 
+mod tree;
+
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use serde::{Deserialize, Serialize};
 use timeline_core::block::Block;
 use timeline_core::key::{BlockKey, RunId};
 use timeline_core::order::OrderKey;
 use timeline_core::wire::LiveOverlay;
 
-use super::tree::PMap;
-use super::{RowClass, StoredBlock, StoredOverlay, FORMAT_VERSION};
+use tree::PMap;
+
+/// The stored format version (OV-01).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// What kind of live row a block is (OV-03). Ordinary rows have a saved counterpart in
+/// the agent's history; the others are ephemeral and no history row ever replaces them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum RowClass {
+    /// A row whose key will appear in saved history (message, reply, command, tool call).
+    Ordinary,
+    /// The `thinking-<runId>` status row of a run.
+    Status,
+    /// The marker shown while the agent compacts its context.
+    CompactingMarker,
+    /// A copy of a child thread's progress in the parent conversation.
+    ProgressMirror,
+    /// An activity row with an approval field.
+    ApprovalCard,
+}
+
+impl RowClass {
+    /// True for every class but [`RowClass::Ordinary`].
+    pub fn is_ephemeral(self) -> bool {
+        !matches!(self, RowClass::Ordinary)
+    }
+}
+
+/// A live row with its settlement metadata (stays on the host).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredBlock {
+    /// The wire block clients receive.
+    pub block: Block,
+    /// Its class.
+    pub class: RowClass,
+    /// The run that wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+}
+
+/// One target's overlay as stored (format version 2): the whole form, as a load returns
+/// it and a stale compare-and-set reports it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredOverlay {
+    /// Always [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Rises only when an ordinary row leaves because history holds its key (OV-04).
+    pub settlement_epoch: u64,
+    /// From the global counter.
+    pub revision: u64,
+    /// The rows, in canonical order.
+    pub blocks: Vec<StoredBlock>,
+}
+
+impl StoredOverlay {
+    /// What a client receives: `{settlementEpoch, revision, blocks}` with wire blocks
+    /// only; classes and runs stay on the host.
+    pub fn client_form(&self) -> LiveOverlay {
+        LiveOverlay {
+            settlement_epoch: self.settlement_epoch,
+            revision: self.revision,
+            blocks: self.blocks.iter().map(|b| b.block.clone()).collect(),
+        }
+    }
+}
 
 /// The key of an ephemeral row in the class index: class, run, row key.
 type EphemeralKey = (u8, Option<RunId>, BlockKey);
