@@ -48,6 +48,7 @@ mod content;
 pub mod diag;
 pub mod driver;
 pub mod file;
+mod marks;
 pub mod permission;
 pub mod project;
 pub mod proof;

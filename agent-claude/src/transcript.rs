@@ -90,7 +90,7 @@ use timeline_core::time::Millis;
 use crate::blocks::{self, ToolCall, ToolResult};
 use crate::content::{Content, ContentBlock, Message};
 use crate::diag::Diagnostics;
-use crate::proof::{Attachment, Marks};
+use crate::marks::{Attachment, Marks};
 use timeline_core::time::parse_timestamp;
 
 /// Metadata line types (no `uuid` chain, no rows): skipped on purpose.

@@ -31,6 +31,7 @@ pub mod agent;
 pub mod check;
 pub mod client;
 pub mod faults;
+pub mod invariant;
 pub mod net;
 pub mod recorded;
 pub mod rng;
@@ -41,8 +42,8 @@ pub mod world;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use check::{Invariant, Known, Violation};
 pub use faults::{FaultCounts, FaultKind};
+pub use invariant::{Invariant, Known, Violation};
 pub use stores::Backend;
 pub use world::{Config, Stats, World, DEFAULT_STEPS};
 

@@ -88,3 +88,15 @@ macro_rules! say {
         $crate::trace::say(format_args!($($arg)*))
     };
 }
+
+/// `s` cut to at most `n` bytes (at a character boundary), with `…` when cut.
+pub(crate) fn clip(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        return s.to_owned();
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

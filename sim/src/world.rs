@@ -35,12 +35,13 @@ use timeline_core::wire::{LiveOverlay, LivePatch};
 use timeline_core::{BlockKey, HostKey, Millis, OperationId, PendingSend, SessionId, TargetId};
 
 use crate::agent::{Agent, AgentEvent, AgentViolation, Out, TranscriptHandle};
-use crate::check::{Invariant, Known, Violation};
 use crate::client::{Client, Echo, Kind, Mine};
 use crate::faults::{FaultCounts, FaultKind, Faults};
+use crate::invariant::{Invariant, Known, Violation};
 use crate::net::{Event, Net, AGENT_STREAM, WINDOW_STREAM};
 use crate::rng::Rng;
 use crate::stores::{Backend, HostOutbox, HostOverlays, Stores};
+use crate::trace::clip;
 use crate::trace::Trace;
 use crate::Defect;
 
@@ -2333,17 +2334,6 @@ fn canonical(mut effects: Vec<Effect>) -> Vec<Effect> {
         i = j;
     }
     effects
-}
-
-pub(crate) fn clip(s: &str, n: usize) -> String {
-    if s.len() <= n {
-        return s.to_owned();
-    }
-    let mut end = n;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 fn request_line(r: &ClientRequest) -> String {

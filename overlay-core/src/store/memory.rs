@@ -15,7 +15,7 @@ use super::{
     created_epoch, next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot, StoreError,
     StoredBlock, StoredOverlay, Update,
 };
-use crate::overlay::{apply, Change};
+use crate::overlay::reducer::{apply, Change};
 
 /// In-memory overlay store and cleanup journal.
 #[derive(Clone, Debug, Default)]

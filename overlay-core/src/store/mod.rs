@@ -48,7 +48,7 @@ mod write;
 use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::policy::MAX_EXACT_INTEGER;
 
-use crate::overlay::{apply, Change};
+use crate::overlay::reducer::{apply, Change};
 pub use crate::rows;
 pub use crate::rows::{
     Changes, OverlayRows, RowClass, Runs, Snapshot, StoredBlock, StoredOverlay, FORMAT_VERSION,

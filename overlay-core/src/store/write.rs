@@ -3,7 +3,7 @@
 use timeline_core::key::{SessionId, TargetId};
 
 use super::{Changes, OverlayStore, Snapshot, StoreError, StoredOverlay, Update};
-use crate::overlay::Change;
+use crate::overlay::reducer::Change;
 
 /// What [`write()`] did.
 #[derive(Clone, Debug, PartialEq)]
