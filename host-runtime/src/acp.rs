@@ -410,16 +410,20 @@ impl AcpFace {
         }
     }
 
+    /// When the host's answer `v` is an error, answers the client's request `acp_id`
+    /// with `message` and the host's error as its data, and says so.
+    fn host_refused(&mut self, acp_id: &Value, v: &Value, message: &str) -> bool {
+        let Some(e) = v.get("error") else {
+            return false;
+        };
+        self.error(acp_id, -32603, message, Some(e.clone()));
+        true
+    }
+
     fn wire_answer(&mut self, what: Wire, v: &Value) {
         match what {
             Wire::Load { acp_id, session } => {
-                if let Some(e) = v.get("error") {
-                    self.error(
-                        &acp_id,
-                        -32603,
-                        "the host could not load the session",
-                        Some(e.clone()),
-                    );
+                if self.host_refused(&acp_id, v, "the host could not load the session") {
                     return;
                 }
                 let blocks = v["result"]["blocks"]
@@ -436,13 +440,7 @@ impl AcpFace {
                 self.reply(&acp_id, to_value(&LoadSessionResponse::new()));
             }
             Wire::List { acp_id } => {
-                if let Some(e) = v.get("error") {
-                    self.error(
-                        &acp_id,
-                        -32603,
-                        "the host could not list its sessions",
-                        Some(e.clone()),
-                    );
+                if self.host_refused(&acp_id, v, "the host could not list its sessions") {
                     return;
                 }
                 let sessions = v["result"]["sessions"]
