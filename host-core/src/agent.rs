@@ -205,8 +205,10 @@ pub trait Agent {
     /// What a file read found.
     fn handle_file(&mut self, read: ReadId, result: Result<Vec<u8>, FileError>, now: Millis);
     /// The next effect, if any.
+    #[must_use]
     fn poll_effect(&mut self) -> Option<AgentEffect>;
     /// The earliest deadline of the agent, if any.
+    #[must_use]
     fn poll_timeout(&self) -> Option<Millis>;
     /// The deadline came.
     fn handle_timeout(&mut self, now: Millis);
