@@ -222,6 +222,7 @@ const DECISION_WORDS = {
 };
 
 const shown = new Map(); // "type:id" -> { origin, block }, the rows on the page
+const nodes = new Map(); // "type:id" -> the row's element
 const keyOf = (k) => k.type + ":" + k.id;
 
 // Every row again (a window applied, a target opened).
@@ -230,30 +231,37 @@ function draw(rows) {
   const atEnd = main.scrollTop + main.clientHeight >= main.scrollHeight - 20;
   const list = document.createDocumentFragment();
   shown.clear();
+  nodes.clear();
   for (const row of rows) {
-    shown.set(keyOf(row.block), row);
-    list.append(rowNode(row));
+    const k = keyOf(row.block);
+    const div = rowNode(row);
+    shown.set(k, row);
+    nodes.set(k, div);
+    list.append(div);
   }
   main.replaceChildren(list);
   if (atEnd) main.scrollTop = main.scrollHeight;
 }
 
 // Only the rows that changed (a streamed token touches one): each taken out, and put
-// back after the row the timeline names, which is already in place.
+// back after the row the timeline names, which is already in place. Each is found by
+// its key, so the cost follows the changes, not the rows shown.
 function redraw(changes) {
   const main = $("timeline");
   const atEnd = main.scrollTop + main.clientHeight >= main.scrollHeight - 20;
-  const node = (key) => main.querySelector(`:scope > [data-key="${CSS.escape(key)}"]`);
   for (const { key, row, after } of changes) {
     const k = keyOf(key);
-    const old = node(k);
+    const old = nodes.get(k);
     if (old) old.remove();
     shown.delete(k);
+    nodes.delete(k);
     if (!row) continue;
+    const div = rowNode(row);
     shown.set(k, row);
-    const before = after ? node(keyOf(after)) : null;
-    if (before) before.after(rowNode(row));
-    else main.prepend(rowNode(row));
+    nodes.set(k, div);
+    const before = after ? nodes.get(keyOf(after)) : null;
+    if (before) before.after(div);
+    else main.prepend(div);
   }
   if (atEnd) main.scrollTop = main.scrollHeight;
 }

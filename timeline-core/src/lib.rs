@@ -15,8 +15,10 @@
 //! - [`history`]: packed history pages, the client journal, dual-path folds (PK-01 to
 //!   PK-04).
 //! - [`rows`]: row wording, message facts, the status row, approvals (RW-01 to RW-06).
+//! - [`text`]: text on one line (every line break counts), as the rows use it.
 //! - [`policy`]: every limit and timeout in one place (TL-13).
-//! - [`time`]: [`time::Millis`]; nothing here reads a clock.
+//! - [`time`]: [`time::Millis`] and the ISO-8601 timestamps the agents write; nothing
+//!   here reads a clock.
 //!
 //! The crate performs no IO, reads no clock, sleeps never and draws no randomness:
 //! time comes in as an argument, wishes go out as effect values.
@@ -77,6 +79,7 @@ pub mod policy;
 pub mod replay;
 pub mod rows;
 pub mod seal;
+pub mod text;
 pub mod time;
 pub mod timeline;
 pub mod wire;
