@@ -429,7 +429,7 @@ mod tests {
         Piece::Line(vec![b'x'; bytes])
     }
 
-    // The agents' output waiting for the host thread is bounded in bytes: a line waits
+    // RT-01: the agents' output waiting for the host thread is bounded in bytes: a line waits
     // for its bytes, the host handling a line gives them back, and a line longer than
     // the whole budget waits for all of it and passes alone.
     #[test]

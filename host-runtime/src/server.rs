@@ -956,8 +956,11 @@ async fn asked(
 ) {
     let (frames, outcome) = ask(&shared, call).await;
     finish(&shared.0, &device, &key, outcome.clone());
-    // The caller may be gone (its cap passed, its connection closed).
-    let _ = tx.send((frames, outcome));
+    if tx.send((frames, outcome)).is_err() {
+        // The caller is gone (its cap passed, its connection closed); the outcome is
+        // kept under its key for a retry all the same (`finish` above).
+        debug!("an answered request's caller had stopped waiting");
+    }
 }
 
 /// A read, a join or a leave: no key.
@@ -1107,8 +1110,10 @@ fn finish(shared: &Shared, device: &str, key: &outbox_core::ids::IdempotencyKey,
     let mut waiters = lock(&shared.waiters);
     for w in waiting {
         if let Some(tx) = waiters.remove(&w) {
-            // The waiter may have given up (its own cap); nothing then reads it.
-            let _ = tx.send(outcome.clone());
+            if tx.send(outcome.clone()).is_err() {
+                // The waiter gave up (its own cap); the outcome stays kept for its key.
+                debug!("a request waiting on an idempotency key had stopped waiting");
+            }
         }
     }
 }

@@ -117,7 +117,10 @@ impl<A: Agent> Blocking<A> {
                                             return;
                                         }
                                     }
-                                    let _ = tx.send(Seen::End(process));
+                                    if tx.send(Seen::End(process)).is_err() {
+                                        // The driver is gone, and with it whoever
+                                        // would have read this end.
+                                    }
                                 });
                             }
                             self.children.insert(process, (child, stdin));
@@ -158,7 +161,10 @@ impl<A: Agent> Blocking<A> {
                 }
                 AgentEffect::Kill { process } => {
                     if let Some(c) = self.children.get_mut(&process) {
-                        let _ = c.0.kill();
+                        if c.0.kill().is_err() {
+                            // `kill` fails only for a child already reaped: it is gone,
+                            // and its end comes through its output thread either way.
+                        }
                     }
                 }
                 AgentEffect::ReadFile { read, path, limit } => {
@@ -230,8 +236,11 @@ impl<A: Agent> Blocking<A> {
 impl<A: Agent> Drop for Blocking<A> {
     fn drop(&mut self) {
         for (_, (mut c, _)) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
+            // Both fail only for a child already reaped: nothing is left to stop or
+            // to wait for.
+            if c.kill().is_ok() && c.wait().is_err() {
+                // Reaped meanwhile: nothing is left to wait for.
+            }
         }
     }
 }

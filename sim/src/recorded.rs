@@ -101,6 +101,16 @@ fn now_of(now: Millis) -> u64 {
     now.as_u64()
 }
 
+/// The command of a load's answer: `window`, `older` or `anchored`.
+fn load<T: Serialize>(
+    cmd: &str,
+    t: &RequestTag,
+    result: &Result<T, LoadFailure>,
+    now: Millis,
+) -> Value {
+    json!({ "cmd": cmd, "tag": tag(t), "answer": answer(result), "now": now_of(now) })
+}
+
 impl Recorded<Timeline> {
     /// [`Timeline::open_target`].
     pub fn open_target(&mut self, target: TargetId, now: Millis) {
@@ -151,9 +161,7 @@ impl Recorded<Timeline> {
         result: Result<TimelineWindow, LoadFailure>,
         now: Millis,
     ) -> Outcome {
-        self.note(|| {
-            json!({ "cmd": "window", "tag": tag(t), "answer": answer(&result), "now": now_of(now) })
-        });
+        self.note(|| load("window", t, &result, now));
         self.inner.handle_latest_window(t, result, now)
     }
 
@@ -164,9 +172,7 @@ impl Recorded<Timeline> {
         result: Result<OlderPage, LoadFailure>,
         now: Millis,
     ) -> Outcome {
-        self.note(|| {
-            json!({ "cmd": "older", "tag": tag(t), "answer": answer(&result), "now": now_of(now) })
-        });
+        self.note(|| load("older", t, &result, now));
         self.inner.handle_older_page(t, result, now)
     }
 
@@ -177,9 +183,7 @@ impl Recorded<Timeline> {
         result: Result<TimelineWindow, LoadFailure>,
         now: Millis,
     ) -> Outcome {
-        self.note(|| {
-            json!({ "cmd": "anchored", "tag": tag(t), "answer": answer(&result), "now": now_of(now) })
-        });
+        self.note(|| load("anchored", t, &result, now));
         self.inner.handle_anchored(t, result, now)
     }
 

@@ -42,7 +42,9 @@
 //! order (`kind` `init`, `user` with its `clientId`, `assistant`, `approval` with its
 //! `requestId` and `outcome`, `omitted` with its `bytes`), then `{origin: "pending",
 //! clientId, text}` for each send the server has not acknowledged; and with `running`,
-//! `truncated`, `reclaimed` and `rebuilding`.
+//! `truncated`, `reclaimed` and `rebuilding`. A client made with `changes: true` gets
+//! the conversation's rows only from `view`, so a live event costs the event, not the
+//! whole conversation.
 //!
 //! | `cmd` | fields | what it does |
 //! |---|---|---|
@@ -371,6 +373,7 @@ impl Client {
 
     /// A command of the conversation; its whole answer.
     fn converse(&mut self, command: ConversationCommand) -> String {
+        let viewing = matches!(command, ConversationCommand::View);
         let c = &mut self.conversation;
         let outcome = match command {
             ConversationCommand::ReplayChunk { chunk, now } => {
@@ -393,7 +396,7 @@ impl Client {
             }
             ConversationCommand::View => json!("unchanged"),
         };
-        json!({
+        let mut answer = json!({
             "outcome": outcome,
             "effects": self.effects(),
             "timeout": self.timeout(),
@@ -401,9 +404,19 @@ impl Client {
             "truncated": self.conversation.truncated(),
             "reclaimed": self.conversation.reclaimed(),
             "rebuilding": self.conversation.rebuilding(),
-            "rows": self.conversation.view().iter().map(view_row_json).collect::<Vec<_>>(),
-        })
-        .to_string()
+        });
+        // Every row costs the whole conversation: a client that takes changes asks for
+        // them with `view`, so a live event costs the event.
+        if !self.changes || viewing {
+            answer["rows"] = self
+                .conversation
+                .view()
+                .iter()
+                .map(view_row_json)
+                .collect::<Vec<_>>()
+                .into();
+        }
+        answer.to_string()
     }
 
     /// A load's answer.

@@ -691,3 +691,24 @@ fn every_vector_replays_to_its_rows() {
         }
     }
 }
+
+// RB-04, TL-02: a client that takes changes gets the conversation's rows only from
+// `view`, so a live event's answer costs the event; without changes every answer
+// carries them (what the vectors record).
+#[test]
+fn a_client_that_takes_changes_reads_the_conversation_with_view() {
+    let event = r#"{"cmd":"relayEvent","event":{"seq":0,"type":"session_init"}}"#;
+    for (changes, rows_with_event) in [(true, false), (false, true)] {
+        let mut c = Client::new();
+        c.handle(&json!({ "cmd": "new", "mode": "phone", "changes": changes }).to_string());
+        let answer: Value = serde_json::from_str(&c.handle(event)).unwrap();
+        assert_eq!(answer["outcome"], "applied");
+        assert_eq!(
+            answer.get("rows").is_some(),
+            rows_with_event,
+            "changes {changes}"
+        );
+        let view: Value = serde_json::from_str(&c.handle(r#"{"cmd":"view"}"#)).unwrap();
+        assert_eq!(view["rows"][0]["kind"], "init", "changes {changes}");
+    }
+}
