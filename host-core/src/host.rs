@@ -24,7 +24,8 @@ use timeline_core::time::Millis;
 
 use crate::approvals::Approvals;
 use crate::io::{
-    AgentCall, AgentInput, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo, SessionSummary,
+    AgentCall, AgentInput, ClientRequest, Effect, LoadError, NewSessionError, Notice, Reply,
+    ReplyTo, SessionSummary,
 };
 
 /// History pages of [`EXACT_SCAN_PAGE`] items an exact scan reads back from the present
@@ -505,6 +506,29 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         entry.sources.insert(TargetId::main(session), source);
     }
 
+    /// The embedder's answer to [`Effect::OpenSession`]: the session it made (and
+    /// added with [`Host::add_session`]), or why it made none. The client is answered
+    /// [`Reply::SessionOpened`]; a session named but not added is
+    /// [`NewSessionError::NotAdded`], never an answer that names a session nobody serves.
+    pub fn handle_session_opened(
+        &mut self,
+        to: ReplyTo,
+        result: Result<SessionId, NewSessionError>,
+        _now: Millis,
+    ) {
+        let result = result.and_then(|session| {
+            if self.sessions.contains_key(&session) {
+                Ok(session)
+            } else {
+                Err(NewSessionError::NotAdded(session))
+            }
+        });
+        self.effects.push_back(Effect::Reply {
+            to,
+            reply: Reply::SessionOpened(result),
+        });
+    }
+
     /// Every session served here (granted, when the host serves only granted ones), in
     /// session order. O(sessions).
     fn session_summaries(&self) -> Vec<SessionSummary> {
@@ -863,6 +887,10 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             }
             ClientRequest::ListRuns => Some(Reply::Runs(self.custody.active_runs(now))),
             ClientRequest::ListSessions => Some(Reply::Sessions(self.session_summaries())),
+            ClientRequest::NewSession(request) => {
+                self.effects.push_back(Effect::OpenSession { to, request });
+                None
+            }
         };
         if let Some(reply) = reply {
             self.effects.push_back(Effect::Reply { to, reply });

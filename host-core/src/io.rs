@@ -164,6 +164,65 @@ pub enum ClientRequest {
     ListRuns,
     /// `run.chatListSessions`: every session this host serves: [`Reply::Sessions`].
     ListSessions,
+    /// `run.chatNewSession`: a new session, made by the embedder
+    /// ([`Effect::OpenSession`]): [`Reply::SessionOpened`].
+    NewSession(NewSession),
+}
+
+/// A new session a client asks for ([`ClientRequest::NewSession`]). Every field is what
+/// the client would like; the embedder that makes the session decides.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NewSession {
+    /// The agent to run it, when the client names one.
+    pub agent: Option<timeline_core::key::AgentKind>,
+    /// Where its agent is to work, when the client names it.
+    pub cwd: Option<String>,
+    /// Its title, when the client gives one.
+    pub title: Option<String>,
+}
+
+impl NewSession {
+    /// A request that leaves every choice to the embedder.
+    pub fn new() -> NewSession {
+        NewSession::default()
+    }
+
+    /// Names the agent.
+    #[must_use]
+    pub fn agent(mut self, agent: timeline_core::key::AgentKind) -> NewSession {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// Names the directory its agent works in.
+    #[must_use]
+    pub fn cwd(mut self, cwd: impl Into<String>) -> NewSession {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Gives it a title.
+    #[must_use]
+    pub fn title(mut self, title: impl Into<String>) -> NewSession {
+        self.title = Some(title.into());
+        self
+    }
+}
+
+/// Why no new session was made ([`Reply::SessionOpened`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NewSessionError {
+    /// This host makes no sessions on request: its sessions are the embedder's.
+    #[error("this host does not make new sessions on request")]
+    NotOffered,
+    /// The embedder refused, in its words.
+    #[error("the new session was refused: {0}")]
+    Refused(String),
+    /// The embedder named a session it did not add to the host.
+    #[error("session {0} was named but not added to the host")]
+    NotAdded(SessionId),
 }
 
 /// An answer from the agent, or something the agent did.
@@ -370,6 +429,8 @@ pub enum Reply {
     Runs(Vec<(SessionId, RunId)>),
     /// [`ClientRequest::ListSessions`]: each session served here, in session order.
     Sessions(Vec<SessionSummary>),
+    /// [`ClientRequest::NewSession`]: the session made, served here from now on.
+    SessionOpened(Result<SessionId, NewSessionError>),
 }
 
 /// A session as [`ClientRequest::ListSessions`] lists it.
@@ -795,4 +856,14 @@ pub enum Effect {
     },
     /// A failure or refusal to show or log.
     Notice(Notice),
+    /// A client asks for a new session ([`ClientRequest::NewSession`]). The embedder
+    /// makes it (its agent, its history source, [`crate::Host::add_session`]) or
+    /// refuses, then answers with [`crate::Host::handle_session_opened`]. An embedder
+    /// that makes no sessions answers [`NewSessionError::NotOffered`].
+    OpenSession {
+        /// Who asked.
+        to: ReplyTo,
+        /// What was asked for.
+        request: NewSession,
+    },
 }

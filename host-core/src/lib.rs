@@ -122,6 +122,6 @@ pub use host::{
     Host, HostConfig, HostStats, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS, REWRITE_JOURNAL_RUN,
 };
 pub use io::{
-    AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, LoadError, Notice, Reply, ReplyTo,
-    SessionSummary, Severity,
+    AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, LoadError, NewSession,
+    NewSessionError, Notice, Reply, ReplyTo, SessionSummary, Severity,
 };

@@ -104,8 +104,33 @@ async fn main() -> Result<(), Error> {
         SessionInfo::new(Capabilities::codex()),
         Box::new(history),
     );
+    // A client may ask for a new session (`run.chatNewSession`, an ACP client's second
+    // `session/new`): `s2`, `s3`, ... with no saved history; the echo agent serves
+    // every session.
+    let mut made = 1u64;
+    let maker = move |_: &host_core::NewSession,
+                      host: &mut Host<SqliteStore, SqliteStore>,
+                      _: &mut host_runtime::Agents<'_>|
+          -> Result<SessionId, String> {
+        made += 1;
+        let session = SessionId::new(format!("s{made}")).map_err(|e| e.to_string())?;
+        let history = MemorySource::new(
+            SourceKind::Codex {
+                thread_id: format!("thread-{made}"),
+                generation: 1,
+            },
+            BoundaryToken::codex_rollout(&format!("/sessions/rollout-{made}.jsonl")),
+        );
+        host.add_session(
+            &session,
+            SessionInfo::new(Capabilities::codex()),
+            Box::new(history),
+        );
+        Ok(session)
+    };
     let mut runtime = Runtime::builder(host)
         .agent(scripted_model::echo::EchoAgent::new())
+        .sessions(maker)
         .start()?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = Server::start(

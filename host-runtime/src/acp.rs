@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `initialize` | nothing: protocol 1, `loadSession`, `sessionCapabilities.list`, no authentication |
 //! | `session/list` | `run.chatListSessions`: every session the host serves, with its title; its `cwd` is the face's own directory (the host does not know where each session's agent works), and a `cwd` filter is not applied for the same reason |
-//! | `session/new` | `run.chatJoin` of the session the face was started for; its ACP session ID is the app session ID. The face attaches to that one session: a second `session/new` is refused (`-32603`, naming the session) rather than answered with the same ID |
+//! | `session/new` | the first: `run.chatJoin` of the session the face was started for (its ACP session ID is the app session ID); each later one: `run.chatNewSession` with the client's `cwd` (a session the host's embedder makes, `host_runtime::RuntimeBuilder::sessions`), then `run.chatJoin` of it. A host that makes no sessions refuses it: `-32603`, the host's `SESSION_NOT_CREATED` error as its data |
 //! | `session/load` | `run.chatJoin`, then `run.chatLoad` of the latest 100 rows, replayed as `session/update` before the answer |
 //! | `session/prompt` | `run.chatOutboxSubmit` (automatic, with an idempotency key); answered when the run its message started ends (`completed`: `end_turn`, `aborted`: `cancelled`, `failed`: an error) |
 //! | `session/cancel` | every unanswered prompt of the session answers `cancelled` (whatever its run's end): a message still in the outbox is removed (`run.chatOutboxRemove`), a run a prompt started is stopped (`run.cancel`) and its prompt answers when the run ends, after its last update |
@@ -44,6 +44,7 @@ enum Wire {
     Join,
     Load { acp_id: Value, session: String },
     List { acp_id: Value },
+    NewSession { acp_id: Value },
     Submit { op: String },
     Remove { op: String },
     Other,
@@ -86,7 +87,8 @@ pub struct AcpFace {
     sent: BTreeMap<String, Sent>,
     /// Prompts not answered yet, by the operation of their message.
     prompts: BTreeMap<String, Prompt>,
-    /// A `session/new` was answered: the face serves one session.
+    /// A `session/new` was answered with the face's own session: a later one asks the
+    /// host for a new session.
     opened: bool,
     /// Sessions whose run is stopped once the cancelled messages still in their
     /// outbox are removed (so the stop does not start them).
@@ -288,15 +290,15 @@ impl AcpFace {
                 self.reply(id, to_value(&r));
             }
             "session/new" if self.opened => {
-                let message = format!(
-                    "this agent serves one session, {}: start another for a new session",
-                    self.session
-                );
-                self.error(
-                    id,
-                    -32603,
-                    &message,
-                    Some(json!({ "sessionId": self.session })),
+                let key = self.key();
+                let mut ask = json!({ "idempotencyKey": key });
+                if let Some(cwd) = params["cwd"].as_str() {
+                    ask["cwd"] = json!(cwd);
+                }
+                self.call(
+                    "run.chatNewSession",
+                    ask,
+                    Wire::NewSession { acp_id: id.clone() },
                 );
             }
             "session/new" => {
@@ -458,6 +460,22 @@ impl AcpFace {
                     })
                     .collect();
                 self.reply(&acp_id, to_value(&ListSessionsResponse::new(sessions)));
+            }
+            Wire::NewSession { acp_id } => {
+                if self.host_refused(&acp_id, v, "the host made no new session") {
+                    return;
+                }
+                let Some(session) = v["result"]["appSessionId"].as_str().map(str::to_owned) else {
+                    self.error(
+                        &acp_id,
+                        -32603,
+                        "the host's answer named no session",
+                        Some(v.clone()),
+                    );
+                    return;
+                };
+                self.join(&session);
+                self.reply(&acp_id, to_value(&NewSessionResponse::new(session)));
             }
             Wire::Submit { op } => {
                 let Some(p) = self.prompts.get_mut(&op) else {

@@ -75,6 +75,17 @@
 //! - **Tracing**: a span per client request, per agent call and per process (`tracing`,
 //!   silent unless the embedder installs a subscriber).
 //!
+//! # Sessions made on request
+//!
+//! A client may ask for a new session (`ClientRequest::NewSession`; on the wire
+//! `run.chatNewSession`; an ACP client's `session/new`). The runtime hands it to the
+//! embedder's [`SessionMaker`] ([`RuntimeBuilder::sessions`]) on the host's thread: it
+//! tells the agent that will serve the session (found by its type with
+//! [`Agents::get_mut`]), adds the session to the host with its history source, and
+//! names it. Without a maker the host makes none (`NewSessionError::NotOffered`). A
+//! session made this way is the embedder's to add again after a restart, as every
+//! other session is.
+//!
 //! # Phones and browsers
 //!
 //! With the feature `server`, `server::Server` serves the host's wire (`host-wire`:
@@ -100,6 +111,7 @@ mod lines;
 mod process;
 #[cfg(feature = "server")]
 pub mod server;
+mod sessions;
 #[cfg(feature = "tls")]
 pub mod tls;
 
@@ -120,6 +132,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, warn};
 
 use crate::process::{InputCommand, IoEvent, ProcessHandle};
+use crate::sessions::RuntimeAgent;
+pub use crate::sessions::{Agents, SessionMaker};
 
 /// The default bound on one line an agent prints: 16 MiB.
 pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
@@ -244,7 +258,8 @@ pub struct AgentProcess {
 /// Builds a [`Runtime`].
 pub struct RuntimeBuilder<O, V> {
     host: Host<O, V>,
-    agents: Vec<Box<dyn Agent + Send>>,
+    agents: Vec<Box<dyn RuntimeAgent>>,
+    maker: Option<Box<dyn SessionMaker<O, V>>>,
     max_line: usize,
     max_buffered: usize,
 }
@@ -255,6 +270,7 @@ impl<O, V> std::fmt::Debug for RuntimeBuilder<O, V> {
             .field("agents", &self.agents.len())
             .field("max_line", &self.max_line)
             .field("max_buffered", &self.max_buffered)
+            .field("makes_sessions", &self.maker.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -268,6 +284,15 @@ where
     #[must_use]
     pub fn agent(mut self, agent: impl Agent + Send + 'static) -> Self {
         self.agents.push(Box::new(agent));
+        self
+    }
+
+    /// Makes the sessions clients ask for (`ClientRequest::NewSession`,
+    /// `run.chatNewSession`, an ACP client's `session/new`). Without one, the host
+    /// makes none: such a request is answered `NewSessionError::NotOffered`.
+    #[must_use]
+    pub fn sessions(mut self, maker: impl SessionMaker<O, V> + 'static) -> Self {
+        self.maker = Some(Box::new(maker));
         self
     }
 
@@ -308,6 +333,7 @@ where
         let RuntimeBuilder {
             host,
             agents,
+            maker,
             max_line,
             max_buffered,
         } = self;
@@ -332,6 +358,7 @@ where
                 let mut l = Loop {
                     host,
                     agents,
+                    maker,
                     clock,
                     io: handle,
                     io_tx,
@@ -511,6 +538,7 @@ impl Runtime {
         RuntimeBuilder {
             host,
             agents: Vec::new(),
+            maker: None,
             max_line: DEFAULT_MAX_LINE,
             max_buffered: DEFAULT_MAX_BUFFERED,
         }
@@ -591,7 +619,8 @@ enum Next {
 /// The host thread's state.
 struct Loop<O, V> {
     host: Host<O, V>,
-    agents: Vec<Box<dyn Agent + Send>>,
+    agents: Vec<Box<dyn RuntimeAgent>>,
+    maker: Option<Box<dyn SessionMaker<O, V>>>,
     clock: Clock,
     io: tokio::runtime::Handle,
     io_tx: mpsc::Sender<IoEvent>,
@@ -858,6 +887,22 @@ where
             Effect::Notice(notice) => {
                 self.stats.outputs += 1;
                 self.pending.push(Output::Notice(notice));
+            }
+            Effect::OpenSession { to, request } => {
+                let _span = debug_span!("new_session", to = to.0).entered();
+                let result = match self.maker.as_mut() {
+                    None => Err(host_core::NewSessionError::NotOffered),
+                    Some(maker) => {
+                        let mut agents = Agents {
+                            agents: &mut self.agents,
+                        };
+                        maker
+                            .make(&request, &mut self.host, &mut agents)
+                            .map_err(host_core::NewSessionError::Refused)
+                    }
+                };
+                self.host
+                    .handle_session_opened(to, result, self.clock.now());
             }
             other => {
                 warn!(?other, "an effect this runtime does not know");

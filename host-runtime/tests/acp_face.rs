@@ -238,8 +238,9 @@ async fn a_loaded_session_replays_history_and_a_card_is_decided_once_across_devi
 // AG-04: `session/cancel` during a prompt stops the run and removes the client's message
 // still queued behind it; both prompts answer `cancelled` (the protocol's rule whatever
 // the run's end), the queued one never reaches the agent, and the next prompt on the
-// same host session runs and answers `end_turn`. The face serves one session: a second
-// `session/new` is refused, not answered with the same ID.
+// same host session runs and answers `end_turn`. A second `session/new` is a new host
+// session (its own ID, its prompt answered by the host's agent), and one the host
+// refuses answers `-32603` with the host's error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_prompt_answers_cancelled_and_the_next_prompt_runs() {
     let (runtime, server, sends) = serve(ServerConfig::default(), 0).await;
@@ -258,8 +259,18 @@ async fn a_cancelled_prompt_answers_cancelled_and_the_next_prompt_runs() {
         "params": { "cwd": "/", "mcpServers": [] } }))
         .await;
     let again = c.until("the second session/new", |v| v["id"] == 6).await;
-    assert_eq!(again["error"]["code"], -32603, "{again}");
-    assert_eq!(again["error"]["data"]["sessionId"], session.as_str());
+    let other = again["result"]["sessionId"].as_str().unwrap().to_owned();
+    assert_ne!(other, session, "{again}");
+    assert_eq!(other, "made-1");
+    c.write(json!({ "jsonrpc": "2.0", "id": 7, "method": "session/new",
+        "params": { "cwd": "/refuse", "mcpServers": [] } }))
+        .await;
+    let refused = c.until("the refused session/new", |v| v["id"] == 7).await;
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["data"]["errorCode"], "SESSION_NOT_CREATED",
+        "{refused}"
+    );
     c.write(
         json!({ "jsonrpc": "2.0", "id": 3, "method": "session/prompt",
         "params": { "sessionId": session, "prompt": [{ "type": "text", "text": "slow one" }] } }),
@@ -312,6 +323,33 @@ async fn a_cancelled_prompt_answers_cancelled_and_the_next_prompt_runs() {
         .collect();
     assert_eq!(after, "echo: after", "only the new run's reply, once");
     assert_eq!(sends.load(Ordering::SeqCst), 2);
+
+    // The new session's prompt goes to the host's agent in that session.
+    c.write(
+        json!({ "jsonrpc": "2.0", "id": 8, "method": "session/prompt",
+        "params": { "sessionId": other, "prompt": [{ "type": "text", "text": "in the new one" }] } }),
+    )
+    .await;
+    let end = c.until("the new session's prompt", |v| v["id"] == 8).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    let in_new: Vec<&Value> = c
+        .seen
+        .iter()
+        .filter(|v| {
+            v["method"] == "session/update"
+                && v["params"]["sessionId"] == other.as_str()
+                && v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        })
+        .collect();
+    assert!(
+        in_new
+            .iter()
+            .any(|v| v["params"]["update"]["content"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("in the new one"))),
+        "the reply came to the new session: {in_new:?}"
+    );
+    assert_eq!(sends.load(Ordering::SeqCst), 3);
     c.child.kill().await.unwrap();
     drop(server);
     runtime.shutdown().await.unwrap();

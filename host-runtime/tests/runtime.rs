@@ -39,9 +39,11 @@ struct Seen {
 /// text to it.
 struct Scripted {
     session: SessionId,
+    /// Sessions made while the runtime runs, served too.
+    also: Vec<SessionId>,
     seen: Arc<Mutex<Seen>>,
     out: VecDeque<AgentEffect>,
-    end_at: Option<(Millis, outbox_core::ids::RunId)>,
+    end_at: Option<(Millis, outbox_core::ids::RunId, SessionId)>,
     spec: Option<ProcessSpec>,
     started: bool,
     next_write: u64,
@@ -52,6 +54,7 @@ impl Scripted {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let agent = Scripted {
             session: session.clone(),
+            also: Vec::new(),
             seen: Arc::clone(&seen),
             out: VecDeque::new(),
             end_at: None,
@@ -68,7 +71,7 @@ impl Agent for Scripted {
         Capabilities::codex()
     }
     fn serves(&self, session: &SessionId) -> bool {
-        *session == self.session
+        *session == self.session || self.also.contains(session)
     }
     fn handle_call(&mut self, call: AgentCall, now: Millis) {
         self.seen.lock().unwrap().calls.push(format!("{call:?}"));
@@ -104,10 +107,10 @@ impl Agent for Scripted {
                 }));
             self.out
                 .push_back(AgentEffect::Input(AgentInput::DeliveryProof {
-                    session: request.session,
+                    session: request.session.clone(),
                     operation_id: request.operation_id,
                 }));
-            self.end_at = Some((now.saturating_add(Millis(50)), run));
+            self.end_at = Some((now.saturating_add(Millis(50)), run, request.session));
         }
     }
     fn handle_line(&mut self, _: ProcessId, line: &[u8], _: Millis) {
@@ -127,14 +130,14 @@ impl Agent for Scripted {
         self.out.pop_front()
     }
     fn poll_timeout(&self) -> Option<Millis> {
-        self.end_at.as_ref().map(|(at, _)| *at)
+        self.end_at.as_ref().map(|(at, _, _)| *at)
     }
     fn handle_timeout(&mut self, now: Millis) {
-        if let Some((at, run)) = self.end_at.take() {
+        if let Some((at, run, session)) = self.end_at.take() {
             assert!(now >= at, "woken at {now:?} before the deadline {at:?}");
             self.seen.lock().unwrap().timeouts.push(now);
             self.out.push_back(AgentEffect::Input(AgentInput::RunEnded {
-                session: self.session.clone(),
+                session,
                 run,
                 outcome: RunEventKind::Completed,
                 untaken: Vec::new(),
@@ -231,6 +234,105 @@ async fn a_submit_is_answered_sent_proven_and_its_run_ended_by_the_agents_deadli
         .await
         .unwrap();
     assert!(first.is_some());
+    runtime.shutdown().await.unwrap();
+}
+
+// RT-01, AG-04: a session a client asks for is made on the host's thread by the
+// embedder's maker, which tells its agent and adds it to the host; a message to it is
+// then sent, proven and let go. Without a maker, or when the maker refuses or names a
+// session it did not add, the client is told so and no session exists.
+#[tokio::test]
+async fn a_new_session_is_made_by_the_embedder_and_served_at_once() {
+    use host_core::{NewSession, NewSessionError};
+    let session = SessionId::new("s-1").unwrap();
+    let (agent, seen) = Scripted::new(&session, None);
+    let maker = |request: &NewSession,
+                 host: &mut Host<MemoryOutboxStore, MemoryOverlayStore>,
+                 agents: &mut host_runtime::Agents<'_>|
+     -> Result<SessionId, String> {
+        let title = request.title.clone().unwrap_or_default();
+        if title == "refuse" {
+            return Err("no room for another session".into());
+        }
+        let made = SessionId::new(format!("made-{title}")).map_err(|e| e.to_string())?;
+        if title == "forget" {
+            return Ok(made);
+        }
+        let scripted = agents.get_mut::<Scripted>().ok_or("no scripted agent")?;
+        scripted.also.push(made.clone());
+        let source = MemorySource::new(
+            SourceKind::Codex {
+                thread_id: format!("thread-{title}"),
+                generation: 1,
+            },
+            BoundaryToken::codex_rollout("/sessions/rollout-made.jsonl"),
+        );
+        host.add_session(
+            &made,
+            SessionInfo::new(Capabilities::codex()),
+            Box::new(source),
+        );
+        Ok(made)
+    };
+    let runtime = Runtime::builder(host(&session))
+        .agent(agent)
+        .sessions(maker)
+        .start()
+        .unwrap();
+    let client = runtime.client();
+    let reply = client
+        .request(ClientRequest::NewSession(NewSession::new().title("one")))
+        .await
+        .unwrap();
+    let Reply::SessionOpened(Ok(made)) = reply else {
+        panic!("a new session: {reply:?}");
+    };
+    assert_eq!(made.as_str(), "made-one");
+    let reply = client
+        .request(submit(&made, "op-1", "hello, new session"))
+        .await
+        .unwrap();
+    assert!(matches!(reply, Reply::Submitted(Ok(_))), "{reply:?}");
+    eventually("the new session's run ends", || {
+        !seen.lock().unwrap().timeouts.is_empty()
+    })
+    .await;
+    assert_eq!(outbox_len(&client, &made).await, 0, "delivered: let go");
+    assert!(seen.lock().unwrap().calls[0].contains("made-one"));
+    for (title, want) in [
+        (
+            "refuse",
+            NewSessionError::Refused("no room for another session".into()),
+        ),
+        (
+            "forget",
+            NewSessionError::NotAdded(SessionId::new("made-forget").unwrap()),
+        ),
+    ] {
+        let reply = client
+            .request(ClientRequest::NewSession(NewSession::new().title(title)))
+            .await
+            .unwrap();
+        assert_eq!(reply, Reply::SessionOpened(Err(want)));
+    }
+    let Reply::Sessions(listed) = client.request(ClientRequest::ListSessions).await.unwrap() else {
+        panic!("a list");
+    };
+    let names: Vec<&str> = listed.iter().map(|s| s.session.as_str()).collect();
+    assert_eq!(names, ["made-one", "s-1"]);
+    runtime.shutdown().await.unwrap();
+
+    // No maker: the host makes no sessions.
+    let runtime = Runtime::builder(host(&session)).start().unwrap();
+    let reply = runtime
+        .client()
+        .request(ClientRequest::NewSession(NewSession::new()))
+        .await
+        .unwrap();
+    assert_eq!(
+        reply,
+        Reply::SessionOpened(Err(NewSessionError::NotOffered))
+    );
     runtime.shutdown().await.unwrap();
 }
 

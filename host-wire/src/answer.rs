@@ -112,6 +112,15 @@ pub struct ListSessionsResult {
     pub sessions: Vec<ListedSession>,
 }
 
+/// The result of `run.chatNewSession` (wire version 3): the session made, which the
+/// host serves from now on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSessionResult {
+    /// The new app session.
+    pub app_session_id: SessionId,
+}
+
 /// The frames that answer request `id` with the host's `reply`, in the order to send
 /// them: for a join, the replay's chunks, then the response; for anything else, the
 /// response alone.
@@ -171,6 +180,12 @@ fn reply_result(reply: &Reply) -> Result<serde_json::Value, WireError> {
                 })
                 .collect(),
         }),
+        Reply::SessionOpened(Ok(session)) => to_json(&NewSessionResult {
+            app_session_id: session.clone(),
+        }),
+        Reply::SessionOpened(Err(e)) => {
+            Err(WireError::refused("SESSION_NOT_CREATED", e.to_string()))
+        }
         Reply::Runs(runs) => to_json(&ListResult {
             runs: runs
                 .iter()

@@ -66,6 +66,9 @@ pub const ERROR_CODES: &[&str] = &[
     // Several hosts on one database: the session is served by another host
     // (`data.servedBy` says which, and where), or its lease was lost mid-request.
     "SESSION_ELSEWHERE",
+    // `run.chatNewSession` (version 3): the host makes no sessions on request, or its
+    // embedder refused this one (`NewSessionError`).
+    "SESSION_NOT_CREATED",
 ];
 
 /// The `data` of a JSON-RPC error: the stable code a client switches on.

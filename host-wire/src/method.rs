@@ -5,7 +5,8 @@
 //! and `run.chatResolveApproval`. It leaves the other outbox commands and a phone's join
 //! and leave unnamed; they are named here in the same style: `run.chatOutboxSubmit`,
 //! `run.chatOutboxEdit`, `run.chatOutboxRemove`, `run.chatOutboxReorder`,
-//! `run.chatOutboxSendNow`, `run.chatJoin`, `run.chatLeave`, `run.chatListSessions`.
+//! `run.chatOutboxSendNow`, `run.chatJoin`, `run.chatLeave`, `run.chatListSessions`,
+//! `run.chatNewSession`.
 
 use outbox_core::entry::{Controls, Intent, MessageRequest, SendMode};
 use outbox_core::ids::{IdempotencyKey, OperationId, QueueId};
@@ -194,6 +195,31 @@ pub struct ListParams {}
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatListSessionsParams {}
 
+/// The longest `cwd` of `run.chatNewSession`, in bytes (Linux's `PATH_MAX`).
+pub const MAX_NEW_SESSION_CWD_BYTES: usize = 4_096;
+
+/// The longest `title` of `run.chatNewSession`, in characters.
+pub const MAX_NEW_SESSION_TITLE_CHARS: usize = 1_024;
+
+/// `run.chatNewSession` (wire version 3): a new session, made by the host's embedder,
+/// which decides what each field becomes. The answer names its `appSessionId`; a host
+/// that makes no sessions on request answers `SESSION_NOT_CREATED`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatNewSessionParams {
+    /// The agent to run it: `codex`, `claude` or `acp`; the host's choice when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<timeline_core::key::AgentKind>,
+    /// Where its agent is to work: at most 4,096 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Its title: at most 1,024 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The remote mutation request: a retry answers with the same session.
+    pub idempotency_key: IdempotencyKey,
+}
+
 /// `run.chatResolveApproval`: a decision for an approval card. It carries no session ID.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -299,6 +325,9 @@ pub enum Call {
     /// `run.chatListSessions`.
     #[serde(rename = "run.chatListSessions")]
     ChatListSessions(ChatListSessionsParams),
+    /// `run.chatNewSession`.
+    #[serde(rename = "run.chatNewSession")]
+    ChatNewSession(ChatNewSessionParams),
 }
 
 /// Every method name, in the order of [`Call`].
@@ -320,6 +349,7 @@ pub const METHODS: &[&str] = &[
     "run.chatJoin",
     "run.chatLeave",
     "run.chatListSessions",
+    "run.chatNewSession",
 ];
 
 /// Which dispatch cap a method has (the seed: 95 s around the 90 s handler deadline for
@@ -352,7 +382,10 @@ impl Call {
             Call::Cancel(p) => vec![&p.app_session_id],
             Call::ChatJoin(p) => vec![&p.app_session_id],
             Call::ChatLeave(p) => vec![&p.app_session_id],
-            Call::List(_) | Call::ChatResolveApproval(_) | Call::ChatListSessions(_) => Vec::new(),
+            Call::List(_)
+            | Call::ChatResolveApproval(_)
+            | Call::ChatListSessions(_)
+            | Call::ChatNewSession(_) => Vec::new(),
         }
     }
 
@@ -376,6 +409,7 @@ impl Call {
             Call::ChatJoin(_) => "run.chatJoin",
             Call::ChatLeave(_) => "run.chatLeave",
             Call::ChatListSessions(_) => "run.chatListSessions",
+            Call::ChatNewSession(_) => "run.chatNewSession",
         }
     }
 
@@ -398,13 +432,16 @@ impl Call {
             | Call::ChatOutboxStopAndSendNow(p) => Some(&p.idempotency_key),
             Call::Cancel(p) => Some(&p.idempotency_key),
             Call::ChatResolveApproval(p) => Some(&p.idempotency_key),
+            Call::ChatNewSession(p) => Some(&p.idempotency_key),
             _ => None,
         }
     }
 
     /// Checks the seed's limits the decoder owns: `pageSize` from 1 to 640, at most 16
     /// sessions per reconcile, a `beforeCursor` of at most [`MAX_CURSOR_CHARS`], no
-    /// blank anchor token or row key. Each refusal is `INVALID_PARAMS`.
+    /// blank anchor token or row key, a new session's `cwd` and `title` within
+    /// [`MAX_NEW_SESSION_CWD_BYTES`] and [`MAX_NEW_SESSION_TITLE_CHARS`]. Each refusal
+    /// is `INVALID_PARAMS`.
     pub fn check_limits(&self) -> Result<(), WireError> {
         match self {
             Call::ChatLoad(p) => {
@@ -426,6 +463,24 @@ impl Call {
             Call::ChatReconcileSessions(p) if p.app_session_ids.len() > RECONCILE_MAX_SESSIONS => {
                 Err(WireError::invalid_params(format!(
                     "at most {RECONCILE_MAX_SESSIONS} sessions per call"
+                )))
+            }
+            Call::ChatNewSession(p)
+                if p.cwd
+                    .as_ref()
+                    .is_some_and(|c| c.len() > MAX_NEW_SESSION_CWD_BYTES) =>
+            {
+                Err(WireError::invalid_params(format!(
+                    "cwd: at most {MAX_NEW_SESSION_CWD_BYTES} bytes"
+                )))
+            }
+            Call::ChatNewSession(p)
+                if p.title
+                    .as_ref()
+                    .is_some_and(|t| t.chars().count() > MAX_NEW_SESSION_TITLE_CHARS) =>
+            {
+                Err(WireError::invalid_params(format!(
+                    "title: at most {MAX_NEW_SESSION_TITLE_CHARS} characters"
                 )))
             }
             _ => Ok(()),
@@ -500,6 +555,13 @@ impl Call {
             },
             Call::List(_) => R::ListRuns,
             Call::ChatListSessions(_) => R::ListSessions,
+            Call::ChatNewSession(p) => {
+                let mut request = host_core::NewSession::new();
+                request.agent = p.agent;
+                request.cwd = p.cwd;
+                request.title = p.title;
+                R::NewSession(request)
+            }
             Call::ChatResolveApproval(p) => R::ResolveApproval {
                 request_id: p.request_id,
                 thread_id: p.thread_id,

@@ -11,7 +11,7 @@ use schemars::{JsonSchema, Schema};
 
 use crate::answer::{
     Ack, ApprovalResolved, CancelResult, JoinResult, ListResult, ListSessionsResult,
-    ReconcileResult,
+    NewSessionResult, ReconcileResult,
 };
 use crate::frame::{Notification, Request, Response};
 
@@ -19,8 +19,9 @@ use crate::frame::{Notification, Request, Response};
 /// client of an older version keeps working, and the messages of every older version
 /// still decode (the test of `schema/<version>/examples`).
 ///
-/// Version 2 added `run.chatOutboxReorder` and `run.chatListSessions`.
-pub const WIRE_VERSION: u32 = 2;
+/// Version 2 added `run.chatOutboxReorder` and `run.chatListSessions`; version 3
+/// added `run.chatNewSession` and its error code `SESSION_NOT_CREATED`.
+pub const WIRE_VERSION: u32 = 3;
 
 fn schema_of<T: JsonSchema>() -> Schema {
     SchemaSettings::draft2020_12()
@@ -81,5 +82,6 @@ pub fn result_schemas() -> Vec<(&'static str, Schema)> {
         ("run.chatJoin", schema_of::<JoinResult>()),
         ("run.chatLeave", schema_of::<Ack>()),
         ("run.chatListSessions", schema_of::<ListSessionsResult>()),
+        ("run.chatNewSession", schema_of::<NewSessionResult>()),
     ]
 }

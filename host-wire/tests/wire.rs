@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Reply, ReplyTo};
+use host_core::{
+    AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, NewSessionError, Reply, ReplyTo,
+};
 use host_wire::idempotency::{KEPT_FOR, MAX_KEYS};
 use host_wire::method::MAX_CURSOR_CHARS;
 use host_wire::{
@@ -190,6 +192,31 @@ impl Rig {
                     self.out.push(frame);
                 }
                 Effect::Agent(call) => self.calls.push(call),
+                // The embedder: it makes a Codex session named for its title, names
+                // one it does not add when asked to, and refuses any other.
+                Effect::OpenSession { to, request } => {
+                    let result = match request.title.as_deref() {
+                        Some("refuse") => Err(NewSessionError::Refused("no more sessions".into())),
+                        Some("forget") => Ok(sid("never-added")),
+                        Some(title) => {
+                            let session = sid(title);
+                            let mut info = SessionInfo::new(Capabilities::codex());
+                            info.title = title.to_owned();
+                            let source = history(
+                                SourceKind::Codex {
+                                    thread_id: format!("thread-{title}"),
+                                    generation: 1,
+                                },
+                                BoundaryToken::codex_rollout("/sessions/rollout-new.jsonl"),
+                                0,
+                            );
+                            self.host.add_session(&session, info, Box::new(source));
+                            Ok(session)
+                        }
+                        None => Err(NewSessionError::NotOffered),
+                    };
+                    self.host.handle_session_opened(to, result, self.now);
+                }
                 _ => {}
             }
         }
@@ -321,6 +348,39 @@ fn every_method_reaches_the_host_and_every_answer_validates() {
             { "appSessionId": "s1", "agent": "codex", "title": "", "activeRunId": run.as_str() },
         ])
     );
+
+    // A new session the embedder makes: served, listed, and sent to at once.
+    let made = rig.call(
+        "run.chatNewSession",
+        serde_json::json!({ "agent": "codex", "cwd": "/work", "title": "n1",
+            "idempotencyKey": "k-new" }),
+    );
+    assert_eq!(made["result"]["appSessionId"], "n1", "{made}");
+    let listed = rig.call("run.chatListSessions", serde_json::json!({}));
+    assert_eq!(listed["result"]["sessions"][1]["appSessionId"], "n1");
+    assert_eq!(listed["result"]["sessions"][1]["title"], "n1");
+    let mut first = submit_params("op-n1", "automatic", "k-n1");
+    first["appSessionId"] = serde_json::json!("n1");
+    let sent = rig.call("run.chatOutboxSubmit", first);
+    assert_eq!(sent["result"]["operationId"], "op-n1", "{sent}");
+    assert!(rig
+        .calls
+        .iter()
+        .any(|c| matches!(c, AgentCall::Send(r) if r.session == sid("n1"))));
+    for (title, code_text) in [
+        (serde_json::json!("refuse"), "no more sessions"),
+        (serde_json::json!("forget"), "never-added"),
+        (serde_json::Value::Null, "does not make new sessions"),
+    ] {
+        let mut params = serde_json::json!({ "idempotencyKey": "k-none" });
+        if !title.is_null() {
+            params["title"] = title;
+        }
+        let refused = rig.call("run.chatNewSession", params);
+        assert_eq!(error_code(&refused), "SESSION_NOT_CREATED", "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(code_text), "{message}");
+    }
 
     // A second message queues behind the run: edit it, send it now, remove it.
     rig.call(
@@ -963,4 +1023,38 @@ fn a_session_moved_frame_is_its_notification() {
     );
     let back: host_wire::Notification = serde_json::from_value(frame).unwrap();
     assert_eq!(back, typed);
+}
+
+// WI-02: a new session's cwd (4,096 bytes) and title (1,024 characters) at the limit
+// and one past.
+#[test]
+fn new_session_fields_at_the_limit_and_one_past() {
+    use host_wire::method::{MAX_NEW_SESSION_CWD_BYTES, MAX_NEW_SESSION_TITLE_CHARS};
+    let new = |cwd: String, title: String| {
+        frame(
+            "run.chatNewSession",
+            serde_json::json!({ "cwd": cwd, "title": title, "idempotencyKey": "k" }),
+        )
+    };
+    let at = new(
+        "/".repeat(MAX_NEW_SESSION_CWD_BYTES),
+        "é".repeat(MAX_NEW_SESSION_TITLE_CHARS),
+    );
+    let ClientRequest::NewSession(request) = decode_request(&at)
+        .unwrap()
+        .call
+        .into_client_request()
+        .unwrap()
+    else {
+        panic!("a new session")
+    };
+    assert_eq!(request.cwd.unwrap().len(), MAX_NEW_SESSION_CWD_BYTES);
+    // Bytes count for the path, characters for the title.
+    for past in [
+        new("é".repeat(MAX_NEW_SESSION_CWD_BYTES / 2 + 1), String::new()),
+        new(String::new(), "é".repeat(MAX_NEW_SESSION_TITLE_CHARS + 1)),
+    ] {
+        let e = refused(&past);
+        assert_eq!((e.code, e.error_code()), (-32602, "INVALID_PARAMS"), "{e}");
+    }
 }

@@ -20,7 +20,9 @@ pub fn sid() -> SessionId {
 }
 
 /// A server on loopback over a host whose session `s1` has `history` saved rows, and
-/// the count of sends its agent was handed.
+/// the count of sends its agent was handed. The host makes new sessions on request
+/// (`made-1`, `made-2`, ...; the agent serves every session), and refuses one whose
+/// `cwd` is `/refuse`.
 pub async fn serve(config: ServerConfig, history: usize) -> (Runtime, Server, Arc<AtomicUsize>) {
     let mut n = 0u64;
     let uuids = Box::new(move || {
@@ -52,7 +54,35 @@ pub async fn serve(config: ServerConfig, history: usize) -> (Runtime, Server, Ar
     );
     let agent = scripted_model::echo::EchoAgent::new();
     let sends = Arc::clone(&agent.sends);
-    let mut runtime = Runtime::builder(host).agent(agent).start().unwrap();
+    let mut made = 0u64;
+    let maker = move |request: &host_core::NewSession,
+                      host: &mut Host<MemoryOutboxStore, MemoryOverlayStore>,
+                      _: &mut host_runtime::Agents<'_>|
+          -> Result<SessionId, String> {
+        if request.cwd.as_deref() == Some("/refuse") {
+            return Err("no sessions under /refuse".to_owned());
+        }
+        made += 1;
+        let session = SessionId::new(format!("made-{made}")).map_err(|e| e.to_string())?;
+        let source = MemorySource::new(
+            SourceKind::Codex {
+                thread_id: format!("thread-made-{made}"),
+                generation: 1,
+            },
+            BoundaryToken::codex_rollout(&format!("/sessions/rollout-made-{made}.jsonl")),
+        );
+        host.add_session(
+            &session,
+            SessionInfo::new(Capabilities::codex()),
+            Box::new(source),
+        );
+        Ok(session)
+    };
+    let mut runtime = Runtime::builder(host)
+        .agent(agent)
+        .sessions(maker)
+        .start()
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = Server::start(&mut runtime, listener, config, Devices::default(), None)
         .await
