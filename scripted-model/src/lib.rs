@@ -139,9 +139,12 @@ impl ModelServer {
                     let s = Arc::clone(&s);
                     // A connection that cannot get a thread is dropped: the client
                     // sees a closed connection, as from any server that is full.
-                    let _ = std::thread::Builder::new()
+                    if let Err(e) = std::thread::Builder::new()
                         .name("scripted-model-conn".to_owned())
-                        .spawn(move || serve(stream, &s));
+                        .spawn(move || serve(stream, &s))
+                    {
+                        eprintln!("scripted-model: a connection was dropped: {e}");
+                    }
                 }
             })?;
         Ok(ModelServer {
@@ -189,10 +192,16 @@ impl ModelServer {
 impl Drop for ModelServer {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = TcpStream::connect(self.addr);
+        // Wake the accept loop. A refused connect means the loop has already ended
+        // (its listener is gone), so there is nothing left to wake.
+        if TcpStream::connect(self.addr).is_err() {
+            eprintln!("scripted-model: the accept loop had already stopped");
+        }
         if let Some(t) = self.accept.take() {
-            let _ = t.join();
+            // Drop cannot return an error; a panicked accept loop is said, not lost.
+            if t.join().is_err() {
+                eprintln!("scripted-model: the accept loop panicked");
+            }
         }
     }
 }
@@ -388,12 +397,20 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    // Without the timeout a silent client holds this thread until it closes; the
+    // request is still served, so a failure here is said and the connection goes on.
+    if let Err(e) = stream.set_read_timeout(Some(Duration::from_secs(60))) {
+        eprintln!("scripted-model: no read timeout on a connection: {e}");
+    }
     let mut reader = BufReader::new(read_half);
     let mut out = stream;
     // One request per connection: the reply ends with `Connection: close`.
     let Some(request) = read_request(&mut reader) else {
-        let _ = respond_json(&mut out, 400, &json!({"error": {"message": "bad request"}}));
+        // The client sent no request it could read; if it cannot read the refusal
+        // either, there is nobody left to tell.
+        if let Err(e) = respond_json(&mut out, 400, &json!({"error": {"message": "bad request"}})) {
+            eprintln!("scripted-model: a refusal was not written: {e}");
+        }
         return;
     };
     let path = request
