@@ -21,8 +21,17 @@
 //! kept across a restart whose run the run registry no longer holds as active (its turn
 //! ended while no host was there, and the agent's own word on it died with the host),
 //! and a decision the agent refuses after the run ended.
+//!
+//! [`Approvals`] is a machine of its own: each call says what happened (an agent asks,
+//! a client decides, a card was saved or not, the agent answers, a run ended, kept cards
+//! were read) and what the host must do comes out of [`Approvals::poll_effect`] as an
+//! [`ApprovalEffect`] (save and send a card, send a decision to the agent, answer a
+//! client, stamp the replay). The host drains the effects right after each call, so they
+//! keep their order among the host's own. It reads no store: the host reads the kept
+//! cards of the targets [`Approvals::unread`] names and gives them with
+//! [`Approvals::cards_read`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use overlay_core::replay::EventKind;
 use overlay_core::store::{RowClass, StoredBlock};
@@ -42,8 +51,78 @@ pub const DECIDED_KEPT: usize = 4096;
 /// (under `approval`, beside `status`): absent on a card nobody decided yet.
 pub const DECISION_FIELD: &str = "decision";
 
-/// A request's identity: request, thread, turn and item IDs.
-pub(crate) type Identity = [String; 4];
+/// A request's identity: its request, thread, turn and item IDs, compared in that order.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ApprovalId {
+    request: String,
+    thread: String,
+    turn: String,
+    item: String,
+}
+
+impl ApprovalId {
+    /// The identity a client's decision or the agent's resolution names.
+    pub(crate) fn new(request: String, thread: String, turn: String, item: String) -> Self {
+        ApprovalId {
+            request,
+            thread,
+            turn,
+            item,
+        }
+    }
+
+    fn of(r: &ApprovalRequest) -> Self {
+        ApprovalId::new(
+            r.request_id.clone(),
+            r.thread_id.clone(),
+            r.turn_id.clone(),
+            r.item_id.clone(),
+        )
+    }
+}
+
+/// What the host does for an approval, in the order the effects come out.
+#[derive(Debug)]
+pub(crate) enum ApprovalEffect {
+    /// A new request: its event goes into the session's replay.
+    Replay {
+        session: SessionId,
+        kind: EventKind,
+        event: serde_json::Value,
+    },
+    /// Save the card, then send it; a refused write is tried again (a `decided` card
+    /// only over its pending one).
+    PublishCard {
+        session: SessionId,
+        target: TargetId,
+        row: StoredBlock,
+        decided: bool,
+    },
+    /// Save the card with a decision on its way, then say whether it was saved with
+    /// [`Approvals::decision_saved`]: only a saved decision goes to the agent.
+    SaveDecision {
+        id: ApprovalId,
+        session: SessionId,
+        target: TargetId,
+        row: StoredBlock,
+    },
+    /// Send a decision to the agent of `session`.
+    SendDecision {
+        session: SessionId,
+        request: ApprovalRequest,
+        decision: Decision,
+    },
+    /// Answer the client that decided.
+    Reply { to: ReplyTo, reply: Reply },
+    /// Stamp the request's replay event with its outcome.
+    Stamp {
+        session: SessionId,
+        request_id: String,
+        allowed: bool,
+    },
+    /// A card that could not be made (its row does not serialise).
+    Failed(String),
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum State {
@@ -74,39 +153,28 @@ struct Open {
     state: State,
 }
 
-/// What the host does after the agent's answer.
-/// The pending card and the replay event of a new request.
-pub(crate) type Asked = (StoredBlock, (EventKind, serde_json::Value));
-
-#[derive(Debug, Default)]
-pub(crate) struct Resolved {
-    /// The answer to the deciding client.
-    pub reply: Option<(ReplyTo, Reply)>,
-    /// The decided card to save and send.
-    pub row: Option<(SessionId, TargetId, StoredBlock)>,
-    /// The replay stamp: session, request ID, allowed.
-    pub stamp: Option<(SessionId, String, bool)>,
-}
-
-/// Every approval request the host knows.
+/// Every approval request the host knows, and what it must do for them.
 #[derive(Debug, Default)]
 pub(crate) struct Approvals {
-    open: HashMap<Identity, Open>,
-    decided: VecDeque<Identity>,
-}
-
-fn identity(r: &ApprovalRequest) -> Identity {
-    [
-        r.request_id.clone(),
-        r.thread_id.clone(),
-        r.turn_id.clone(),
-        r.item_id.clone(),
-    ]
+    open: HashMap<ApprovalId, Open>,
+    decided: VecDeque<ApprovalId>,
+    /// Targets whose cards kept from before a restart are not known yet (the overlay
+    /// store could not read them).
+    unread: BTreeSet<(SessionId, TargetId)>,
+    /// Resolutions for requests not known while some kept cards were unread, applied
+    /// once cards are read (at most [`DECIDED_KEPT`], the oldest dropped).
+    late: VecDeque<(ApprovalId, Result<ApprovalResult, String>)>,
+    effects: VecDeque<ApprovalEffect>,
 }
 
 impl Approvals {
-    /// The agent asks. Returns the pending card and the replay event, or nothing when
-    /// the request is known already (an agent that asks twice changes nothing).
+    /// The next thing the host must do.
+    pub(crate) fn poll_effect(&mut self) -> Option<ApprovalEffect> {
+        self.effects.pop_front()
+    }
+
+    /// The agent asks: its event goes into the replay and its pending card is saved and
+    /// sent. A request known already changes nothing (an agent that asks twice).
     pub(crate) fn asked(
         &mut self,
         session: &SessionId,
@@ -115,10 +183,10 @@ impl Approvals {
         request: ApprovalRequest,
         summary: String,
         now: Millis,
-    ) -> Result<Option<Asked>, String> {
-        let id = identity(&request);
+    ) {
+        let id = ApprovalId::of(&request);
         if self.open.contains_key(&id) {
-            return Ok(None);
+            return;
         }
         let open = Open {
             session: session.clone(),
@@ -129,7 +197,13 @@ impl Approvals {
             asked_at: now,
             state: State::Pending,
         };
-        let row = card_row(&open, None)?;
+        let row = match card_row(&open, None) {
+            Ok(row) => row,
+            Err(e) => {
+                self.effects.push_back(ApprovalEffect::Failed(e));
+                return;
+            }
+        };
         let event = serde_json::json!({
             "type": "approval_request",
             "requestId": open.request.request_id,
@@ -142,20 +216,83 @@ impl Approvals {
         let kind = EventKind::Approval {
             request_id: open.request.request_id.clone(),
         };
+        self.effects.push_back(ApprovalEffect::Replay {
+            session: session.clone(),
+            kind,
+            event,
+        });
+        self.effects.push_back(ApprovalEffect::PublishCard {
+            session: session.clone(),
+            target: target.clone(),
+            row,
+            decided: false,
+        });
         self.open.insert(id, open);
-        Ok(Some((row, (kind, event))))
+    }
+
+    /// Every target of the host has cards kept from before a restart, unread yet.
+    pub(crate) fn read_again(&mut self, targets: BTreeSet<(SessionId, TargetId)>) {
+        self.unread = targets;
+    }
+
+    /// The targets whose kept cards the host must read and give to
+    /// [`Approvals::cards_read`].
+    pub(crate) fn unread(&self) -> Vec<(SessionId, TargetId)> {
+        self.unread.iter().cloned().collect()
+    }
+
+    /// True when the host should read the unread cards before it gives a resolution for
+    /// `id`: the request is not known, and may be on a card not read yet.
+    pub(crate) fn wants_cards_for(&self, id: &ApprovalId) -> bool {
+        !self.open.contains_key(id) && !self.unread.is_empty()
+    }
+
+    /// The kept rows of one target, read: its cards are known again; a pending card
+    /// whose run is not `active` expired while no host was there (see the module docs),
+    /// and a decision found on its way goes to the agent again (one decision, delivered
+    /// at least once).
+    pub(crate) fn cards_read<'a>(
+        &mut self,
+        session: &SessionId,
+        target: &TargetId,
+        rows: impl IntoIterator<Item = &'a StoredBlock>,
+        active: Option<&RunId>,
+    ) {
+        for row in rows {
+            self.restore(session, target, row);
+        }
+        for id in self.orphans(session, active) {
+            self.lapse(&id);
+        }
+        for (session, request, decision) in self.resend() {
+            self.effects.push_back(ApprovalEffect::SendDecision {
+                session,
+                request,
+                decision,
+            });
+        }
+        self.unread.remove(&(session.clone(), target.clone()));
+    }
+
+    /// The resolutions that waited for cards to be read; the host gives each again with
+    /// [`Approvals::resolved`] once it read some.
+    pub(crate) fn take_late(&mut self) -> VecDeque<(ApprovalId, Result<ApprovalResult, String>)> {
+        std::mem::take(&mut self.late)
+    }
+
+    /// The pending requests of a run that ended expire: the agent can no longer take a
+    /// decision on them, and its own word on it may have died with a host.
+    pub(crate) fn run_ended(&mut self, session: &SessionId, run: &RunId) {
+        for id in self.ended(session, run) {
+            self.lapse(&id);
+        }
     }
 
     /// Knows again a card the overlay store kept across a restart, so the agent's
     /// resolution (or a late decision) finds it: a pending card opens its request again,
     /// a decided one answers later decisions as already resolved. The card's subtitle
     /// stands for the summary it was made from. Returns false for any other row.
-    pub(crate) fn restore(
-        &mut self,
-        session: &SessionId,
-        target: &TargetId,
-        row: &StoredBlock,
-    ) -> bool {
+    fn restore(&mut self, session: &SessionId, target: &TargetId, row: &StoredBlock) -> bool {
         if row.class != RowClass::ApprovalCard {
             return false;
         }
@@ -165,7 +302,7 @@ impl Approvals {
         let Some(card) = activity.approval else {
             return false;
         };
-        let id = identity(&card.request);
+        let id = ApprovalId::of(&card.request);
         if self.open.contains_key(&id) {
             return false;
         }
@@ -214,7 +351,7 @@ impl Approvals {
 
     /// The decisions found on their way on kept cards (see [`Approvals::restore`]) that
     /// were not sent again yet: each goes to the agent once more.
-    pub(crate) fn resend(&mut self) -> Vec<(SessionId, ApprovalRequest, Decision)> {
+    fn resend(&mut self) -> Vec<(SessionId, ApprovalRequest, Decision)> {
         let mut out: Vec<_> = self
             .open
             .values_mut()
@@ -234,8 +371,8 @@ impl Approvals {
     /// can take no decision on them any more. Each is then resolved as
     /// [`ApprovalResult::ResolvedExternally`] (it shows as expired), which the agent's
     /// own answer may have said already and a restart lost.
-    pub(crate) fn ended(&self, session: &SessionId, run: &RunId) -> Vec<Identity> {
-        let mut out: Vec<Identity> = self
+    fn ended(&self, session: &SessionId, run: &RunId) -> Vec<ApprovalId> {
+        let mut out: Vec<ApprovalId> = self
             .open
             .iter()
             .filter(|(_, o)| {
@@ -252,8 +389,8 @@ impl Approvals {
     /// a turn that ended while no host was there (an agent's request lives in its turn),
     /// so it expired. A decision found on its way is sent again instead (the agent may
     /// have taken it before the run ended); the agent's refusal then expires it.
-    pub(crate) fn orphans(&self, session: &SessionId, active: Option<&RunId>) -> Vec<Identity> {
-        let mut out: Vec<Identity> = self
+    fn orphans(&self, session: &SessionId, active: Option<&RunId>) -> Vec<ApprovalId> {
+        let mut out: Vec<ApprovalId> = self
             .open
             .iter()
             .filter(|(_, o)| {
@@ -268,22 +405,27 @@ impl Approvals {
         out
     }
 
-    /// The session and run of a known request.
-    pub(crate) fn run_of(&self, id: &Identity) -> Option<(&SessionId, Option<&RunId>)> {
-        self.open.get(id).map(|o| (&o.session, o.run.as_ref()))
+    /// A client decides: the card is saved with the decision on its way
+    /// ([`ApprovalEffect::SaveDecision`]), or the client is answered why not.
+    pub(crate) fn decide(&mut self, id: ApprovalId, decision: Decision, by: ReplyTo) {
+        let effect = match self.deciding(&id, decision, by) {
+            Ok((session, target, row)) => ApprovalEffect::SaveDecision {
+                id,
+                session,
+                target,
+                row,
+            },
+            Err(e) => ApprovalEffect::Reply {
+                to: by,
+                reply: Reply::Approval(Err(e)),
+            },
+        };
+        self.effects.push_back(effect);
     }
 
-    /// True when a request with this identity is known (open or decided).
-    pub(crate) fn knows(&self, id: &Identity) -> bool {
-        self.open.contains_key(id)
-    }
-
-    /// A client decides. `Ok`: the card to save with the decision on its way (the
-    /// decision goes to the agent of its session once it is saved, see
-    /// [`Approvals::saved`] and [`Approvals::unsaved`]).
-    pub(crate) fn decide(
+    fn deciding(
         &mut self,
-        id: &Identity,
+        id: &ApprovalId,
         decision: Decision,
         by: ReplyTo,
     ) -> Result<(SessionId, TargetId, StoredBlock), ApprovalError> {
@@ -318,40 +460,94 @@ impl Approvals {
         Ok((open.session.clone(), open.target.clone(), row))
     }
 
-    /// The card with the decision on its way was saved: the decision goes to the agent
-    /// (the session, the request and the decision to send).
-    pub(crate) fn saved(&self, id: &Identity) -> Option<(SessionId, ApprovalRequest, Decision)> {
-        let open = self.open.get(id)?;
-        match open.state {
-            State::Deciding { decision, .. } => {
-                Some((open.session.clone(), open.request.clone(), decision))
+    /// The card of [`ApprovalEffect::SaveDecision`] was saved (the decision goes to the
+    /// agent), or not: then the decision is not sent, the deciding client is told, and
+    /// the request is open again for any device.
+    pub(crate) fn decision_saved(&mut self, id: &ApprovalId, saved: bool) {
+        let Some(open) = self.open.get_mut(id) else {
+            return;
+        };
+        let State::Deciding { by, decision } = open.state else {
+            return;
+        };
+        if saved {
+            self.effects.push_back(ApprovalEffect::SendDecision {
+                session: open.session.clone(),
+                request: open.request.clone(),
+                decision,
+            });
+        } else {
+            open.state = State::Pending;
+            if let Some(to) = by {
+                self.effects.push_back(ApprovalEffect::Reply {
+                    to,
+                    reply: Reply::Approval(Err(ApprovalError::Unsaved(
+                        "the overlay store refused the card".to_owned(),
+                    ))),
+                });
             }
-            _ => None,
         }
     }
 
-    /// The card with the decision on its way could not be saved: the decision is not
-    /// sent, and the request is open again for any device.
-    pub(crate) fn unsaved(&mut self, id: &Identity) {
-        if let Some(open) = self.open.get_mut(id) {
-            if matches!(open.state, State::Deciding { .. }) {
-                open.state = State::Pending;
+    /// The agent resolved a request, or did not take a decision (`Err`). A refusal
+    /// after the request's run ended (`run_over` says which runs did) expires it, unless
+    /// the agent says otherwise later. A resolution for a request not known while kept
+    /// cards are unread waits for them (see [`Approvals::take_late`]).
+    pub(crate) fn resolved(
+        &mut self,
+        id: ApprovalId,
+        result: Result<ApprovalResult, String>,
+        run_over: impl Fn(&SessionId, &RunId) -> bool,
+    ) {
+        if self.wants_cards_for(&id) {
+            if self.late.len() >= DECIDED_KEPT {
+                self.late.pop_front();
             }
+            self.late.push_back((id, result));
+            return;
+        }
+        let result = match result {
+            Err(text) => match self.open.get(&id) {
+                Some(Open {
+                    session,
+                    run: Some(run),
+                    ..
+                }) if run_over(session, run) => {
+                    self.settle(&id, Ok(ApprovalResult::ResolvedExternally), true);
+                    return;
+                }
+                _ => Err(text),
+            },
+            ok => ok,
+        };
+        self.settle(&id, result, false);
+    }
+
+    /// The host expires a request itself: its run ended, so the agent can no longer
+    /// take a decision on it (an answer of the agent's that says otherwise still wins).
+    fn lapse(&mut self, id: &ApprovalId) {
+        self.settle(id, Ok(ApprovalResult::ResolvedExternally), true);
+    }
+
+    fn settle(&mut self, id: &ApprovalId, result: Result<ApprovalResult, String>, lapsed: bool) {
+        if let Err(e) = self.settled(id, result, lapsed) {
+            self.effects.push_back(ApprovalEffect::Failed(e));
         }
     }
 
     /// The agent answered (or the request was settled elsewhere). With `lapsed`, the
     /// host itself expires the request (`result` is then `resolvedExternally`): it
-    /// shows as expired until an answer of the agent's says what it took.
-    pub(crate) fn resolved(
+    /// shows as expired until an answer of the agent's says what it took. The effects
+    /// come out in the order stamp, reply, card.
+    fn settled(
         &mut self,
-        id: &Identity,
+        id: &ApprovalId,
         result: Result<ApprovalResult, String>,
         lapsed: bool,
-    ) -> Result<Resolved, String> {
+    ) -> Result<(), String> {
         let mut out = Resolved::default();
         let Some(open) = self.open.get_mut(id) else {
-            return Ok(out);
+            return Ok(());
         };
         let was_lapsed = open.state == State::Lapsed;
         let by = match (&open.state, &result) {
@@ -360,7 +556,7 @@ impl Approvals {
             // The agent took a decision the host had given up on.
             (State::Lapsed, Ok(r)) if !lapsed && *r != ApprovalResult::ResolvedExternally => None,
             // The first result the agent took stays; a repeated answer changes nothing.
-            (State::Decided(_) | State::Lapsed, _) => return Ok(out),
+            (State::Decided(_) | State::Lapsed, _) => return Ok(()),
         };
         match result {
             Err(text) => {
@@ -417,8 +613,35 @@ impl Approvals {
                 }
             }
         }
-        Ok(out)
+        let Resolved { reply, row, stamp } = out;
+        if let Some((session, request_id, allowed)) = stamp {
+            self.effects.push_back(ApprovalEffect::Stamp {
+                session,
+                request_id,
+                allowed,
+            });
+        }
+        if let Some((to, reply)) = reply {
+            self.effects.push_back(ApprovalEffect::Reply { to, reply });
+        }
+        if let Some((session, target, row)) = row {
+            self.effects.push_back(ApprovalEffect::PublishCard {
+                session,
+                target,
+                row,
+                decided: true,
+            });
+        }
+        Ok(())
     }
+}
+
+/// What one answer of the agent's settles, before it goes out as effects.
+#[derive(Debug, Default)]
+struct Resolved {
+    reply: Option<(ReplyTo, Reply)>,
+    row: Option<(SessionId, TargetId, StoredBlock)>,
+    stamp: Option<(SessionId, String, bool)>,
 }
 
 /// The card row: an ephemeral activity row whose ID is the card ID, at the time the
@@ -433,4 +656,254 @@ fn card_row(open: &Open, result: Option<ApprovalResult>) -> Result<StoredBlock, 
         class: RowClass::ApprovalCard,
         run_id: open.run.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use timeline_core::rows::ApprovalKind;
+
+    use super::*;
+
+    fn session() -> SessionId {
+        SessionId::new("s").unwrap()
+    }
+
+    fn request(id: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            request_id: id.to_owned(),
+            thread_id: "thread".to_owned(),
+            turn_id: "turn".to_owned(),
+            item_id: "item".to_owned(),
+            kind: ApprovalKind::CommandExecution,
+            allowed: vec![Decision::Accept, Decision::Decline],
+        }
+    }
+
+    fn id(request_id: &str) -> ApprovalId {
+        ApprovalId::of(&request(request_id))
+    }
+
+    fn drain(a: &mut Approvals) -> Vec<ApprovalEffect> {
+        std::iter::from_fn(|| a.poll_effect()).collect()
+    }
+
+    fn asked(a: &mut Approvals, run: &RunId, request_id: &str) {
+        let s = session();
+        let t = TargetId::main(&s);
+        a.asked(
+            &s,
+            &t,
+            Some(run.clone()),
+            request(request_id),
+            "ls".into(),
+            Millis(5),
+        );
+    }
+
+    // RW-06: the request is saved and sent once; an agent that asks twice changes nothing.
+    #[test]
+    fn a_request_is_replayed_and_its_card_published_once() {
+        let mut a = Approvals::default();
+        let run = RunId::new("run").unwrap();
+        asked(&mut a, &run, "r1");
+        let effects = drain(&mut a);
+        assert!(
+            matches!(effects[0], ApprovalEffect::Replay { .. }),
+            "{effects:?}"
+        );
+        assert!(
+            matches!(
+                effects[1],
+                ApprovalEffect::PublishCard { decided: false, .. }
+            ),
+            "{effects:?}"
+        );
+        assert_eq!(effects.len(), 2);
+        asked(&mut a, &run, "r1");
+        assert!(drain(&mut a).is_empty());
+    }
+
+    // RW-06: saved first, then sent; a second device is refused while it is on its way,
+    // and an unsaved decision is not sent and opens the request again.
+    #[test]
+    fn a_decision_goes_to_the_agent_only_once_its_card_is_saved() {
+        let mut a = Approvals::default();
+        let run = RunId::new("run").unwrap();
+        asked(&mut a, &run, "r1");
+        drain(&mut a);
+
+        a.decide(id("r1"), Decision::Accept, ReplyTo(1));
+        let effects = drain(&mut a);
+        let [ApprovalEffect::SaveDecision { row, .. }] = &effects[..] else {
+            panic!("{effects:?}");
+        };
+        assert_eq!(row.block.data["approval"][DECISION_FIELD], "accept");
+        a.decide(id("r1"), Decision::Decline, ReplyTo(2));
+        let effects = drain(&mut a);
+        assert!(
+            matches!(
+                &effects[..],
+                [ApprovalEffect::Reply {
+                    to: ReplyTo(2),
+                    reply: Reply::Approval(Err(ApprovalError::AlreadyResolved { result: None }))
+                }]
+            ),
+            "{effects:?}"
+        );
+
+        a.decision_saved(&id("r1"), false);
+        let effects = drain(&mut a);
+        assert!(
+            matches!(
+                &effects[..],
+                [ApprovalEffect::Reply {
+                    to: ReplyTo(1),
+                    reply: Reply::Approval(Err(ApprovalError::Unsaved(_)))
+                }]
+            ),
+            "{effects:?}"
+        );
+
+        a.decide(id("r1"), Decision::Decline, ReplyTo(2));
+        drain(&mut a);
+        a.decision_saved(&id("r1"), true);
+        let effects = drain(&mut a);
+        assert!(
+            matches!(
+                &effects[..],
+                [ApprovalEffect::SendDecision {
+                    decision: Decision::Decline,
+                    ..
+                }]
+            ),
+            "{effects:?}"
+        );
+        // The agent took it: the replay is stamped, the client answered, the card decided.
+        a.resolved(id("r1"), Ok(ApprovalResult::Declined), |_, _| false);
+        let effects = drain(&mut a);
+        assert!(
+            matches!(
+                &effects[..],
+                [
+                    ApprovalEffect::Stamp { allowed: false, .. },
+                    ApprovalEffect::Reply {
+                        to: ReplyTo(2),
+                        reply: Reply::Approval(Ok(ApprovalResult::Declined))
+                    },
+                    ApprovalEffect::PublishCard { decided: true, .. },
+                ]
+            ),
+            "{effects:?}"
+        );
+        // A repeated answer changes nothing.
+        a.resolved(id("r1"), Ok(ApprovalResult::Accepted), |_, _| false);
+        assert!(drain(&mut a).is_empty());
+    }
+
+    // RW-06: a run that ends expires its pending requests; a refusal after the run ended
+    // expires the request instead of opening it again.
+    #[test]
+    fn the_requests_of_a_run_that_ended_expire() {
+        let mut a = Approvals::default();
+        let run = RunId::new("run").unwrap();
+        let other = RunId::new("other").unwrap();
+        asked(&mut a, &run, "r1");
+        asked(&mut a, &run, "r2");
+        drain(&mut a);
+
+        a.run_ended(&session(), &other);
+        assert!(
+            drain(&mut a).is_empty(),
+            "another run's end expires nothing"
+        );
+
+        a.decide(id("r2"), Decision::Accept, ReplyTo(1));
+        drain(&mut a);
+        a.decision_saved(&id("r2"), true);
+        drain(&mut a);
+
+        a.run_ended(&session(), &run);
+        let effects = drain(&mut a);
+        assert!(
+            matches!(
+                &effects[..],
+                [
+                    ApprovalEffect::Stamp { allowed: false, .. },
+                    ApprovalEffect::PublishCard { decided: true, .. },
+                ]
+            ),
+            "only the pending r1 expires: {effects:?}"
+        );
+
+        a.resolved(id("r2"), Err("no such turn".into()), |_, r| r == &run);
+        let effects = drain(&mut a);
+        assert!(
+            matches!(
+                &effects[..],
+                [
+                    ApprovalEffect::Stamp { .. },
+                    ApprovalEffect::Reply {
+                        to: ReplyTo(1),
+                        reply: Reply::Approval(Err(ApprovalError::AlreadyResolved {
+                            result: Some(ApprovalResult::ResolvedExternally)
+                        }))
+                    },
+                    ApprovalEffect::PublishCard { decided: true, .. },
+                ]
+            ),
+            "{effects:?}"
+        );
+    }
+
+    // RW-06: a resolution for a request on a card not read yet waits for the cards, at
+    // most DECIDED_KEPT of them, and a decision found on its way is sent again.
+    #[test]
+    fn a_resolution_waits_for_unread_cards_and_a_kept_decision_is_sent_again() {
+        let mut first = Approvals::default();
+        let run = RunId::new("run").unwrap();
+        asked(&mut first, &run, "r1");
+        drain(&mut first);
+        first.decide(id("r1"), Decision::Accept, ReplyTo(1));
+        let effects = drain(&mut first);
+        let [ApprovalEffect::SaveDecision { row, .. }] = &effects[..] else {
+            panic!("{effects:?}");
+        };
+
+        let s = session();
+        let t = TargetId::main(&s);
+        let mut a = Approvals::default();
+        a.read_again([(s.clone(), t.clone())].into());
+        assert!(a.wants_cards_for(&id("r1")));
+        for n in 0..=DECIDED_KEPT {
+            a.resolved(
+                id(&format!("late-{n}")),
+                Ok(ApprovalResult::Accepted),
+                |_, _| false,
+            );
+        }
+        a.resolved(id("r1"), Ok(ApprovalResult::Accepted), |_, _| false);
+        assert!(drain(&mut a).is_empty());
+
+        a.cards_read(&s, &t, [row], Some(&run));
+        let effects = drain(&mut a);
+        assert!(
+            matches!(
+                &effects[..],
+                [ApprovalEffect::SendDecision {
+                    decision: Decision::Accept,
+                    ..
+                }]
+            ),
+            "{effects:?}"
+        );
+        assert!(a.unread().is_empty());
+        let late = a.take_late();
+        assert_eq!(
+            late.len(),
+            DECIDED_KEPT,
+            "the oldest one past the cap is dropped"
+        );
+        assert_eq!(late.front().map(|l| &l.0), Some(&id("late-2")));
+        assert_eq!(late.back().map(|l| &l.0), Some(&id("r1")));
+    }
 }

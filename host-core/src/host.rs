@@ -22,11 +22,12 @@ use timeline_core::policy::ANCHORED_PAGE_SIZE;
 use timeline_core::seal::HostKey;
 use timeline_core::time::Millis;
 
-use crate::approvals::Approvals;
+use crate::approvals::{ApprovalEffect, ApprovalId, Approvals};
 use crate::io::{
     AgentCall, AgentInput, ClientRequest, Effect, LoadError, NewSessionError, Notice, Reply,
     ReplyTo, SessionSummary,
 };
+use crate::run_book::RunBook;
 
 /// History pages of [`EXACT_SCAN_PAGE`] items an exact scan reads back from the present
 /// of each target, at most, while keys of the run are still missing.
@@ -121,16 +122,13 @@ pub struct Host<O, V> {
     replay: ReplayBuffers,
     sequencer: LiveSequencer,
     approvals: Approvals,
-    /// Runs the hub was told started, by session (to tell it when they go).
-    runs: BTreeMap<SessionId, RunId>,
-    /// The last run of each session whose end the hub was told (so the agent's own
-    /// report of an end custody already let go is not sent twice).
-    gone: BTreeMap<SessionId, RunId>,
+    /// The runs the hub was told about: started and not ended, the last one ended (so
+    /// the agent's own report of an end custody already let go is not sent twice), and
+    /// the one a stop was sent for.
+    runs: RunBook,
     /// Phones joined to each session (joins not yet left): the relay keeps the
     /// session's interest while any is.
     phones: BTreeMap<SessionId, Phones>,
-    /// The run of each session a stop was sent for, until the run is gone.
-    stopping: BTreeMap<SessionId, RunId>,
     /// Rows and approval cards whose write the overlay store refused, by session,
     /// target and key (the newest of a key), tried again at `retry_at`: a client that
     /// loaded its window before would otherwise never see them, and a card never comes
@@ -147,10 +145,6 @@ pub struct Host<O, V> {
     /// Runs whose rows left the agent's history (a rolled-back turn, a gone thread), the
     /// last [`LEFT_RUNS_KEPT`] per session: a late row of theirs is not published.
     left_runs: BTreeMap<SessionId, VecDeque<RunId>>,
-    /// Targets whose approval cards kept from before a restart are not known yet (the
-    /// store could not be read), and resolutions that wait for them.
-    unread_cards: BTreeSet<(SessionId, TargetId)>,
-    late_resolutions: VecDeque<ApprovalResolution>,
     /// Operations whose user message the replay holds already, by session (RB-02).
     replayed: ReplayedSends,
     stats: HostStats,
@@ -247,7 +241,6 @@ enum Unsaved {
     },
 }
 
-/// A resolution from the agent: the request's identity and what the agent took.
 /// The phones joined to a session (joins not yet left), and whether every one of them
 /// asked for patches. A leave does not say which phone left, so a session whose relay
 /// fell back to snapshots keeps them until its last phone leaves (snapshots every phone
@@ -257,11 +250,6 @@ struct Phones {
     joined: usize,
     all_patch: bool,
 }
-
-type ApprovalResolution = (
-    crate::approvals::Identity,
-    Result<timeline_core::rows::ApprovalResult, String>,
-);
 
 impl<O, V> std::fmt::Debug for Host<O, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -293,18 +281,14 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             replay: ReplayBuffers::new(config.replay),
             sequencer: LiveSequencer::new(),
             approvals: Approvals::default(),
-            runs: BTreeMap::new(),
-            gone: BTreeMap::new(),
+            runs: RunBook::default(),
             phones: BTreeMap::new(),
-            stopping: BTreeMap::new(),
             unsaved: BTreeMap::new(),
             lost: BTreeSet::new(),
             retry_at: None,
             rewrites: BTreeSet::new(),
             rewrites_journaled: BTreeSet::new(),
             left_runs: BTreeMap::new(),
-            unread_cards: BTreeSet::new(),
-            late_resolutions: VecDeque::new(),
             effects: VecDeque::new(),
         }
     }
@@ -364,7 +348,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             .iter()
             .flat_map(|(s, x)| x.sources.keys().map(move |t| (s.clone(), t.clone())))
             .collect();
-        self.unread_cards = targets;
+        self.approvals.read_again(targets);
         self.read_cards(now);
     }
 
@@ -372,35 +356,19 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// store cannot read now is read again after [`WRITE_RETRY`]. Resolutions that came
     /// for requests not known then are applied once their cards are.
     fn read_cards(&mut self, now: Millis) {
-        let targets: Vec<(SessionId, TargetId)> = self.unread_cards.iter().cloned().collect();
         let mut read_any = false;
-        for (session, target) in targets {
+        for (session, target) in self.approvals.unread() {
             match self.overlays.load(&session, &target) {
                 Ok(stored) => {
-                    for row in stored.iter().flat_map(|o| o.blocks.iter()) {
-                        self.approvals.restore(&session, &target, row);
-                    }
-                    // A pending card of a run the registry no longer holds as active
-                    // expired while no host was there to hear it (see `approvals`).
                     let active = self
                         .custody
                         .runs()
                         .active(&session)
                         .map(|r| r.run_id.clone());
-                    for id in self.approvals.orphans(&session, active.as_ref()) {
-                        self.lapse_approval(id, now);
-                    }
-                    // A decision that was on its way when the last host stopped goes to
-                    // the agent again (one decision, delivered at least once).
-                    for (session, request, decision) in self.approvals.resend() {
-                        self.effects
-                            .push_back(Effect::Agent(AgentCall::ResolveApproval {
-                                session,
-                                request,
-                                decision,
-                            }));
-                    }
-                    self.unread_cards.remove(&(session, target));
+                    let rows = stored.iter().flat_map(|o| o.blocks.iter());
+                    self.approvals
+                        .cards_read(&session, &target, rows, active.as_ref());
+                    self.drain_approvals(now);
                     read_any = true;
                 }
                 Err(error) => {
@@ -414,8 +382,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             }
         }
         if read_any {
-            let late = std::mem::take(&mut self.late_resolutions);
-            for (id, result) in late {
+            for (id, result) in self.approvals.take_late() {
                 self.approval_resolved(id, result, now);
             }
         }
@@ -426,71 +393,66 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// unread waits for them.
     fn approval_resolved(
         &mut self,
-        id: crate::approvals::Identity,
+        id: ApprovalId,
         result: Result<timeline_core::rows::ApprovalResult, String>,
         now: Millis,
     ) {
-        self.resolve_approval(id, result, false, now);
-    }
-
-    /// The host expires a request itself: its run ended, so the agent can no longer
-    /// take a decision on it (an answer of the agent's that says otherwise still wins).
-    fn lapse_approval(&mut self, id: crate::approvals::Identity, now: Millis) {
-        self.resolve_approval(
-            id,
-            Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
-            true,
-            now,
-        );
-    }
-
-    fn resolve_approval(
-        &mut self,
-        id: crate::approvals::Identity,
-        result: Result<timeline_core::rows::ApprovalResult, String>,
-        lapsed: bool,
-        now: Millis,
-    ) {
-        if !self.approvals.knows(&id) && !self.unread_cards.is_empty() {
+        if self.approvals.wants_cards_for(&id) {
             self.read_cards(now);
-            if !self.approvals.knows(&id) && !self.unread_cards.is_empty() {
-                if self.late_resolutions.len() >= crate::approvals::DECIDED_KEPT {
-                    self.late_resolutions.pop_front();
-                }
-                self.late_resolutions.push_back((id, result));
-                return;
-            }
         }
-        // A refusal after the request's run ended: it expired (unless the agent says
-        // otherwise later).
-        let (result, lapsed) = match result {
-            Err(text) => match self.approvals.run_of(&id) {
-                Some((session, Some(run)))
-                    if self.gone.get(session) == Some(run)
-                        || self.custody.runs().active(session).map(|r| &r.run_id) != Some(run) =>
-                {
-                    (
-                        Ok(timeline_core::rows::ApprovalResult::ResolvedExternally),
-                        true,
-                    )
+        let (runs, custody) = (&self.runs, &self.custody);
+        self.approvals.resolved(id, result, |session, run| {
+            runs.gone(session) == Some(run)
+                || custody.runs().active(session).map(|r| &r.run_id) != Some(run)
+        });
+        self.drain_approvals(now);
+    }
+
+    /// Does what the approvals machine asks, in its order.
+    fn drain_approvals(&mut self, now: Millis) {
+        while let Some(effect) = self.approvals.poll_effect() {
+            match effect {
+                ApprovalEffect::Replay {
+                    session,
+                    kind,
+                    event,
+                } => self.append_replay(&session, kind, &event, now),
+                ApprovalEffect::PublishCard {
+                    session,
+                    target,
+                    row,
+                    decided,
+                } => self.publish_card(&session, &target, row, decided, now),
+                ApprovalEffect::SaveDecision {
+                    id,
+                    session,
+                    target,
+                    row,
+                } => {
+                    let saved = self.publish_rows(&session, &target, vec![row], now);
+                    self.approvals.decision_saved(&id, saved);
                 }
-                _ => (Err(text), lapsed),
-            },
-            ok => (ok, lapsed),
-        };
-        match self.approvals.resolved(&id, result, lapsed) {
-            Ok(done) => {
-                if let Some((session, request_id, allowed)) = &done.stamp {
-                    self.replay.decide_approval(session, request_id, *allowed);
+                ApprovalEffect::SendDecision {
+                    session,
+                    request,
+                    decision,
+                } => self
+                    .effects
+                    .push_back(Effect::Agent(AgentCall::ResolveApproval {
+                        session,
+                        request,
+                        decision,
+                    })),
+                ApprovalEffect::Reply { to, reply } => {
+                    self.effects.push_back(Effect::Reply { to, reply })
                 }
-                if let Some((to, reply)) = done.reply {
-                    self.effects.push_back(Effect::Reply { to, reply });
-                }
-                if let Some((session, target, row)) = done.row {
-                    self.publish_card(&session, &target, row, true, now);
-                }
+                ApprovalEffect::Stamp {
+                    session,
+                    request_id,
+                    allowed,
+                } => self.replay.decide_approval(&session, &request_id, allowed),
+                ApprovalEffect::Failed(e) => self.notice(Notice::Unknown(e)),
             }
-            Err(e) => self.notice(Notice::Unknown(e)),
         }
     }
 
@@ -800,30 +762,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 item_id,
                 decision,
             } => {
-                let id = [request_id, thread_id, turn_id, item_id];
                 // Saved first, then sent: a host that restarts finds the decision on
                 // its way on the kept card (see `approvals`).
-                match self.approvals.decide(&id, decision, to) {
-                    Ok((session, target, row)) => {
-                        if self.publish_rows(&session, &target, vec![row], now) {
-                            if let Some((session, request, decision)) = self.approvals.saved(&id) {
-                                self.effects
-                                    .push_back(Effect::Agent(AgentCall::ResolveApproval {
-                                        session,
-                                        request,
-                                        decision,
-                                    }));
-                            }
-                            None
-                        } else {
-                            self.approvals.unsaved(&id);
-                            Some(Reply::Approval(Err(crate::io::ApprovalError::Unsaved(
-                                "the overlay store refused the card".to_owned(),
-                            ))))
-                        }
-                    }
-                    Err(e) => Some(Reply::Approval(Err(e))),
-                }
+                let id = ApprovalId::new(request_id, thread_id, turn_id, item_id);
+                self.approvals.decide(id, decision, to);
+                self.drain_approvals(now);
+                None
             }
             ClientRequest::Subscribe {
                 window,
@@ -958,12 +902,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 untaken,
             } => {
                 self.custody.handle_run_ended(&session, &run, &untaken, now);
-                if self.runs.get(&session) == Some(&run) {
+                if self.runs.live(&session) == Some(&run) {
                     self.run_gone(&session, &run, outcome, now);
-                } else if self.gone.get(&session) != Some(&run) {
+                } else if self.runs.gone(&session) != Some(&run) {
                     // A run this host did not start (a turn the agent began, or one
                     // from before a restart): its end is news to the clients too.
-                    self.runs.insert(session.clone(), run.clone());
+                    self.runs.set_live(&session, &run);
                     self.run_gone(&session, &run, outcome, now);
                 }
             }
@@ -990,17 +934,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 request,
                 summary,
             } => {
-                match self
-                    .approvals
-                    .asked(&session, &target, run, request, summary, now)
-                {
-                    Ok(Some((row, (kind, event)))) => {
-                        self.append_replay(&session, kind, &event, now);
-                        self.publish_card(&session, &target, row, false, now);
-                    }
-                    Ok(None) => {}
-                    Err(e) => self.notice(Notice::Unknown(e)),
-                }
+                self.approvals
+                    .asked(&session, &target, run, request, summary, now);
+                self.drain_approvals(now);
             }
             AgentInput::ApprovalResolved {
                 request_id,
@@ -1008,7 +944,11 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 turn_id,
                 item_id,
                 result,
-            } => self.approval_resolved([request_id, thread_id, turn_id, item_id], result, now),
+            } => self.approval_resolved(
+                ApprovalId::new(request_id, thread_id, turn_id, item_id),
+                result,
+                now,
+            ),
         }
         self.pump(now);
     }
@@ -1276,7 +1216,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// after a restart), and their late rows are dropped.
     fn rewrite_history(&mut self, session: &SessionId, remember: bool, now: Millis) {
         self.stats.history_rewrites += 1;
-        let current = self.runs.get(session).cloned().or_else(|| {
+        let current = self.runs.live(session).cloned().or_else(|| {
             self.custody
                 .runs()
                 .active(session)
@@ -1294,7 +1234,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         if !targets.contains(&main) {
             targets.push(main);
         }
-        let mut left: BTreeSet<RunId> = [self.gone.get(session), self.stopping.get(session)]
+        let mut left: BTreeSet<RunId> = [self.runs.gone(session), self.runs.stopping(session)]
             .into_iter()
             .flatten()
             .filter(|r| Some(*r) != current.as_ref())
@@ -1471,13 +1411,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         op: &outbox_core::ids::OperationId,
         now: Millis,
     ) {
-        if self.runs.get(session) == Some(run) {
+        if self.runs.live(session) == Some(run) {
             return;
         }
-        if let Some(old) = self.runs.get(session).cloned() {
+        if let Some(old) = self.runs.live(session).cloned() {
             self.run_gone(session, &old, RunEventKind::Aborted, now);
         }
-        self.runs.insert(session.clone(), run.clone());
+        self.runs.set_live(session, run);
         // A run that starts again (the same run sent to a fresh thread) is not gone.
         if let Some(left) = self.left_runs.get_mut(session) {
             left.retain(|r| r != run);
@@ -1498,16 +1438,14 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
 
     /// A run the hub knows ended (the agent said so, or custody let it go).
     fn run_gone(&mut self, session: &SessionId, run: &RunId, outcome: RunEventKind, now: Millis) {
-        if self.runs.get(session) != Some(run) {
+        if !self.runs.end(session, run) {
             return;
         }
-        self.runs.remove(session);
-        if self.stopping.get(session) == Some(run) {
-            self.stopping.remove(session);
-        }
-        self.gone.insert(session.clone(), run.clone());
         self.sequencer.end_run(run);
-        self.expire_cards(session, run, now);
+        // The run's pending cards expire: the agent can no longer take a decision on
+        // them, and its own word on it may have died with a host.
+        self.approvals.run_ended(session, run);
+        self.drain_approvals(now);
         self.set_running(session, None, now);
         self.emit(
             Payload::Run(RunEvent {
@@ -1526,14 +1464,6 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             .is_some_and(|i| i.capabilities.exact_scan);
         if exact && !self.scans.is_active(session, run) {
             self.scans.run_ended(session.clone(), run.clone(), now);
-        }
-    }
-
-    /// The pending cards of a run that ended expire: the agent can no longer take a
-    /// decision on them, and its own word on it may have died with a host.
-    fn expire_cards(&mut self, session: &SessionId, run: &RunId, now: Millis) {
-        for id in self.approvals.ended(session, run) {
-            self.lapse_approval(id, now);
         }
     }
 
@@ -1653,7 +1583,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 run,
             } => {
                 // A run custody lets go after a stop was stopped, not failed.
-                self.stopping.insert(session.clone(), run.clone());
+                self.runs.stop_sent(&session, &run);
                 Effect::Agent(AgentCall::Stop {
                     attempt,
                     session,
@@ -1790,12 +1720,12 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     fn sync_runs(&mut self, now: Millis) {
         let gone: Vec<(SessionId, RunId)> = self
             .runs
-            .iter()
+            .live_runs()
             .filter(|(s, r)| self.custody.runs().active(s).map(|a| &a.run_id) != Some(*r))
             .map(|(s, r)| (s.clone(), r.clone()))
             .collect();
         for (session, run) in gone {
-            let outcome = if self.stopping.get(&session) == Some(&run) {
+            let outcome = if self.runs.stopping(&session) == Some(&run) {
                 RunEventKind::Aborted
             } else {
                 RunEventKind::Failed

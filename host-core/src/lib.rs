@@ -112,6 +112,7 @@ mod agent;
 mod approvals;
 mod host;
 mod io;
+mod run_book;
 
 pub use agent::{
     unserved, Agent, AgentEffect, FileError, ProcessId, ProcessSpec, ReadId, WriteFailure, WriteId,
