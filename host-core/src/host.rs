@@ -503,6 +503,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     session: s.clone(),
                     agent: info.capabilities.agent,
                     title: info.title.clone(),
+                    cwd: info.cwd.clone(),
                     active_run: self.custody.runs().active(s).map(|r| r.run_id.clone()),
                 })
             })

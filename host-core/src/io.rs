@@ -443,6 +443,9 @@ pub struct SessionSummary {
     pub agent: timeline_core::key::AgentKind,
     /// Its title (empty when it has none).
     pub title: String,
+    /// The directory its agent works in, when the embedder said
+    /// ([`outbox_core::custody::SessionInfo::cwd`]).
+    pub cwd: Option<String>,
     /// Its active run, if one runs.
     pub active_run: Option<RunId>,
 }

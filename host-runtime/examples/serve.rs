@@ -108,7 +108,7 @@ async fn main() -> Result<(), Error> {
     // `session/new`): `s2`, `s3`, ... with no saved history; the echo agent serves
     // every session.
     let mut made = 1u64;
-    let maker = move |_: &host_core::NewSession,
+    let maker = move |request: &host_core::NewSession,
                       host: &mut Host<SqliteStore, SqliteStore>,
                       _: &mut host_runtime::Agents<'_>|
           -> Result<SessionId, String> {
@@ -121,11 +121,9 @@ async fn main() -> Result<(), Error> {
             },
             BoundaryToken::codex_rollout(&format!("/sessions/rollout-{made}.jsonl")),
         );
-        host.add_session(
-            &session,
-            SessionInfo::new(Capabilities::codex()),
-            Box::new(history),
-        );
+        let mut info = SessionInfo::new(Capabilities::codex());
+        info.cwd = request.cwd.clone();
+        host.add_session(&session, info, Box::new(history));
         Ok(session)
     };
     let mut runtime = Runtime::builder(host)

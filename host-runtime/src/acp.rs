@@ -11,7 +11,7 @@
 //! | ACP | the host |
 //! |---|---|
 //! | `initialize` | nothing: protocol 1, `loadSession`, `sessionCapabilities.list`, no authentication |
-//! | `session/list` | `run.chatListSessions`: every session the host serves, with its title; its `cwd` is the face's own directory (the host does not know where each session's agent works), and a `cwd` filter is not applied for the same reason |
+//! | `session/list` | `run.chatListSessions`: every session the host serves, with its title and its `cwd` (the directory its agent works in, when the embedder said, `SessionInfo::cwd`; else the face's own directory); a `cwd` filter keeps the sessions listed with that directory |
 //! | `session/new` | the first: `run.chatJoin` of the session the face was started for (its ACP session ID is the app session ID); each later one: `run.chatNewSession` with the client's `cwd` (a session the host's embedder makes, `host_runtime::RuntimeBuilder::sessions`), then `run.chatJoin` of it. A host that makes no sessions refuses it: `-32603`, the host's `SESSION_NOT_CREATED` error as its data |
 //! | `session/load` | `run.chatJoin`, then `run.chatLoad` of the latest 100 rows, replayed as `session/update` before the answer |
 //! | `session/prompt` | `run.chatOutboxSubmit` (automatic, with an idempotency key); answered when the run its message started ends (`completed`: `end_turn`, `aborted`: `cancelled`, `failed`: an error) |
@@ -42,11 +42,24 @@ pub const LOAD_ROWS: u64 = 100;
 #[derive(Debug)]
 enum Wire {
     Join,
-    Load { acp_id: Value, session: String },
-    List { acp_id: Value },
-    NewSession { acp_id: Value },
-    Submit { op: String },
-    Remove { op: String },
+    Load {
+        acp_id: Value,
+        session: String,
+    },
+    List {
+        acp_id: Value,
+        /// The client's `cwd` filter.
+        cwd: Option<std::path::PathBuf>,
+    },
+    NewSession {
+        acp_id: Value,
+    },
+    Submit {
+        op: String,
+    },
+    Remove {
+        op: String,
+    },
     Other,
 }
 
@@ -76,7 +89,8 @@ struct Sent {
 /// The face. See the module doc.
 pub struct AcpFace {
     session: String,
-    /// The directory `session/list` names for every session.
+    /// The directory `session/list` names for a session whose own the host does not
+    /// know.
     cwd: std::path::PathBuf,
     new_id: Box<dyn FnMut() -> String + Send>,
     next_wire: u64,
@@ -136,9 +150,9 @@ impl AcpFace {
         }
     }
 
-    /// The directory `session/list` names as every session's `cwd` (`/` unless set;
-    /// [`serve_stdio`] gives the face's own working directory). The host does not know
-    /// where each session's agent works.
+    /// The directory `session/list` names as the `cwd` of a session whose own the host
+    /// does not know (`/` unless set; [`serve_stdio`] gives the face's own working
+    /// directory).
     #[must_use]
     pub fn cwd(mut self, cwd: impl Into<std::path::PathBuf>) -> AcpFace {
         self.cwd = cwd.into();
@@ -310,7 +324,10 @@ impl AcpFace {
             "session/list" => self.call(
                 "run.chatListSessions",
                 json!({}),
-                Wire::List { acp_id: id.clone() },
+                Wire::List {
+                    acp_id: id.clone(),
+                    cwd: params["cwd"].as_str().map(std::path::PathBuf::from),
+                },
             ),
             "session/load" => {
                 let Some(session) = params["sessionId"].as_str().map(str::to_owned) else {
@@ -441,7 +458,10 @@ impl AcpFace {
                 }
                 self.reply(&acp_id, to_value(&LoadSessionResponse::new()));
             }
-            Wire::List { acp_id } => {
+            Wire::List {
+                acp_id,
+                cwd: filter,
+            } => {
                 if self.host_refused(&acp_id, v, "the host could not list its sessions") {
                     return;
                 }
@@ -453,10 +473,13 @@ impl AcpFace {
                     .filter_map(|s| {
                         let id = s["appSessionId"].as_str()?;
                         let title = s["title"].as_str().filter(|t| !t.is_empty());
-                        Some(
-                            SessionInfo::new(id.to_owned(), self.cwd.clone())
-                                .title(title.map(str::to_owned)),
-                        )
+                        let cwd = s["cwd"]
+                            .as_str()
+                            .map_or_else(|| self.cwd.clone(), std::path::PathBuf::from);
+                        if filter.as_ref().is_some_and(|f| *f != cwd) {
+                            return None;
+                        }
+                        Some(SessionInfo::new(id.to_owned(), cwd).title(title.map(str::to_owned)))
                     })
                     .collect();
                 self.reply(&acp_id, to_value(&ListSessionsResponse::new(sessions)));

@@ -239,8 +239,9 @@ async fn a_loaded_session_replays_history_and_a_card_is_decided_once_across_devi
 // still queued behind it; both prompts answer `cancelled` (the protocol's rule whatever
 // the run's end), the queued one never reaches the agent, and the next prompt on the
 // same host session runs and answers `end_turn`. A second `session/new` is a new host
-// session (its own ID, its prompt answered by the host's agent), and one the host
-// refuses answers `-32603` with the host's error.
+// session (its own ID, its prompt answered by the host's agent, listed with the
+// directory it was made for), and one the host refuses answers `-32603` with the host's
+// error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_prompt_answers_cancelled_and_the_next_prompt_runs() {
     let (runtime, server, sends) = serve(ServerConfig::default(), 0).await;
@@ -262,6 +263,26 @@ async fn a_cancelled_prompt_answers_cancelled_and_the_next_prompt_runs() {
     let other = again["result"]["sessionId"].as_str().unwrap().to_owned();
     assert_ne!(other, session, "{again}");
     assert_eq!(other, "made-1");
+    // AG-04: `session/list` names each session's own directory where the host knows it
+    // (the made one's), and a `cwd` filter keeps only those listed with it.
+    c.write(
+        json!({ "jsonrpc": "2.0", "id": 10, "method": "session/list",
+        "params": { "cwd": "/" } }),
+    )
+    .await;
+    let listed = c.until("the filtered list", |v| v["id"] == 10).await;
+    assert_eq!(
+        listed["result"]["sessions"],
+        json!([{ "sessionId": "made-1", "cwd": "/" }]),
+        "{listed}"
+    );
+    c.write(
+        json!({ "jsonrpc": "2.0", "id": 11, "method": "session/list",
+        "params": { "cwd": "/no-session-here" } }),
+    )
+    .await;
+    let none = c.until("the empty list", |v| v["id"] == 11).await;
+    assert_eq!(none["result"]["sessions"], json!([]), "{none}");
     c.write(json!({ "jsonrpc": "2.0", "id": 7, "method": "session/new",
         "params": { "cwd": "/refuse", "mcpServers": [] } }))
         .await;

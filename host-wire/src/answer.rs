@@ -99,6 +99,9 @@ pub struct ListedSession {
     pub agent: AgentKind,
     /// Its title (empty when it has none).
     pub title: String,
+    /// The directory its agent works in, when the host knows it (wire version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     /// Its active run, if one runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_run_id: Option<RunId>,
@@ -176,6 +179,7 @@ fn reply_result(reply: &Reply) -> Result<serde_json::Value, WireError> {
                     app_session_id: s.session.clone(),
                     agent: s.agent,
                     title: s.title.clone(),
+                    cwd: s.cwd.clone(),
                     active_run_id: s.active_run.clone(),
                 })
                 .collect(),

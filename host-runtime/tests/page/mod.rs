@@ -71,11 +71,9 @@ pub async fn serve(config: ServerConfig, history: usize) -> (Runtime, Server, Ar
             },
             BoundaryToken::codex_rollout(&format!("/sessions/rollout-made-{made}.jsonl")),
         );
-        host.add_session(
-            &session,
-            SessionInfo::new(Capabilities::codex()),
-            Box::new(source),
-        );
+        let mut info = SessionInfo::new(Capabilities::codex());
+        info.cwd = request.cwd.clone();
+        host.add_session(&session, info, Box::new(source));
         Ok(session)
     };
     let mut runtime = Runtime::builder(host)

@@ -219,6 +219,9 @@ pub struct SessionInfo {
     pub access: Option<AccessLevel>,
     /// Its title.
     pub title: String,
+    /// The directory its agent works in, when the embedder knows it (listed to clients,
+    /// and what an ACP client's `session/list` filters on).
+    pub cwd: Option<String>,
 }
 
 impl SessionInfo {
@@ -229,6 +232,7 @@ impl SessionInfo {
             model: None,
             access: Some(AccessLevel::WorkspaceWrite),
             title: String::new(),
+            cwd: None,
         }
     }
 }
