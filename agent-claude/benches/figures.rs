@@ -56,7 +56,7 @@ fn deltas_child(rounds: usize) {
             if let Some(l) = dec.decode(line) {
                 p.handle_line(&l, Millis(1));
             }
-            while let Some(o) = p.poll_output() {
+            while let Some(o) = p.poll_effect() {
                 events += usize::from(matches!(o, Output::Event(_)));
             }
         }

@@ -14,7 +14,7 @@
 //! | approvals | `can_use_tool` prompts become [`ApprovalRequest`]s and cards; [`ClaudeAdapter::resolve_approval`] answers one it holds, and says when it holds none (the seed: dispatch asks the Claude adapter first) |
 //!
 //! After a send, the run goes on: the host calls [`ClaudeAdapter::pump`] to read what
-//! Claude prints and drains [`ClaudeAdapter::poll_output`] (rows, deltas, cards, turn
+//! Claude prints and drains [`ClaudeAdapter::poll_effect`] (rows, deltas, cards, turn
 //! ends). A run whose turn ended with nothing waiting has its input closed, so the
 //! process ends.
 
@@ -164,8 +164,15 @@ impl ClaudeAdapter {
 
     /// The next output of a run, oldest first, with its session.
     #[must_use]
-    pub fn poll_output(&mut self) -> Option<(SessionId, Output)> {
+    pub fn poll_effect(&mut self) -> Option<(SessionId, Output)> {
         self.out.pop_front()
+    }
+
+    /// The old name of [`Self::poll_effect`].
+    #[deprecated(note = "renamed poll_effect: one name for every machine's output")]
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<(SessionId, Output)> {
+        self.poll_effect()
     }
 
     /// Every prompt that waits for a decision, in every run.
@@ -234,7 +241,7 @@ impl ClaudeAdapter {
             self.claude_sessions
                 .insert(session.clone(), claude.to_owned());
         }
-        while let Some(o) = live.run.poll_output() {
+        while let Some(o) = live.run.poll_effect() {
             self.out.push_back((session.clone(), o));
         }
     }

@@ -4,7 +4,7 @@
 //! Drive loop, in order:
 //! 1. the host decodes a line with [`crate::stream::StreamDecoder::decode`];
 //! 2. [`Projector::handle_line`] takes it with `now` (the time the host read it);
-//! 3. the host drains [`Projector::poll_output`] until `None`: rows to write to the
+//! 3. the host drains [`Projector::poll_effect`] until `None`: rows to write to the
 //!    live overlay ([`Output::Row`], a whole row each time, keyed like its saved twin in
 //!    the transcript: both paths build rows alike), delta events for the packed-history path
 //!    ([`Output::Event`], one `assistant/*-delta` [`SessionEvent`] per fragment),
@@ -50,7 +50,7 @@
 //!         p.handle_line(&l, Millis(5));
 //!     }
 //! }
-//! let out: Vec<Output> = std::iter::from_fn(|| p.poll_output()).collect();
+//! let out: Vec<Output> = std::iter::from_fn(|| p.poll_effect()).collect();
 //! assert!(matches!(&out[0], Output::Event(e) if e.text.as_deref() == Some("po")));
 //! assert!(matches!(&out[1], Output::Row(b) if b.data["text"] == "pong"));
 //! ```
@@ -164,8 +164,15 @@ impl Projector {
 
     /// The next output, oldest first.
     #[must_use]
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_effect(&mut self) -> Option<Output> {
         self.out.pop_front()
+    }
+
+    /// The old name of [`Self::poll_effect`].
+    #[deprecated(note = "renamed poll_effect: one name for every machine's output")]
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.poll_effect()
     }
 
     /// Frames of subagents seen (not projected into this target).

@@ -11,7 +11,7 @@
 //!    naming it), [`SendState::Queued`] (accepted, waiting for the current step),
 //!    [`SendState::Refused`], or still [`SendState::Written`];
 //!    [`send_result`] turns that into the send's result once the wait ends;
-//! 4. the host drains [`ClaudeRun::poll_output`]: the projection's rows, deltas and
+//! 4. the host drains [`ClaudeRun::poll_effect`]: the projection's rows, deltas and
 //!    turn ends, and the approval cards ([`Output::Row`], keyed by card ID);
 //! 5. [`ClaudeRun::resolve`] answers a prompt and gives the line to write;
 //!    [`ClaudeRun::is_finished`] says when the run has nothing more to do.
@@ -324,8 +324,15 @@ impl ClaudeRun {
 
     /// The next output, oldest first.
     #[must_use]
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_effect(&mut self) -> Option<Output> {
         self.out.pop_front()
+    }
+
+    /// The old name of [`Self::poll_effect`].
+    #[deprecated(note = "renamed poll_effect: one name for every machine's output")]
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.poll_effect()
     }
 
     /// Takes one line Claude printed at `now`.
@@ -339,7 +346,7 @@ impl ClaudeRun {
             // its result.
             self.busy = true;
         }
-        while let Some(o) = self.projector.poll_output() {
+        while let Some(o) = self.projector.poll_effect() {
             self.take(o, now);
         }
     }
@@ -348,7 +355,7 @@ impl ClaudeRun {
     /// ([`Projector::flush`]), at `now`.
     pub fn flush(&mut self, now: Millis) {
         self.projector.flush();
-        while let Some(o) = self.projector.poll_output() {
+        while let Some(o) = self.projector.poll_effect() {
             self.take(o, now);
         }
     }
@@ -595,7 +602,7 @@ mod tests {
         assert_eq!(r.open_approvals().next().unwrap().thread_id, "cs");
         assert!(!r.is_finished());
         let cards = |r: &mut ClaudeRun| {
-            std::iter::from_fn(|| r.poll_output())
+            std::iter::from_fn(|| r.poll_effect())
                 .filter_map(|o| match o {
                     Output::Row(b) if b.data.get("approval").is_some() => Some(b),
                     _ => None,

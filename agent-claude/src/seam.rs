@@ -654,7 +654,7 @@ impl ClaudeAgent {
         };
         let mut inputs = Vec::new();
         let mut rows = Vec::new();
-        while let Some(o) = live.run.poll_output() {
+        while let Some(o) = live.run.poll_effect() {
             match o {
                 // The host keeps the cards (from `ApprovalAsked`).
                 Output::Row(b) if b.data.get("approval").is_some() => {}

@@ -246,7 +246,7 @@ fn live_rows(lines: &[&str]) -> BTreeMap<String, Block> {
         p.handle_line(&line, Millis(1));
     }
     let mut rows = BTreeMap::new();
-    while let Some(o) = p.poll_output() {
+    while let Some(o) = p.poll_effect() {
         if let Output::Row(b) = o {
             rows.insert(b.key().encoded(), b);
         }
@@ -505,7 +505,7 @@ fn an_echo_no_merge_carries_is_still_shown_once() {
     let mut p = Projector::new("s", 0);
     p.handle_line(&dec.decode(b_echo.as_bytes()).expect("a line"), Millis(1));
     let rows = |p: &mut Projector| {
-        std::iter::from_fn(|| p.poll_output())
+        std::iter::from_fn(|| p.poll_effect())
             .filter(|o| matches!(o, Output::Row(_)))
             .count()
     };

@@ -86,7 +86,7 @@ fn the_echo_is_the_user_row_of_the_operation() {
             p.handle_line(&line, Millis(7));
         }
     }
-    let rows: Vec<_> = std::iter::from_fn(|| p.poll_output())
+    let rows: Vec<_> = std::iter::from_fn(|| p.poll_effect())
         .filter_map(|o| match o {
             Output::Row(b) => Some(b),
             _ => None,

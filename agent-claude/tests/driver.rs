@@ -128,7 +128,7 @@ fn start(op: &str) -> SendRequest {
 }
 
 fn outputs(adapter: &mut ClaudeAdapter) -> Vec<Output> {
-    std::iter::from_fn(|| adapter.poll_output())
+    std::iter::from_fn(|| adapter.poll_effect())
         .map(|(_, o)| o)
         .collect()
 }

@@ -59,7 +59,7 @@ fn replayed_transcripts_give_the_saved_keys() {
             }
         }
         let live = agent_keys(
-            std::iter::from_fn(|| p.poll_output()).filter_map(|o| match o {
+            std::iter::from_fn(|| p.poll_effect()).filter_map(|o| match o {
                 Output::Row(b) => Some(b.key()),
                 _ => None,
             }),

@@ -576,7 +576,7 @@ fn stream_recording_census_and_projection() {
     assert_eq!(d.skipped.get("rate_limit_event"), 1);
     assert!(d.versions.contains("2.1.241"));
 
-    let out: Vec<Output> = std::iter::from_fn(|| p.poll_output()).collect();
+    let out: Vec<Output> = std::iter::from_fn(|| p.poll_effect()).collect();
     let deltas: Vec<(u64, String)> = out
         .iter()
         .filter_map(|o| match o {

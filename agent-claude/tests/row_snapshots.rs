@@ -140,7 +140,7 @@ fn stream_rows(file: &str) -> String {
     let mut rows: BTreeMap<String, Block> = BTreeMap::new();
     let mut deltas: BTreeMap<String, usize> = BTreeMap::new();
     let mut ends = Vec::new();
-    while let Some(o) = p.poll_output() {
+    while let Some(o) = p.poll_effect() {
         match o {
             Output::Row(b) => {
                 if !rows.contains_key(&b.key().encoded()) {

@@ -71,7 +71,7 @@ fn emit_per_write(c: &mut Criterion) {
                 );
                 hub.handle_timeout(Millis(now + 50));
                 let mut n = 0;
-                while hub.poll_delivery().is_some() {
+                while hub.poll_effect().is_some() {
                     n += 1;
                 }
                 n

@@ -100,7 +100,7 @@ fn stream(tokens: u64) -> (Bytes, Bytes) {
         hub.set_phone_interest(&session, true);
         hub.set_relay_protocol(&session, protocol);
         hub.handle_payload(run_event(RunEventKind::Started, &session, 0), Millis(0));
-        while hub.poll_delivery().is_some() {}
+        while hub.poll_effect().is_some() {}
         hub
     });
     let mut bytes = [Bytes::default(); 2];
@@ -146,7 +146,7 @@ fn stream(tokens: u64) -> (Bytes, Bytes) {
                     Millis(now + 50),
                 );
             }
-            while let Some(d) = hub.poll_delivery() {
+            while let Some(d) = hub.poll_effect() {
                 if i == 0 {
                     continue; // the 1,000 rows were there before the streaming
                 }

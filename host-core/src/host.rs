@@ -586,7 +586,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             // Custody reclaims a stale run at its next start or when the active runs are
             // read (OB-14); with nothing else happening that is now, or the queue
             // behind the run would wait for ever.
-            self.custody.active_runs(now);
+            self.custody.reclaim_stale_runs(now);
         }
         self.pump(now);
     }
@@ -1521,7 +1521,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 self.scan_effect(effect, now);
             }
             self.sync_runs(now);
-            while let Some(delivery) = self.hub.poll_delivery() {
+            while let Some(delivery) = self.hub.poll_effect() {
                 progressed = true;
                 self.stats.deliveries += 1;
                 if let Delivery::Relay(event) = &delivery {

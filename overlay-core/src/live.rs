@@ -82,10 +82,10 @@
 //! let sub = hub.subscribe(&mut store, WindowId(1), &s, &t).unwrap();
 //! let overlay = LiveOverlay { settlement_epoch: 0, revision: 1, blocks: vec![] };
 //! hub.handle_payload(Payload::Blocks { session: s, target: t, overlay }, Millis(0));
-//! assert!(hub.poll_delivery().is_none(), "coalesced for 50 ms");
+//! assert!(hub.poll_effect().is_none(), "coalesced for 50 ms");
 //! let at = hub.poll_timeout().unwrap();
 //! hub.handle_timeout(at);
-//! assert!(matches!(hub.poll_delivery(), Some(Delivery::Window { subscription_id, .. }) if subscription_id == sub.subscription_id));
+//! assert!(matches!(hub.poll_effect(), Some(Delivery::Window { subscription_id, .. }) if subscription_id == sub.subscription_id));
 //! // A delivery the embedding could not carry out (or whose recipient refused a patch)
 //! // is reported, so the next one for that recipient is a whole snapshot:
 //! // hub.report_lost(&delivery);
@@ -858,8 +858,15 @@ impl LiveHub {
 
     /// The next delivery to carry out.
     #[must_use]
-    pub fn poll_delivery(&mut self) -> Option<Delivery> {
+    pub fn poll_effect(&mut self) -> Option<Delivery> {
         self.out.pop_front()
+    }
+
+    /// The old name of [`Self::poll_effect`].
+    #[deprecated(note = "renamed poll_effect: one name for every machine's output")]
+    #[must_use]
+    pub fn poll_delivery(&mut self) -> Option<Delivery> {
+        self.poll_effect()
     }
 
     /// The next deadline: a waiting snapshot, a repair tick, or the end of a throttle

@@ -49,7 +49,7 @@ fn run_event(kind: RunEventKind, at: u64) -> Payload {
 }
 
 fn deliveries(hub: &mut LiveHub) -> Vec<Delivery> {
-    std::iter::from_fn(|| hub.poll_delivery()).collect()
+    std::iter::from_fn(|| hub.poll_effect()).collect()
 }
 
 fn hub_with_window(target: &TargetId) -> (LiveHub, u64) {

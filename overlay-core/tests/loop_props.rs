@@ -130,7 +130,7 @@ impl World {
             overlay: stored.client_form(),
         };
         self.hub.handle_payload(payload, Millis(self.now));
-        while let Some(d) = self.hub.poll_delivery() {
+        while let Some(d) = self.hub.poll_effect() {
             if let Delivery::Relay(r) = d {
                 let o: LiveOverlay = serde_json::from_value(r.json["liveOverlay"].clone()).unwrap();
                 for c in &mut self.clients {

@@ -142,7 +142,7 @@ fn seed_case_4_claude_rows_stay_until_the_next_latest_window() {
         }),
         Millis(10),
     );
-    let _: Vec<Delivery> = std::iter::from_fn(|| hub.poll_delivery()).collect();
+    let _: Vec<Delivery> = std::iter::from_fn(|| hub.poll_effect()).collect();
     // Long after, with no window loaded, the live row is still in the overlay.
     hub.handle_timeout(Millis(600_000));
     assert_eq!(store.load(&s, &t).unwrap().unwrap().blocks.len(), 4);

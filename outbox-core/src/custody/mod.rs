@@ -916,17 +916,27 @@ impl<S: OutboxStore> Custody<S> {
         self.effects.pop_front()
     }
 
-    /// Every active run, after the stale reclaim (OB-14).
+    /// Every active run, after the stale reclaim: the seed's read of the active runs
+    /// (`chat_active_runs`) drops the stale ones first (OB-14), so this is a command
+    /// taking `now`, not a getter. [`Custody::runs`] reads without reclaiming.
     pub fn active_runs(&mut self, now: Millis) -> Vec<(SessionId, RunId)> {
-        self.saw(now);
-        for session in self.reclaim_stale(now) {
-            self.wake_scope(&session, now);
-        }
+        self.reclaim_stale_runs(now);
         self.runs
             .active_runs(now, &|_: &SessionId, _: &RunId| true)
             .into_iter()
             .map(|(s, r)| (s, r.run_id))
             .collect()
+    }
+
+    /// Drops every run that showed no activity for more than [`STALE_RUN_AFTER`]
+    /// (unless its adapter objects) and wakes the queues behind them (OB-14): what a
+    /// start and a read of the active runs do first, for a host whose clock reached a
+    /// stale run's deadline with nothing else happening.
+    pub fn reclaim_stale_runs(&mut self, now: Millis) {
+        self.saw(now);
+        for session in self.reclaim_stale(now) {
+            self.wake_scope(&session, now);
+        }
     }
 
     /// Reclaims stale runs the adapter does not veto, and settles what they accepted
