@@ -384,9 +384,9 @@ fn anchored_builders(c: &mut Criterion) {
 /// on the memory store and on SQLite with `synchronous = NORMAL` (a file, WAL). The cost
 /// should follow the one changed row, not n. `naive_memory` is the baseline: the same
 /// publish the way the memory store computed it before the indexed overlay (the whole
-/// overlay cloned, filtered, sorted and compared; `fixtures::conformance::naive_overlay`).
+/// overlay cloned, filtered, sorted and compared; `fixtures::naive_overlay`).
 fn overlay_publish(c: &mut Criterion) {
-    use fixtures::conformance::naive_overlay::Reference;
+    use fixtures::naive_overlay::Reference;
     use overlay_core::store::OverlayStore;
     use storage_sqlite::{Settings, SqliteStore, Synchronous};
 

@@ -5,7 +5,7 @@
 //! - [`baseline_latest_window`]: the latest window as it was built over the memory store
 //!   that kept each target's overlay as one whole [`StoredOverlay`] (before the indexed
 //!   overlay, commit `25e4dd1`): the store's `load` cloned the overlay, the naive `apply`
-//!   (`fixtures::conformance::naive_overlay`) scanned every row, and the answer cloned
+//!   (`fixtures::naive_overlay`) scanned every row, and the answer cloned
 //!   every block again. [`BaselineOverlayStore`] is that store.
 //! - [`BaselineReplay`]: `ReplayBuffers::append` as it was before it checked its text
 //!   (commit `b29de5d`): the text trusted to be an object, trimmed of whitespace, pushed
@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use fixtures::conformance::naive_overlay::apply;
+use fixtures::naive_overlay::apply;
 use overlay_core::overlay::Change;
 use overlay_core::replay::AppendError;
 use overlay_core::source::{HistorySource, SourceItem, SourceKind};

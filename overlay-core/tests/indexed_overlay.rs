@@ -1,7 +1,7 @@
 //! The indexed overlay pinned to the naive one (OV-01 to OV-04): for any sequence of
 //! writes, compare-and-sets and deletes, the memory store (whose writes build the next
 //! version of `OverlayRows` in O(k log n)) and the default compare-and-set loop of
-//! `OverlayStore::update` show exactly what `fixtures::conformance::naive_overlay` (the
+//! `OverlayStore::update` show exactly what `fixtures::naive_overlay` (the
 //! whole overlay cloned, filtered per row, sorted and compared on every write) shows:
 //! the same rows in the same order, the same revisions, epochs and refusals; every
 //! write's `Changes` is the difference of its two versions; the key and class indexes
@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use fixtures::conformance::naive_overlay::{self, Op, Reference};
+use fixtures::naive_overlay::{self, Op, Reference};
 use overlay_core::overlay::Change;
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::{write, WriteResult};

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use fixtures::conformance::naive_overlay::{self, Op, Reference};
+use fixtures::naive_overlay::{self, Op, Reference};
 use overlay_core::overlay::Change;
 use overlay_core::store::{write, WriteResult};
 use overlay_core::store::{

@@ -27,7 +27,7 @@
 //! O(k log n), a latest window O((h + e) log n) for h keys on its page and e ephemeral
 //! rows it removes. The version it starts from is shared, never copied, and the result
 //! is equal, row for row and in order, to rebuilding the whole overlay the naive way
-//! (`fixtures::conformance::naive_overlay` is that reference; `tests/indexed_overlay.rs`
+//! (`fixtures::naive_overlay` is that reference; `tests/indexed_overlay.rs`
 //! and the storage conformance suite check it on random writes).
 
 pub(crate) mod reducer;
