@@ -18,7 +18,7 @@ use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::store::{
-    Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
+    Claim, EntryColumns, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
     StoreError as OutboxError,
 };
 use postgres::{GenericClient, Row};
@@ -97,7 +97,7 @@ fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
     to_json(&value, "outbox entry")
 }
 
-/// The outbox columns an entry is read from, in [`EntryRow`] order.
+/// The outbox columns an entry is read from, in [`EntryRow::read`] order.
 macro_rules! entry_columns {
     () => {
         "queue_id, operation_id, position, entry_json"
@@ -110,20 +110,12 @@ const OUTBOX_OPERATION: Column = Column::new(OUTBOX, "operation_id");
 const OUTBOX_POSITION: Column = Column::new(OUTBOX, "position");
 const OUTBOX_JSON: Column = Column::new(OUTBOX, "entry_json");
 
-/// The position a blocked entry shows when its `position` column does not read back:
-/// after every entry whose position does.
-const UNREADABLE_POSITION: i64 = i64::MAX;
-
 /// An outbox row, each column checked as it is read. A column that does not read back
 /// never fails the read: the row then shows as blocked (OB-05).
 struct EntryRow {
-    queue_id: String,
-    operation_id: String,
+    columns: EntryColumns,
     /// The operation ID's bytes as stored (to mark its identity removed).
     operation_bytes: Vec<u8>,
-    position: i64,
-    json: String,
-    refused: Option<String>,
 }
 
 impl EntryRow {
@@ -148,44 +140,22 @@ impl EntryRow {
         let (operation_id, operation_bytes) = id(1, OUTBOX_OPERATION);
         let position = columns::get::<i64>(row, 2, OUTBOX_POSITION).unwrap_or_else(|r| {
             reasons.push(r.to_string());
-            UNREADABLE_POSITION
+            EntryColumns::UNREADABLE_POSITION
         });
         let json = columns::get::<String>(row, 3, OUTBOX_JSON).unwrap_or_else(|r| {
             reasons.push(r.to_string());
             String::new()
         });
         EntryRow {
-            queue_id,
-            operation_id,
+            columns: EntryColumns {
+                queue_id,
+                operation_id,
+                position,
+                json,
+                refused: (!reasons.is_empty()).then(|| reasons.join("; ")),
+            },
             operation_bytes,
-            position,
-            json,
-            refused: (!reasons.is_empty()).then(|| reasons.join("; ")),
         }
-    }
-
-    /// The entry: the JSON with the columns put back.
-    fn decode(&self) -> Result<OutboxEntry, String> {
-        if let Some(reason) = &self.refused {
-            return Err(reason.clone());
-        }
-        OutboxEntry::from_row(
-            &self.queue_id,
-            &self.operation_id,
-            self.position,
-            &self.json,
-        )
-    }
-
-    /// What a session's outbox shows for the row.
-    fn into_stored(self) -> StoredEntry {
-        StoredEntry::from_row(
-            self.queue_id,
-            self.operation_id,
-            self.position,
-            &self.json,
-            self.refused,
-        )
     }
 }
 
@@ -291,7 +261,7 @@ fn still<C: GenericClient>(
     expected: &OutboxEntry,
 ) -> Result<bool, Fail<OutboxError>> {
     let row = lock_entry_row(c, session, &expected.queue_id)?;
-    Ok(row.and_then(|r| r.decode().ok()).as_ref() == Some(expected))
+    Ok(row.and_then(|r| r.columns.decode().ok()).as_ref() == Some(expected))
 }
 
 fn mark_removed<C: GenericClient>(
@@ -617,9 +587,10 @@ impl OutboxStore for PostgresStore {
                 ),
                 &[&b(session.as_str())],
             )?;
-            let mut rows: Vec<EntryRow> = found.iter().map(EntryRow::read).collect();
+            let mut rows: Vec<EntryColumns> =
+                found.iter().map(|r| EntryRow::read(r).columns).collect();
             rows.sort_by(|a, b| (a.position, &a.queue_id).cmp(&(b.position, &b.queue_id)));
-            Ok(rows.into_iter().map(EntryRow::into_stored).collect())
+            Ok(rows.into_iter().map(EntryColumns::into_stored).collect())
         })
     }
 
@@ -745,7 +716,7 @@ impl OutboxStore for PostgresStore {
                 return Ok(None);
             };
             mark_removed(c, session, &row.operation_bytes)?;
-            Ok(row.decode().ok())
+            Ok(row.columns.decode().ok())
         })
     }
 

@@ -15,7 +15,7 @@ use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::store::{
-    Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
+    Claim, EntryColumns, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
     StoreError as OutboxError,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
@@ -89,88 +89,47 @@ fn entry_json(entry: &OutboxEntry) -> Result<String, OutboxError> {
     .map_err(corrupt("outbox entry"))
 }
 
-/// The outbox columns an entry is read from, in [`EntryRow`] order.
+/// The outbox columns an entry is read from, in the order [`read_columns`] reads them.
 const ENTRY_COLUMNS: &str = "queue_id, operation_id, position, entry_json";
 
 const OUTBOX: &str = "workspace_chat_outbox";
 const OUTBOX_POSITION: Column = Column::new(OUTBOX, "position");
 const OUTBOX_JSON: Column = Column::new(OUTBOX, "entry_json");
 
-/// The position a blocked entry shows when its `position` column does not read back:
-/// after every entry whose position does.
-const UNREADABLE_POSITION: i64 = i64::MAX;
-
-/// An outbox row: queue ID, operation ID, position and the entry JSON, each checked as
-/// it is read. A column that does not read back never fails the read: the row then
-/// shows as blocked (OB-05) and its neighbours read as usual.
-struct EntryRow {
-    queue_id: String,
-    operation_id: String,
-    position: i64,
-    json: String,
-    /// Why a column did not read back, with what it holds (the row then shows as
-    /// blocked).
-    refused: Option<String>,
-}
-
-impl EntryRow {
-    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<EntryRow> {
-        // An ID column that does not read back blocks the entry: the queue ID is then
-        // shown as stored, the operation ID left out. A position or JSON column of the
-        // wrong type blocks it too, with what is stored in the reason.
-        let mut reasons = Vec::new();
-        let (queue, op) = (r.get_ref(0)?, r.get_ref(1)?);
-        let queue_id = read_id(queue).unwrap_or_else(|reason| {
-            reasons.push(reason);
-            id_column::shown(queue)
-        });
-        let operation_id = read_id(op).unwrap_or_else(|reason| {
-            reasons.push(reason);
-            String::new()
-        });
-        // Any INTEGER is a position (front-of-queue entries go below zero).
-        let position = columns::integer(OUTBOX_POSITION, r.get_ref(2)?, i64::MIN, i64::MAX)
-            .unwrap_or_else(|refused| {
-                reasons.push(refused.to_string());
-                UNREADABLE_POSITION
-            });
-        let json = columns::text(OUTBOX_JSON, r.get_ref(3)?).unwrap_or_else(|refused| {
+/// Reads an outbox row (the columns of `entry_columns!`, in order), each column checked
+/// as it is read: one that does not read back never fails the read, the row then shows
+/// as blocked (OB-05) and its neighbours read as usual.
+fn read_columns(r: &rusqlite::Row<'_>) -> rusqlite::Result<EntryColumns> {
+    // An ID column that does not read back blocks the entry: the queue ID is then shown
+    // as stored, the operation ID left out. A position or JSON column of the wrong type
+    // blocks it too, with what is stored in the reason.
+    let mut reasons = Vec::new();
+    let (queue, op) = (r.get_ref(0)?, r.get_ref(1)?);
+    let queue_id = read_id(queue).unwrap_or_else(|reason| {
+        reasons.push(reason);
+        id_column::shown(queue)
+    });
+    let operation_id = read_id(op).unwrap_or_else(|reason| {
+        reasons.push(reason);
+        String::new()
+    });
+    // Any INTEGER is a position (front-of-queue entries go below zero).
+    let position = columns::integer(OUTBOX_POSITION, r.get_ref(2)?, i64::MIN, i64::MAX)
+        .unwrap_or_else(|refused| {
             reasons.push(refused.to_string());
-            String::new()
+            EntryColumns::UNREADABLE_POSITION
         });
-        Ok(EntryRow {
-            queue_id,
-            operation_id,
-            position,
-            json,
-            refused: (!reasons.is_empty()).then(|| reasons.join("; ")),
-        })
-    }
-
-    /// The entry: the JSON with the columns put back.
-    fn decode(&self) -> Result<OutboxEntry, String> {
-        if let Some(reason) = &self.refused {
-            return Err(reason.clone());
-        }
-        OutboxEntry::from_row(
-            &self.queue_id,
-            &self.operation_id,
-            self.position,
-            &self.json,
-        )
-    }
-
-    /// What a session's outbox shows for the row: the entry, or a blocked entry when
-    /// the row does not decode.
-    fn into_stored(self) -> StoredEntry {
-        StoredEntry::from_row(
-            self.queue_id,
-            self.operation_id,
-            self.position,
-            &self.json,
-            self.refused,
-        )
-    }
+    let json = columns::text(OUTBOX_JSON, r.get_ref(3)?).unwrap_or_else(|refused| {
+        reasons.push(refused.to_string());
+        String::new()
+    });
+    Ok(EntryColumns {
+        queue_id,
+        operation_id,
+        position,
+        json,
+        refused: (!reasons.is_empty()).then(|| reasons.join("; ")),
+    })
 }
 
 fn insert_entry(
@@ -308,14 +267,14 @@ fn read_entry_row(
     conn: &Connection,
     session: &SessionId,
     queue: &QueueId,
-) -> Result<Option<EntryRow>, OutboxError> {
+) -> Result<Option<EntryColumns>, OutboxError> {
     conn.prepare_cached(&format!(
         "SELECT {ENTRY_COLUMNS} FROM workspace_chat_outbox WHERE session_id = ?1 AND queue_id = ?2"
     ))
     .map_err(ob)?
     .query_row(
         params![IdColumn(session.as_str()), IdColumn(queue.as_str())],
-        EntryRow::read,
+        read_columns,
     )
     .optional()
     .map_err(ob)
@@ -541,13 +500,13 @@ impl OutboxStore for SqliteStore {
             ))
             .map_err(ob)?;
         let mut rows = stmt
-            .query_map(params![IdColumn(session.as_str())], EntryRow::read)
+            .query_map(params![IdColumn(session.as_str())], read_columns)
             .map_err(ob)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(ob)?;
         // Ordered here, not in SQL: a stored ID's bytes do not sort like its text.
         rows.sort_by(|a, b| (a.position, &a.queue_id).cmp(&(b.position, &b.queue_id)));
-        Ok(rows.into_iter().map(EntryRow::into_stored).collect())
+        Ok(rows.into_iter().map(EntryColumns::into_stored).collect())
     }
 
     fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, OutboxError> {

@@ -29,6 +29,60 @@
 
 pub mod memory;
 
+/// An outbox row as a backend read it back: the key columns (queue ID, operation ID,
+/// position) it keeps apart from the rest of the entry's JSON, and why a column did not
+/// read back, if one did not (`refused`: the row then shows as blocked, OB-05, and its
+/// neighbours read as usual). Every backend reads its rows into this and decodes them
+/// the same way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryColumns {
+    /// The queue ID (as stored when it does not read back).
+    pub queue_id: String,
+    /// The operation ID (empty when it does not read back).
+    pub operation_id: String,
+    /// The position ([`EntryColumns::UNREADABLE_POSITION`] when it does not read back).
+    pub position: i64,
+    /// The rest of the entry's JSON.
+    pub json: String,
+    /// Why a column did not read back, with what it holds.
+    pub refused: Option<String>,
+}
+
+impl EntryColumns {
+    /// The position a blocked entry shows when its position column does not read back:
+    /// after every entry whose position does.
+    pub const UNREADABLE_POSITION: i64 = i64::MAX;
+
+    /// The entry: the JSON with the columns put back ([`OutboxEntry::from_row`]).
+    ///
+    /// # Errors
+    ///
+    /// Why not: a column refused as it was read, or the decoder's text.
+    pub fn decode(&self) -> Result<OutboxEntry, String> {
+        if let Some(reason) = &self.refused {
+            return Err(reason.clone());
+        }
+        OutboxEntry::from_row(
+            &self.queue_id,
+            &self.operation_id,
+            self.position,
+            &self.json,
+        )
+    }
+
+    /// What a session's outbox shows for the row: the entry, or a blocked entry when
+    /// the row does not decode ([`StoredEntry::from_row`]).
+    pub fn into_stored(self) -> StoredEntry {
+        StoredEntry::from_row(
+            self.queue_id,
+            self.operation_id,
+            self.position,
+            &self.json,
+            self.refused,
+        )
+    }
+}
+
 use serde::{Deserialize, Serialize};
 use timeline_core::time::Millis;
 
