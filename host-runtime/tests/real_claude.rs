@@ -280,3 +280,108 @@ async fn the_history_real_claude_wrote_gives_the_rows_the_clients_were_shown() {
     }
     rig.stop().await;
 }
+
+/// The user entries of a transcript that carry `uuid`: a message Claude was given once
+/// has exactly one.
+fn user_entries(transcript: &str, uuid: &str) -> usize {
+    transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "user" && v["uuid"] == uuid)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_real_claude_turn_whose_model_answers_500_first_is_retried_by_claude_and_sent_once() {
+    // OB-08, AG-02: the model's failure is Claude's to retry; custody sends the message
+    // once, and the transcript holds it once.
+    let rig = Rig::claude().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, OP_1, "Try again [[e500:1]]"))
+        .await
+        .unwrap();
+    eventually_async(
+        "the reply after the retry",
+        Duration::from_secs(90),
+        || async {
+            latest_rows(&client, &rig.session)
+                .await
+                .iter()
+                .any(|t| t.contains("Reply to: Try again"))
+        },
+    )
+    .await;
+    eventually_async(
+        "the message to be let go",
+        Duration::from_secs(60),
+        || async {
+            outbox(&client, &rig.session).await.is_empty()
+                && active_run(&client, &rig.session).await.is_none()
+        },
+    )
+    .await;
+    let asked = rig
+        .model
+        .turns()
+        .iter()
+        .filter(|t| t.body.to_string().contains("Try again"))
+        .count();
+    assert!(asked >= 2, "the 500 was not retried: {asked} requests");
+    let transcript = std::fs::read_to_string(rig.transcript()).unwrap();
+    assert_eq!(user_entries(&transcript, OP_1), 1, "{transcript}");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_real_claude_stream_cut_halfway_ends_the_turn_without_sending_the_message_again() {
+    // OB-08, AG-02: the model's stream breaks every time; Claude gives the turn up; the
+    // message was delivered once (its echo proved it) and custody does not send it again.
+    let rig = Rig::claude().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, OP_1, "Broken stream [[cut]]"))
+        .await
+        .unwrap();
+    eventually_async("the run to end", Duration::from_secs(180), || async {
+        !rig.model.turns().is_empty()
+            && active_run(&client, &rig.session).await.is_none()
+            && outbox(&client, &rig.session).await.is_empty()
+    })
+    .await;
+    let transcript = std::fs::read_to_string(rig.transcript()).unwrap();
+    assert_eq!(user_entries(&transcript, OP_1), 1, "{transcript}");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_stop_ends_a_real_claude_turn_whose_model_hangs() {
+    // OB-08, AG-02: a model that never answers does not hold the run: the stop ends it,
+    // and the message, delivered, is not put back to be sent again.
+    let rig = Rig::claude().await;
+    let client = rig.client();
+    client
+        .request(submit(&rig.session, OP_1, "Wait forever [[hang]]"))
+        .await
+        .unwrap();
+    eventually_async("the hung turn", Duration::from_secs(60), || async {
+        active_run(&client, &rig.session).await.is_some() && !rig.model.turns().is_empty()
+    })
+    .await;
+    let stop = client
+        .request(ClientRequest::Stop {
+            session: rig.session.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(stop, Reply::Stop(_)), "{stop:?}");
+    eventually_async("the run to end", Duration::from_secs(30), || async {
+        active_run(&client, &rig.session).await.is_none()
+    })
+    .await;
+    assert!(
+        outbox(&client, &rig.session).await.is_empty(),
+        "a delivered message came back to be sent again"
+    );
+    rig.stop().await;
+}
