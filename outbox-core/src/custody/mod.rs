@@ -180,6 +180,7 @@ mod drain;
 mod drive;
 mod ledger;
 mod results;
+mod startup;
 mod state;
 mod stop;
 pub(crate) mod submit;

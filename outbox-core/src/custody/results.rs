@@ -1,6 +1,6 @@
 //! Answers from the agent (OB-08, OB-09, OB-12): send results, delivery proofs, history
-//! reads, run ends; and the start-up and outbox-load confirmation of entries still
-//! sending (OB-10).
+//! reads, run ends, run activity (the start-up and outbox-load confirmation of entries
+//! still sending is in `startup`).
 //!
 //! Each answer names its attempt; only the current attempt's answer is applied. Each
 //! `apply_*` step is idempotent, so an answer whose store write failed is applied
@@ -13,7 +13,7 @@ use super::{
 };
 use crate::adapter::{HistoryRead, ProofKind, SendKind, SendResult};
 use crate::entry::{
-    EntryState, HandoffPhase, OutboxEntry, SendMode, StoredEntry, REOPEN_CHECK_TEXT,
+    EntryState, HandoffPhase, OutboxEntry, SendMode, REOPEN_CHECK_TEXT,
     STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
 };
 use crate::ids::{base_session, OperationId, RunId, SessionId};
@@ -337,7 +337,7 @@ impl<S: OutboxStore> Custody<S> {
     /// read or take-back pending, and no answer waiting for a retry of its write, that
     /// was taken for the entry in this state. One taken for the entry in another state
     /// (it changed since) applies to nothing, so it does not count.
-    fn nothing_in_flight(&self, session: &SessionId, e: &OutboxEntry) -> bool {
+    pub(super) fn nothing_in_flight(&self, session: &SessionId, e: &OutboxEntry) -> bool {
         let sending = self
             .in_flight
             .values()
@@ -408,7 +408,11 @@ impl<S: OutboxStore> Custody<S> {
         Ok(())
     }
 
-    fn hold_unconfirmed(&mut self, session: &SessionId, e: &OutboxEntry) -> Result<(), StoreError> {
+    pub(super) fn hold_unconfirmed(
+        &mut self,
+        session: &SessionId,
+        e: &OutboxEntry,
+    ) -> Result<(), StoreError> {
         // The reopen check is over: its wait shows no more.
         let state = match e.state.release() {
             Some(released) if e.state.hold_reason() == Some(REOPEN_CHECK_TEXT) => released,
@@ -595,98 +599,6 @@ impl<S: OutboxStore> Custody<S> {
             *last = (*last).max(now);
         }
     }
-
-    // ----- start-up and outbox loads (OB-10) -------------------------------------------
-
-    /// At start-up: both lanes start for every saved outbox, and every entry still
-    /// sending is confirmed from history (held with the unconfirmed text when the ledger
-    /// cannot be read). Each outbox is read once here and kept in memory.
-    pub fn start_up(&mut self, now: Millis) -> Result<(), StoreError> {
-        self.saw(now);
-        let sessions: Vec<SessionId> = self.outbox_sessions()?.iter().cloned().collect();
-        let sessions: Vec<SessionId> = sessions
-            .into_iter()
-            .filter(|s| self.scope_granted(s))
-            .collect();
-        for session in sessions {
-            self.confirm_sending(&session)?;
-            self.wake(&session, now);
-        }
-        Ok(())
-    }
-
-    /// A client loads an outbox. With no drain and no run active, every entry still
-    /// sending is confirmed from history.
-    pub fn load_outbox(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError> {
-        let (normal, steer) = self.lane_busy(session);
-        if !normal && !steer && self.scope_run(session).is_none() {
-            self.confirm_sending(session)?;
-        }
-        self.entries(session)
-    }
-
-    /// Confirms from history every entry of `session` that is out with nothing in
-    /// flight (at start-up, when an outbox is loaded, and in the repair after a failed
-    /// write), lets a detached stop and send now whose run is gone go on to its own
-    /// turn, and asks again for a reopen check whose read is not pending. What a run
-    /// that still works accepted waits for that run's end.
-    pub(super) fn confirm_sending(&mut self, session: &SessionId) -> Result<(), StoreError> {
-        let base = base_session(session);
-        // A stop and send now whose take-back was confirmed waits for its run to stop;
-        // when that run is gone (a restart drops every run), it goes on to its own turn.
-        let detached: Vec<OutboxEntry> = self
-            .state(session)?
-            .accepted()
-            .filter(|e| {
-                e.state.is_queued()
-                    && e.state
-                        .handoff()
-                        .is_some_and(|h| h.phase == HandoffPhase::Requested)
-            })
-            .cloned()
-            .collect();
-        for e in detached {
-            let run_active = e.state.handoff().is_some_and(|h| {
-                self.runs
-                    .active(session)
-                    .is_some_and(|a| a.run_id == h.acceptance.run_id)
-            });
-            if !run_active {
-                self.dedicate(session, &e)?;
-            }
-        }
-        let sending: Vec<OutboxEntry> = self.state(session)?.sending().cloned().collect();
-        for e in sending {
-            if !self.nothing_in_flight(session, &e) {
-                continue;
-            }
-            if awaited_run(&e).is_some_and(|r| self.run_working(session, r)) {
-                continue;
-            }
-            if let Err(error) = self.ledger_of(&base, &e.operation_id) {
-                // The seed's rule: an unreadable ledger holds the entry with the same
-                // text; the embedding learns why.
-                self.hold_unconfirmed(session, &e)?;
-                self.note_failure(session, Some(&e.operation_id), error, None);
-                continue;
-            }
-            self.read_history(session, ReadPurpose::Confirm, e);
-        }
-        // A reopen check cut short (its read was lost with the host that asked) is
-        // asked again.
-        let checking: Vec<OutboxEntry> = self
-            .state(session)?
-            .ordered()
-            .filter(|e| e.state.hold_reason() == Some(REOPEN_CHECK_TEXT) && !e.state.auto_drain())
-            .cloned()
-            .collect();
-        for e in checking {
-            if !self.reading(session, &e) {
-                self.read_history(session, ReadPurpose::Reopen, e);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The run a steer held with [`UNCONFIRMED_TEXT`] was sent to: its uncertain send met a
@@ -703,7 +615,7 @@ pub(super) fn held_unconfirmed_steer(e: &OutboxEntry) -> Option<&RunId> {
 
 /// The run an out entry waits in: the run that accepted it, or the run a steer that no
 /// turn accepted yet was sent to.
-fn awaited_run(e: &OutboxEntry) -> Option<&RunId> {
+pub(super) fn awaited_run(e: &OutboxEntry) -> Option<&RunId> {
     match &e.state {
         EntryState::Accepted { acceptance, .. } | EntryState::HandingOff { acceptance } => {
             Some(&acceptance.run_id)
