@@ -153,7 +153,7 @@ impl<S: OutboxStore> Custody<S> {
             // Served by another host (MH-04): its memory and runs are not here, so the
             // message goes after the recipient's saved queue, read from the store; the
             // store's write wakes the owner, which reads the scope again and drains it.
-            let saved = self.store.entries(&recipient)?;
+            let saved = self.mirror.store.entries(&recipient)?;
             saved.iter().map(|e| e.position()).max().map_or(0, |m| {
                 m.saturating_add(crate::custody::submit::POSITION_STEP)
             })
@@ -195,6 +195,7 @@ impl<S: OutboxStore> Custody<S> {
         };
         let fp = request_fingerprint(&recipient, &queue_id, &entry.request);
         let claim = self
+            .mirror
             .store
             .claim_session_message(&recipient, &fp, &entry, &route);
         let claim = match claim {
@@ -216,7 +217,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             RouteClaim::Claimed => {
                 if here {
-                    self.cached_put(&recipient, entry);
+                    self.mirror.put(&recipient, entry);
                     self.wake(&recipient, now);
                 }
                 Ok(match hold {
@@ -237,7 +238,7 @@ impl<S: OutboxStore> Custody<S> {
                 .into_iter()
                 .flatten()
             {
-                if let Some(route) = self.store.route(&op)? {
+                if let Some(route) = self.mirror.store.route(&op)? {
                     return Ok((route.chain_id, route.hop + 1));
                 }
             }

@@ -40,11 +40,11 @@ impl<S: OutboxStore> Custody<S> {
         new.operation_id = new_operation.clone();
         new.request = request;
         let fp = request_fingerprint(session, queue_id, &new.request);
-        match self.store.rekey_entry(session, &current, &fp, &new) {
+        match self.mirror.store.rekey_entry(session, &current, &fp, &new) {
             Ok(true) => {
-                self.ledgers
-                    .remove(&(base_session(session), current.operation_id.clone()));
-                self.cached_put(session, new);
+                self.mirror
+                    .drop_ledger(base_session(session), current.operation_id.clone());
+                self.mirror.put(session, new);
                 self.wake(session, now);
                 Ok(Receipt {
                     session_id: session.clone(),
@@ -93,13 +93,13 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), ActionError> {
         self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
-        if let Err(e) = self.store.remove_entry(session, queue_id) {
+        if let Err(e) = self.mirror.store.remove_entry(session, queue_id) {
             self.forget(session);
             return Err(e.into());
         }
-        self.cached_remove(session, queue_id);
-        self.ledgers
-            .remove(&(base_session(session), current.operation_id.clone()));
+        self.mirror.remove(session, queue_id);
+        self.mirror
+            .drop_ledger(base_session(session), current.operation_id.clone());
         if current.session_message.is_some() {
             self.set_delivery(&current.operation_id, RouteDelivery::Declined)?;
         }

@@ -18,15 +18,7 @@ impl<S: OutboxStore> Custody<S> {
         base: &SessionId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, StoreError> {
-        let key = (base.clone(), op.clone());
-        let stored = match self.ledgers.get(&key) {
-            Some(known) => known.clone(),
-            None => {
-                let read = self.store.ledger(base, op)?;
-                self.ledgers.insert(key, read.clone());
-                read
-            }
-        };
+        let stored = self.mirror.stored_ledger(base, op)?;
         let fallback = self.fallback.get(base, op).cloned();
         Ok(match (stored, fallback) {
             (Some(a), Some(b)) => Some(if b.status.strength() > a.status.strength() {
@@ -62,22 +54,15 @@ impl<S: OutboxStore> Custody<S> {
         op: &OperationId,
         record: LedgerRecord,
     ) -> Result<(), StoreError> {
-        let key = (base.clone(), op.clone());
-        match self.store.put_ledger(base, op, &record) {
-            Ok(()) => {
-                self.ledgers.insert(key, Some(record));
-                Ok(())
-            }
-            Err(error) => {
-                self.ledgers.remove(&key);
-                match self.fallback.record(base, op, record) {
-                    Ok(_) => {
-                        self.note_failure(base, Some(op), error, None);
-                        Ok(())
-                    }
-                    Err(_) => Err(error),
+        match self.mirror.put_ledger(base, op, &record) {
+            Ok(()) => Ok(()),
+            Err(error) => match self.fallback.record(base, op, record) {
+                Ok(_) => {
+                    self.note_failure(base, Some(op), error, None);
+                    Ok(())
                 }
-            }
+                Err(_) => Err(error),
+            },
         }
     }
 
@@ -91,15 +76,10 @@ impl<S: OutboxStore> Custody<S> {
         base: &SessionId,
         record: LedgerRecord,
     ) -> Result<bool, StoreError> {
-        let key = (base.clone(), new.operation_id.clone());
         let written = self
-            .store
-            .replace_entry_with_ledger(session, expected, &new, base, &record);
-        let written = self.after_replace(session, written, new)?;
-        if written {
-            self.ledgers.insert(key, Some(record));
-        }
-        Ok(written)
+            .mirror
+            .replace_with_ledger(session, expected, new, base, record);
+        self.forget_unless_written(session, written)
     }
 
     /// The entry change `new`, with the ledger moved toward `proposed` in the same
@@ -142,7 +122,7 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), StoreError> {
         let [base, alias] = crate::ids::scope_members(session);
         let mut scope = vec![base.clone()];
-        if self.sessions.contains_key(&alias) || self.has_outbox(&alias)? {
+        if self.sessions.contains_key(&alias) || self.mirror.has_outbox(&alias)? {
             scope.push(alias);
         }
         let current = self.ledger_of(&base, op)?;
@@ -153,15 +133,8 @@ impl<S: OutboxStore> Custody<S> {
                 current.unwrap_or_else(|| LedgerRecord::new(LedgerStatus::Sent, now))
             }
         };
-        match self.store.confirm_sent(&scope, op, &record) {
-            Ok(removed) => {
-                for (s, q) in removed {
-                    self.cached_remove(&s, &q);
-                }
-                // The operation left the outbox: its ledger row need not stay in memory.
-                self.ledgers.remove(&(base, op.clone()));
-                Ok(())
-            }
+        match self.mirror.confirm_sent(&scope, &base, op, &record) {
+            Ok(()) => Ok(()),
             Err(e) => {
                 // The fallback keeps the sent proof meanwhile; when it is full of sent
                 // proofs, that is a failure of its own the user must see.
@@ -180,13 +153,13 @@ impl<S: OutboxStore> Custody<S> {
         op: &OperationId,
         delivery: RouteDelivery,
     ) -> Result<(), StoreError> {
-        let Some(route) = self.store.route(op)? else {
+        let Some(route) = self.mirror.store.route(op)? else {
             return Ok(());
         };
         if route.delivery == delivery {
             return Ok(());
         }
-        self.store.set_route_delivery(op, delivery)?;
+        self.mirror.store.set_route_delivery(op, delivery)?;
         self.effects.push_back(Effect::RouteDeliveryChanged {
             operation_id: op.clone(),
             sender_session: route.sender_session_id,

@@ -171,7 +171,7 @@ pub use crate::adapter::AttemptId;
 use crate::adapter::{Capabilities, DetachResult, HistoryRead, ProofKind, SendRequest, SendResult};
 use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, OutboxEntry, StoredEntry};
 use crate::ids::{OperationId, QueueId, RunId, SessionId};
-use crate::ledger::{LedgerRecord, MemoryFallback};
+use crate::ledger::MemoryFallback;
 use crate::runs::{RunError, RunRegistry, STALE_RUN_AFTER};
 use crate::store::{OutboxStore, RouteDelivery, StoreError};
 
@@ -179,12 +179,14 @@ mod actions;
 mod drain;
 mod drive;
 mod ledger;
+mod mirror;
 mod results;
 mod startup;
 mod state;
 mod stop;
 pub(crate) mod submit;
 
+use mirror::Mirror;
 use state::SessionState;
 pub use submit::validate_controls;
 
@@ -648,18 +650,12 @@ impl Retry {
 
 /// The custody machine. See the module docs.
 pub struct Custody<S> {
-    pub(crate) store: S,
+    /// The store and what custody keeps of it in memory.
+    pub(crate) mirror: Mirror<S>,
     fallback: MemoryFallback,
     runs: RunRegistry,
     sessions: BTreeMap<SessionId, SessionInfo>,
     lanes: BTreeMap<SessionId, Lanes>,
-    /// Each loaded session's outbox, equal to what the store holds.
-    states: BTreeMap<SessionId, SessionState>,
-    /// Ledger rows read or written, keyed (base session, operation): what the store
-    /// holds (`None`: no row).
-    ledgers: BTreeMap<(SessionId, OperationId), Option<LedgerRecord>>,
-    /// Every session with a saved outbox, once read.
-    outbox_sessions: Option<BTreeSet<SessionId>>,
     next_attempt: u64,
     in_flight: BTreeMap<AttemptId, InFlight>,
     reads: BTreeMap<AttemptId, PendingRead>,
@@ -693,7 +689,7 @@ pub struct Custody<S> {
 impl<S: std::fmt::Debug> std::fmt::Debug for Custody<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Custody")
-            .field("store", &self.store)
+            .field("store", &self.mirror.store)
             .field("runs", &self.runs)
             .field("in_flight", &self.in_flight.keys().collect::<Vec<_>>())
             .field("stats", &self.stats)
@@ -711,14 +707,11 @@ impl<S: OutboxStore> Custody<S> {
         // with probability 2^-32).
         let base = attempt_base(&uuids());
         Custody {
-            store,
+            mirror: Mirror::new(store),
             fallback: MemoryFallback::new(),
             runs: RunRegistry::new(),
             sessions: BTreeMap::new(),
             lanes: BTreeMap::new(),
-            states: BTreeMap::new(),
-            ledgers: BTreeMap::new(),
-            outbox_sessions: None,
             next_attempt: base,
             in_flight: BTreeMap::new(),
             reads: BTreeMap::new(),
@@ -745,7 +738,7 @@ impl<S: OutboxStore> Custody<S> {
     /// only the scopes whose lease it holds. Memory of every scope is dropped; a scope
     /// not granted reads as [`StoreError::LeaseLost`] and nothing of it is written.
     pub fn grant_only(&mut self) {
-        self.forget_all();
+        self.mirror.forget_all();
         self.granted = Some(BTreeSet::new());
     }
 
@@ -769,11 +762,8 @@ impl<S: OutboxStore> Custody<S> {
         if let Some(granted) = &mut self.granted {
             granted.insert(base.clone());
         }
-        self.states
-            .retain(|s, _| crate::ids::base_session(s) != base);
-        self.ledgers.retain(|(s, _), _| s != &base);
-        self.outbox_sessions = None;
-        let members: BTreeSet<SessionId> = match self.outbox_sessions() {
+        self.mirror.forget_scope(&base);
+        let members: BTreeSet<SessionId> = match self.mirror.outbox_sessions() {
             Ok(saved) => saved
                 .iter()
                 .filter(|s| crate::ids::base_session(s) == base)
@@ -810,10 +800,8 @@ impl<S: OutboxStore> Custody<S> {
             }
         }
         let ours = |s: &SessionId| crate::ids::base_session(s) == base;
-        self.states.retain(|s, _| !ours(s));
+        self.mirror.forget_scope(&base);
         self.lanes.retain(|s, _| !ours(s));
-        self.ledgers.retain(|(s, _), _| s != &base);
-        self.outbox_sessions = None;
         self.in_flight.retain(|_, f| !ours(&f.request.session));
         self.reads.retain(|_, p| !ours(&p.session));
         self.interrupts.retain(|s, _| !ours(s));
@@ -848,13 +836,13 @@ impl<S: OutboxStore> Custody<S> {
     /// The store. Custody forgets what it holds in memory, since the caller may change
     /// the store; the next touch of a session reads it again.
     pub fn store(&mut self) -> &mut S {
-        self.forget_all();
-        &mut self.store
+        self.mirror.forget_all();
+        &mut self.mirror.store
     }
 
     /// Gives the store back (a restart drops every in-memory state).
     pub fn into_store(self) -> S {
-        self.store
+        self.mirror.store
     }
 
     /// The run registry.
@@ -1201,15 +1189,11 @@ impl<S: OutboxStore> Custody<S> {
                 session: base,
             });
         }
-        if !self.states.contains_key(session) {
-            let stored = self.store.entries(session)?;
+        let (state, loaded) = self.mirror.state(session)?;
+        if loaded {
             self.stats.outbox_loads += 1;
-            self.states
-                .insert(session.clone(), SessionState::load(stored));
         }
-        self.states
-            .get_mut(session)
-            .ok_or_else(|| StoreError::unavailable("the outbox was not loaded"))
+        Ok(state)
     }
 
     /// The entry `queue_id` as the store holds it.
@@ -1221,32 +1205,13 @@ impl<S: OutboxStore> Custody<S> {
         Ok(self.state(session)?.get(queue_id).cloned())
     }
 
-    /// Memory follows a write the store took.
-    pub(crate) fn cached_put(&mut self, session: &SessionId, entry: OutboxEntry) {
-        if let Some(state) = self.states.get_mut(session) {
-            state.put(entry);
-        }
-        if let Some(known) = &mut self.outbox_sessions {
-            known.insert(session.clone());
-        }
-    }
-
-    fn cached_remove(&mut self, session: &SessionId, queue_id: &QueueId) {
-        if let Some(state) = self.states.get_mut(session) {
-            state.remove(queue_id);
-        }
-    }
-
     /// Forgets what memory holds of `session` (after a failed or refused write), and
     /// schedules its repair: a write reported as failed may have been made, so an entry
     /// may be out in the store with nothing in flight. [`STORE_RETRY`] later the session
     /// is read again and every such entry is confirmed from the agent's history, as a
     /// restart does; it is never sent again blindly.
     pub(crate) fn forget(&mut self, session: &SessionId) {
-        self.states.remove(session);
-        let base = crate::ids::base_session(session);
-        self.ledgers.retain(|(s, _), _| s != &base);
-        self.outbox_sessions = None;
+        self.mirror.forget(session);
         let scheduled = self
             .retries
             .iter()
@@ -1257,12 +1222,6 @@ impl<S: OutboxStore> Custody<S> {
         }
     }
 
-    fn forget_all(&mut self) {
-        self.states.clear();
-        self.ledgers.clear();
-        self.outbox_sessions = None;
-    }
-
     /// Replaces `expected` with `new` in the store, then in memory. False when the store
     /// holds something else (memory is forgotten then).
     pub(crate) fn replace(
@@ -1271,46 +1230,21 @@ impl<S: OutboxStore> Custody<S> {
         expected: &OutboxEntry,
         new: OutboxEntry,
     ) -> Result<bool, StoreError> {
-        let written = self.store.replace_entry(session, expected, &new);
-        self.after_replace(session, written, new)
+        let written = self.mirror.replace(session, expected, new);
+        self.forget_unless_written(session, written)
     }
 
-    /// Memory follows the outcome of a compare-and-set write of `new`: applied when the
-    /// store took it, forgotten when the store holds something else or failed.
-    pub(crate) fn after_replace(
+    /// A compare-and-set write the store did not take (it held something else, or
+    /// failed): memory of the session is forgotten and its repair scheduled.
+    pub(crate) fn forget_unless_written(
         &mut self,
         session: &SessionId,
         written: Result<bool, StoreError>,
-        new: OutboxEntry,
     ) -> Result<bool, StoreError> {
-        match written {
-            Ok(true) => {
-                self.cached_put(session, new);
-                Ok(true)
-            }
-            Ok(false) => {
-                self.forget(session);
-                Ok(false)
-            }
-            Err(e) => {
-                self.forget(session);
-                Err(e)
-            }
+        if !matches!(written, Ok(true)) {
+            self.forget(session);
         }
-    }
-
-    /// Every session with a saved outbox (read once).
-    fn outbox_sessions(&mut self) -> Result<&BTreeSet<SessionId>, StoreError> {
-        if self.outbox_sessions.is_none() {
-            let read: BTreeSet<SessionId> = self.store.outbox_sessions()?.into_iter().collect();
-            self.outbox_sessions = Some(read);
-        }
-        Ok(self.outbox_sessions.get_or_insert_with(BTreeSet::new))
-    }
-
-    /// True when `session` has a saved outbox.
-    fn has_outbox(&mut self, session: &SessionId) -> Result<bool, StoreError> {
-        Ok(self.outbox_sessions()?.contains(session))
+        written
     }
 }
 

@@ -16,7 +16,7 @@ impl<S: OutboxStore> Custody<S> {
     /// cannot be read). Each outbox is read once here and kept in memory.
     pub fn start_up(&mut self, now: Millis) -> Result<(), StoreError> {
         self.saw(now);
-        let sessions: Vec<SessionId> = self.outbox_sessions()?.iter().cloned().collect();
+        let sessions: Vec<SessionId> = self.mirror.outbox_sessions()?.iter().cloned().collect();
         let sessions: Vec<SessionId> = sessions
             .into_iter()
             .filter(|s| self.scope_granted(s))

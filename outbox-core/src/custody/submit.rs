@@ -41,7 +41,11 @@ impl<S: OutboxStore> Custody<S> {
             .as_str()
             .starts_with(crate::envelope::SESSION_MESSAGE_PREFIX);
         if is_session_message {
-            return match self.store.identity(&req.session, &req.operation_id)? {
+            return match self
+                .mirror
+                .store
+                .identity(&req.session, &req.operation_id)?
+            {
                 Some(existing) => self.resubmit(req, existing, now),
                 None => Err(ValidationError::ClientSessionMessage.into()),
             };
@@ -53,7 +57,12 @@ impl<S: OutboxStore> Custody<S> {
             .filter(|s| s != &req.session && self.sessions.contains_key(s))
             .collect();
         for other in others {
-            if self.store.identity(&other, &req.operation_id)?.is_some() {
+            if self
+                .mirror
+                .store
+                .identity(&other, &req.operation_id)?
+                .is_some()
+            {
                 return Err(SubmitError::Conflict(ConflictKind::DifferentRequest));
             }
         }
@@ -68,9 +77,13 @@ impl<S: OutboxStore> Custody<S> {
             new.operation_id = req.operation_id.clone();
             new.request = req.request.clone();
             new.controls = req.controls.clone();
-            return match self.store.rekey_entry(&req.session, &current, &fp, &new) {
+            return match self
+                .mirror
+                .store
+                .rekey_entry(&req.session, &current, &fp, &new)
+            {
                 Ok(true) => {
-                    self.cached_put(&req.session, new);
+                    self.mirror.put(&req.session, new);
                     self.wake(&req.session, now);
                     Ok(receipt(&req, false))
                 }
@@ -110,10 +123,10 @@ impl<S: OutboxStore> Custody<S> {
                 }
             }
         }
-        let claim = self.store.claim(&req.session, &fp, &entry);
+        let claim = self.mirror.store.claim(&req.session, &fp, &entry);
         match claim {
             Ok(Claim::Claimed) => {
-                self.cached_put(&req.session, entry);
+                self.mirror.put(&req.session, entry);
                 self.wake(&req.session, now);
                 Ok(receipt(&req, false))
             }
@@ -183,13 +196,14 @@ impl<S: OutboxStore> Custody<S> {
             return Ok(None);
         };
         match self
+            .mirror
             .store
             .claim_sending(&session, fp, &sending, &base, &record)
         {
             Ok(Claim::Claimed) => {
-                self.cached_put(&session, sending.clone());
-                self.ledgers
-                    .insert((base, sending.operation_id.clone()), Some(record));
+                self.mirror.put(&session, sending.clone());
+                self.mirror
+                    .ledger_is(base, sending.operation_id.clone(), record);
                 self.dispatch(
                     &session,
                     sending,
@@ -315,7 +329,7 @@ impl<S: OutboxStore> Custody<S> {
             .enumerate()
             .map(|(i, q)| (q.clone(), (i as i64 + 1).saturating_mul(POSITION_STEP)))
             .collect();
-        if let Err(e) = self.store.set_positions(session, &positions) {
+        if let Err(e) = self.mirror.store.set_positions(session, &positions) {
             self.forget(session);
             return Err(e);
         }
@@ -332,7 +346,7 @@ impl<S: OutboxStore> Custody<S> {
                 .collect()
         };
         for e in renumbered {
-            self.cached_put(session, e);
+            self.mirror.put(session, e);
         }
         Ok(())
     }
