@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use timeline_core::time::Millis;
 
 use super::SENDING_WRITE_FAILED_TEXT;
-use super::{Custody, Effect, InFlight, LaneKind, ReadPurpose, Retry, SEND_PATH_DEADLINE};
+use super::{Custody, Effect, InFlight, LaneKind, ReadPurpose, Work, SEND_PATH_DEADLINE};
 use crate::adapter::{SendKind, SendRequest};
 use crate::entry::{OutboxEntry, SendMode};
 use crate::fingerprint::admission_input_digest;
@@ -83,7 +83,7 @@ impl<S: OutboxStore> Custody<S> {
             LaneKind::Steer => self.steer_pass(session, now),
         };
         if let Err(error) = result {
-            self.retry_later(Retry::Wake(session.clone()), error, now);
+            self.retry_later(Work::Wake(session.clone()), error, now);
         }
     }
 

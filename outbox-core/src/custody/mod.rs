@@ -597,9 +597,11 @@ struct StopWorker {
 /// An operation of a session.
 type SessionOp = (SessionId, OperationId);
 
-/// Work that met a store failure, kept to be done again at its deadline.
+/// One unit of custody's work: an answer to apply, a session to wake or to read again.
+/// It runs at once ([`Custody::run_work`]); when a store write fails it is kept and done
+/// again at its deadline.
 #[derive(Clone, Debug)]
-enum Retry {
+enum Work {
     /// Wake both lanes of a session.
     Wake(SessionId),
     /// Apply a send result.
@@ -624,26 +626,26 @@ enum Retry {
     Repair(SessionId),
 }
 
-impl Retry {
+impl Work {
     fn session(&self) -> &SessionId {
         match self {
-            Retry::Wake(s)
-            | Retry::Repair(s)
-            | Retry::Proof(s, _)
-            | Retry::RolledBack(s, _)
-            | Retry::Settle { session: s, .. } => s,
-            Retry::Send(f, _) => &f.request.session,
-            Retry::Read(p, _) => &p.session,
-            Retry::TakeBack(t, _, _) => &t.session,
+            Work::Wake(s)
+            | Work::Repair(s)
+            | Work::Proof(s, _)
+            | Work::RolledBack(s, _)
+            | Work::Settle { session: s, .. } => s,
+            Work::Send(f, _) => &f.request.session,
+            Work::Read(p, _) => &p.session,
+            Work::TakeBack(t, _, _) => &t.session,
         }
     }
 
     fn operation(&self) -> Option<&OperationId> {
         match self {
-            Retry::Wake(_) | Retry::Repair(_) | Retry::Settle { .. } => None,
-            Retry::Proof(_, op) | Retry::RolledBack(_, op) | Retry::TakeBack(_, op, _) => Some(op),
-            Retry::Send(f, _) => Some(&f.request.operation_id),
-            Retry::Read(p, _) => Some(&p.snapshot.operation_id),
+            Work::Wake(_) | Work::Repair(_) | Work::Settle { .. } => None,
+            Work::Proof(_, op) | Work::RolledBack(_, op) | Work::TakeBack(_, op, _) => Some(op),
+            Work::Send(f, _) => Some(&f.request.operation_id),
+            Work::Read(p, _) => Some(&p.snapshot.operation_id),
         }
     }
 }
@@ -669,7 +671,7 @@ pub struct Custody<S> {
     stop_cache: BTreeMap<(SessionId, RunId), Millis>,
     take_backs: BTreeMap<AttemptId, PendingTakeBack>,
     vetoes: BTreeSet<(SessionId, RunId)>,
-    retries: Vec<(Millis, Retry)>,
+    retries: Vec<(Millis, Work)>,
     failures: BTreeMap<SessionId, StoreFailure>,
     /// The latest time custody was given: a repair after a failed write is due
     /// [`STORE_RETRY`] after it.
@@ -770,7 +772,7 @@ impl<S: OutboxStore> Custody<S> {
                 .cloned()
                 .collect(),
             Err(error) => {
-                self.retry_later(Retry::Repair(session.clone()), error, now);
+                self.retry_later(Work::Repair(session.clone()), error, now);
                 return;
             }
         };
@@ -781,7 +783,7 @@ impl<S: OutboxStore> Custody<S> {
             .cloned();
         let members: BTreeSet<SessionId> = members.into_iter().chain(registered).collect();
         for member in members {
-            self.run_answer(Retry::Repair(member), now);
+            self.run_work(Work::Repair(member), now);
         }
     }
 
@@ -937,7 +939,7 @@ impl<S: OutboxStore> Custody<S> {
         let mut sessions = Vec::new();
         for (session, run) in reclaimed {
             if let Err(error) = self.settle_run(&session, &run, &[], now) {
-                let work = Retry::Settle {
+                let work = Work::Settle {
                     session: session.clone(),
                     run,
                     untaken: Vec::new(),
@@ -1004,8 +1006,8 @@ impl<S: OutboxStore> Custody<S> {
         for attempt in expired {
             if let Some(f) = self.in_flight.remove(&attempt) {
                 let error = "the send path stopped waiting 31 s after the hand-off".to_owned();
-                self.run_answer(
-                    Retry::Send(Box::new(f), SendResult::AdmissionUncertain { error }),
+                self.run_work(
+                    Work::Send(Box::new(f), SendResult::AdmissionUncertain { error }),
                     now,
                 );
             }
@@ -1022,7 +1024,7 @@ impl<S: OutboxStore> Custody<S> {
             .collect();
         for key in gone {
             self.foreign_runs.remove(&key);
-            self.run_answer(Retry::Repair(key.0), now);
+            self.run_work(Work::Repair(key.0), now);
         }
         self.stop_cache.retain(|_, until| now < *until);
         let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
@@ -1032,11 +1034,11 @@ impl<S: OutboxStore> Custody<S> {
         // Repairs come last: the answers due with them are applied (or kept again)
         // first, so a repair never confirms from history an entry an answer is about
         // to settle.
-        due.sort_by_key(|(_, r)| matches!(r, Retry::Repair(_)));
+        due.sort_by_key(|(_, r)| matches!(r, Work::Repair(_)));
         let mut retried = BTreeMap::new();
         for (_, retry) in due {
             let session = retry.session().clone();
-            let done = self.run_answer(retry, now);
+            let done = self.run_work(retry, now);
             let all_done = retried.entry(session).or_insert(true);
             *all_done &= done;
         }
@@ -1046,7 +1048,7 @@ impl<S: OutboxStore> Custody<S> {
             let kept = self
                 .retries
                 .iter()
-                .any(|(_, r)| r.session() == &session && !matches!(r, Retry::Repair(_)));
+                .any(|(_, r)| r.session() == &session && !matches!(r, Work::Repair(_)));
             if all_done && !kept {
                 self.failures.remove(&session);
             }
@@ -1057,22 +1059,22 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Does `work`; on a store failure keeps it for [`STORE_RETRY`] later and tells the
     /// embedding. True when the work was done.
-    fn run_answer(&mut self, work: Retry, now: Millis) -> bool {
+    fn run_work(&mut self, work: Work, now: Millis) -> bool {
         self.saw(now);
         let result = match work.clone() {
-            Retry::Wake(session) => {
+            Work::Wake(session) => {
                 self.wake(&session, now);
                 Ok(())
             }
-            Retry::Repair(session) => self
+            Work::Repair(session) => self
                 .confirm_sending(&session)
                 .map(|()| self.wake(&session, now)),
-            Retry::Send(f, result) => self.apply_send_result(*f, result, now),
-            Retry::Read(p, read) => self.apply_history_read(*p, read, now),
-            Retry::TakeBack(t, op, result) => self.apply_take_back(*t, &op, result, now),
-            Retry::Proof(session, op) => self.apply_delivery_proof(&session, &op, now),
-            Retry::RolledBack(session, op) => self.apply_rolled_back(&session, &op),
-            Retry::Settle {
+            Work::Send(f, result) => self.apply_send_result(*f, result, now),
+            Work::Read(p, read) => self.apply_history_read(*p, read, now),
+            Work::TakeBack(t, op, result) => self.apply_take_back(*t, &op, result, now),
+            Work::Proof(session, op) => self.apply_delivery_proof(&session, &op, now),
+            Work::RolledBack(session, op) => self.apply_rolled_back(&session, &op),
+            Work::Settle {
                 session,
                 run,
                 untaken,
@@ -1090,16 +1092,16 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     /// Records a store failure met while doing `work`, and keeps the work for later.
-    fn retry_later(&mut self, work: Retry, error: StoreError, now: Millis) {
+    fn retry_later(&mut self, work: Work, error: StoreError, now: Millis) {
         self.saw(now);
         if self.lease_lost(&error, now) {
             return;
         }
         let session = work.session().clone();
-        let waking = matches!(&work, Retry::Wake(s) if self.retries.iter().any(|(_, r)| matches!(r, Retry::Wake(t) if t == s)));
+        let waking = matches!(&work, Work::Wake(s) if self.retries.iter().any(|(_, r)| matches!(r, Work::Wake(t) if t == s)));
         // Forgetting the session schedules its repair, which is all a failed repair
         // needs.
-        let repairing = matches!(&work, Retry::Repair(_));
+        let repairing = matches!(&work, Work::Repair(_));
         let retry_at = now.saturating_add(STORE_RETRY);
         self.forget(&session);
         let failure = StoreFailure {
@@ -1145,9 +1147,9 @@ impl<S: OutboxStore> Custody<S> {
         let before = self.retries.len();
         let mut freed = Vec::new();
         self.retries.retain(|(_, r)| {
-            let answer = matches!(r, Retry::Send(..) | Retry::Read(..) | Retry::TakeBack(..));
+            let answer = matches!(r, Work::Send(..) | Work::Read(..) | Work::TakeBack(..));
             let dropped = answer && r.session() == session && r.operation() == Some(op);
-            if let (true, Retry::Send(f, _)) = (dropped, r) {
+            if let (true, Work::Send(f, _)) = (dropped, r) {
                 freed.push(f.lane);
             }
             !dropped
@@ -1168,8 +1170,8 @@ impl<S: OutboxStore> Custody<S> {
         untaken: Vec<OperationId>,
         now: Millis,
     ) {
-        self.run_answer(
-            Retry::Settle {
+        self.run_work(
+            Work::Settle {
                 session,
                 run,
                 untaken,
@@ -1215,10 +1217,10 @@ impl<S: OutboxStore> Custody<S> {
         let scheduled = self
             .retries
             .iter()
-            .any(|(_, r)| matches!(r, Retry::Repair(s) if s == session));
+            .any(|(_, r)| matches!(r, Work::Repair(s) if s == session));
         if !scheduled {
             let at = self.clock.saturating_add(STORE_RETRY);
-            self.retries.push((at, Retry::Repair(session.clone())));
+            self.retries.push((at, Work::Repair(session.clone())));
         }
     }
 

@@ -9,7 +9,7 @@
 use timeline_core::time::Millis;
 
 use super::{
-    AttemptId, Custody, Effect, InFlight, PendingRead, ReadPurpose, Retry, SEND_PATH_DEADLINE,
+    AttemptId, Custody, Effect, InFlight, PendingRead, ReadPurpose, Work, SEND_PATH_DEADLINE,
 };
 use crate::adapter::{HistoryRead, ProofKind, SendKind, SendResult};
 use crate::entry::{
@@ -37,7 +37,7 @@ impl<S: OutboxStore> Custody<S> {
             self.stats.stale_answers += 1;
             return;
         };
-        self.run_answer(Retry::Send(Box::new(f), result), now);
+        self.run_work(Work::Send(Box::new(f), result), now);
     }
 
     pub(super) fn apply_send_result(
@@ -177,7 +177,7 @@ impl<S: OutboxStore> Custody<S> {
     /// ledger says sent, then the entry leaves every alias. A proof is the agent's
     /// history speaking, so it belongs to no attempt.
     pub fn handle_delivery_proof(&mut self, session: &SessionId, op: &OperationId, now: Millis) {
-        self.run_answer(Retry::Proof(session.clone(), op.clone()), now);
+        self.run_work(Work::Proof(session.clone(), op.clone()), now);
     }
 
     pub(super) fn apply_delivery_proof(
@@ -199,7 +199,7 @@ impl<S: OutboxStore> Custody<S> {
     /// result or after it; an operation no entry holds any more is left alone.
     pub fn handle_rolled_back(&mut self, session: &SessionId, op: &OperationId, now: Millis) {
         self.note_rolled_back(session, op);
-        self.run_answer(Retry::RolledBack(session.clone(), op.clone()), now);
+        self.run_work(Work::RolledBack(session.clone(), op.clone()), now);
     }
 
     /// Memory's part of [`Custody::handle_rolled_back`]: holds while the store write
@@ -251,7 +251,7 @@ impl<S: OutboxStore> Custody<S> {
             self.stats.stale_answers += 1;
             return;
         };
-        self.run_answer(Retry::Read(Box::new(p), read), now);
+        self.run_work(Work::Read(Box::new(p), read), now);
     }
 
     pub(super) fn apply_history_read(
@@ -347,13 +347,11 @@ impl<S: OutboxStore> Custody<S> {
             .values()
             .any(|t| &t.session == session && e.same_but_position(&t.snapshot));
         let answer_kept = self.retries.iter().any(|(_, r)| match r {
-            Retry::Send(f, _) => &f.request.session == session && e.same_but_position(&f.snapshot),
-            Retry::Read(p, _) => &p.session == session && e.same_but_position(&p.snapshot),
-            Retry::TakeBack(t, _, _) => &t.session == session && e.same_but_position(&t.snapshot),
-            Retry::Proof(s, op) => s == session && op == &e.operation_id,
-            Retry::RolledBack(..) | Retry::Wake(_) | Retry::Settle { .. } | Retry::Repair(_) => {
-                false
-            }
+            Work::Send(f, _) => &f.request.session == session && e.same_but_position(&f.snapshot),
+            Work::Read(p, _) => &p.session == session && e.same_but_position(&p.snapshot),
+            Work::TakeBack(t, _, _) => &t.session == session && e.same_but_position(&t.snapshot),
+            Work::Proof(s, op) => s == session && op == &e.operation_id,
+            Work::RolledBack(..) | Work::Wake(_) | Work::Settle { .. } | Work::Repair(_) => false,
         });
         !(self.reading(session, e) || sending || taking_back || answer_kept)
     }

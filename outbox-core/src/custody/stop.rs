@@ -8,7 +8,7 @@ use timeline_core::time::Millis;
 
 use super::{
     ActionError, AttemptId, CallerId, Custody, Effect, Interrupt, PendingTakeBack, ReadPurpose,
-    Retry, StopAnswer, StopWorker, INTERRUPT_POLL, INTERRUPT_WAIT, MODEL_CHANGED_TEXT,
+    StopAnswer, StopWorker, Work, INTERRUPT_POLL, INTERRUPT_WAIT, MODEL_CHANGED_TEXT,
     STOP_CALLER_WAIT, STOP_RETRY, STOP_SUCCESS_CACHE,
 };
 use crate::adapter::{DetachResult, StopResult};
@@ -283,7 +283,7 @@ impl<S: OutboxStore> Custody<S> {
             return;
         };
         let op = t.snapshot.operation_id.clone();
-        self.run_answer(Retry::TakeBack(Box::new(t), op, result), now);
+        self.run_work(Work::TakeBack(Box::new(t), op, result), now);
     }
 
     pub(super) fn apply_take_back(
