@@ -2,8 +2,9 @@
 //! output read a line at a time with a deadline, its exit seen. Nothing here reads
 //! Claude's lines; [`crate::run`] does.
 //!
-//! A reader thread per pipe turns stdout into lines and keeps the last
-//! [`STDERR_TAIL`] bytes of stderr for the error text; [`Driver::next_event`] waits for
+//! A reader thread per pipe turns stdout into lines (each cut at [`MAX_LINE`], the rest
+//! of a longer one skipped as it streams, at most [`LINES_QUEUED`] waiting) and keeps the
+//! last [`STDERR_TAIL`] bytes of stderr for the error text; [`Driver::next_event`] waits for
 //! a line until a deadline and reports the exit once stdout is closed.
 //!
 //! Invariant: a driver that is dropped kills and reaps its child, so no Claude process
@@ -26,6 +27,10 @@ pub const STDERR_TAIL: usize = 4096;
 /// The longest line read (a bigger one is cut there and the rest of it dropped): a
 /// tool result of a few megabytes fits, a runaway line does not take the memory.
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
+
+/// Lines read ahead of the adapter, at most: past this the reader waits, and a Claude
+/// that writes faster than it is read is held back by its pipe.
+pub const LINES_QUEUED: usize = 1024;
 
 /// How to start Claude.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,37 +148,50 @@ pub struct Driver {
 }
 
 /// Sends stdout's lines, then the end (and marks `closed`); stops early when the
-/// driver is gone.
+/// driver is gone. A line past [`MAX_LINE`] is cut there.
 fn read_lines(
     stdout: impl Read,
-    tx: &mpsc::Sender<Piped>,
+    tx: &mpsc::SyncSender<Piped>,
     closed: &AtomicBool,
 ) -> Result<(), mpsc::SendError<Piped>> {
     let mut reader = BufReader::new(stdout);
-    loop {
-        let mut line = Vec::new();
-        let read = reader
-            .by_ref()
-            .take(MAX_LINE as u64)
-            .read_until(b'\n', &mut line);
-        match read {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                if line.last() == Some(&b'\n') {
-                    line.pop();
-                } else if line.len() >= MAX_LINE {
-                    // Cut at the limit: drop the rest of this line.
-                    let mut rest = Vec::new();
-                    if reader.read_until(b'\n', &mut rest).is_err() {
-                        break;
-                    }
-                }
-                tx.send(Piped::Line(line))?;
-            }
-        }
+    let mut line = Vec::new();
+    while let Ok(true) = read_line_bounded(&mut reader, MAX_LINE, &mut line) {
+        tx.send(Piped::Line(std::mem::take(&mut line)))?;
     }
     closed.store(true, Ordering::Release);
     tx.send(Piped::Eof)
+}
+
+/// Reads one line into `line` (without its newline), at most `max` bytes of it: the rest
+/// of a longer line streams past unkept, so a runaway line never takes the memory.
+/// False at the end of the output.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    max: usize,
+    line: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    line.clear();
+    if reader.by_ref().take(max as u64).read_until(b'\n', line)? == 0 {
+        return Ok(false);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() >= max {
+        loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+                reader.consume(i + 1);
+                break;
+            }
+            let n = buf.len();
+            reader.consume(n);
+        }
+    }
+    Ok(true)
 }
 
 /// Kills `child` and reaps it.
@@ -217,7 +235,7 @@ impl Driver {
         };
         let mut child = cmd.spawn().map_err(spawn_error)?;
         let stdin = child.stdin.take();
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(LINES_QUEUED);
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(AtomicBool::new(false));
         let threads = (|| {
@@ -339,5 +357,42 @@ impl Drop for Driver {
             // Nobody is left to tell: a kill that fails found the child gone already.
             self.kill().ok();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize, buffer: usize) -> Vec<Vec<u8>> {
+        let mut reader = BufReader::with_capacity(buffer, input);
+        let mut out = Vec::new();
+        let mut line = Vec::new();
+        while read_line_bounded(&mut reader, max, &mut line).unwrap() {
+            out.push(line.clone());
+        }
+        out
+    }
+
+    // RT-01: a line at the limit is kept whole, one past it is cut there, and the rest
+    // of a long line streams past (read a few bytes at a time) without the next line
+    // losing a byte.
+    #[test]
+    fn a_line_past_the_limit_is_cut_and_the_next_line_is_whole() {
+        let input = b"12345678\n123456789\nabcdefghijklmnopqrstuvwxyz\nlast";
+        for buffer in [1, 2, 3, 64] {
+            assert_eq!(
+                lines(input, 8, buffer),
+                [
+                    b"12345678".to_vec(),
+                    b"12345678".to_vec(),
+                    b"abcdefgh".to_vec(),
+                    b"last".to_vec()
+                ],
+                "buffer {buffer}"
+            );
+        }
+        assert_eq!(lines(b"", 8, 4), Vec::<Vec<u8>>::new());
+        assert_eq!(lines(b"\n\n", 8, 4), [Vec::<u8>::new(), Vec::new()]);
     }
 }

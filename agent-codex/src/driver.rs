@@ -2,8 +2,10 @@
 //! (`codex app-server`, or any command that stands in for it), driven synchronously.
 //!
 //! - [`Driver::spawn`] starts the command with piped stdin, stdout and stderr. A thread
-//!   reads stdout line by line into a channel; another keeps the last
-//!   [`STDERR_TAIL_BYTES`] of stderr, so an exit can say what the process said last.
+//!   reads stdout line by line (each cut at [`MAX_LINE`], the rest of a longer one
+//!   skipped as it streams) into a channel of at most [`LINES_QUEUED`] lines; another
+//!   keeps the last [`STDERR_TAIL_BYTES`] of stderr, so an exit can say what the
+//!   process said last.
 //! - [`Driver::write_line`] writes one line; it tells "nothing was written" (the process
 //!   had already ended, or the pipe refused the first byte) from "the write broke part
 //!   way", which the send-failure table classes differently (OB-09).
@@ -25,6 +27,14 @@ use std::time::{Duration, Instant};
 
 /// How much of the child's stderr is kept for the exit message.
 pub const STDERR_TAIL_BYTES: usize = 8 * 1024;
+
+/// The longest line read (a bigger one is cut there and the rest of it dropped as it
+/// streams): a large item fits, a runaway line does not take the memory.
+pub const MAX_LINE: usize = 64 * 1024 * 1024;
+
+/// Lines read ahead of the adapter, at most: past this the reader waits, and a process
+/// that writes faster than it is read is held back by its pipe.
+pub const LINES_QUEUED: usize = 1024;
 
 /// How to start the agent process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,6 +157,37 @@ impl std::fmt::Debug for FromStdout {
     }
 }
 
+/// Reads one line into `line` (without its newline), at most `max` bytes of it: the rest
+/// of a longer line streams past unkept, so a runaway line never takes the memory.
+/// False at the end of the output.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    max: usize,
+    line: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    line.clear();
+    if reader.by_ref().take(max as u64).read_until(b'\n', line)? == 0 {
+        return Ok(false);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() >= max {
+        loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+                reader.consume(i + 1);
+                break;
+            }
+            let n = buf.len();
+            reader.consume(n);
+        }
+    }
+    Ok(true)
+}
+
 fn keep_tail(buf: &Mutex<Vec<u8>>, bytes: &[u8]) {
     if let Ok(mut b) = buf.lock() {
         b.extend_from_slice(bytes);
@@ -179,23 +220,23 @@ impl Driver {
         else {
             return Err(SpawnError::Pipes(program));
         };
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(LINES_QUEUED);
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
+            let mut line = Vec::new();
             loop {
-                let mut line = Vec::new();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) => {
+                match read_line_bounded(&mut reader, MAX_LINE, &mut line) {
+                    Ok(false) => {
                         // The receiver may be gone (the driver was dropped): nothing
                         // is left to tell.
                         tx.send(FromStdout::Closed(None)).ok();
                         return;
                     }
-                    Ok(_) => {
-                        if line.last() == Some(&b'\n') {
-                            line.pop();
-                        }
-                        if tx.send(FromStdout::Line(line)).is_err() {
+                    Ok(true) => {
+                        if tx
+                            .send(FromStdout::Line(std::mem::take(&mut line)))
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -315,5 +356,42 @@ impl Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize, buffer: usize) -> Vec<Vec<u8>> {
+        let mut reader = BufReader::with_capacity(buffer, input);
+        let mut out = Vec::new();
+        let mut line = Vec::new();
+        while read_line_bounded(&mut reader, max, &mut line).unwrap() {
+            out.push(line.clone());
+        }
+        out
+    }
+
+    // RT-01: a line at the limit is kept whole, one past it is cut there, and the rest
+    // of a long line streams past (read a few bytes at a time) without the next line
+    // losing a byte.
+    #[test]
+    fn a_line_past_the_limit_is_cut_and_the_next_line_is_whole() {
+        let input = b"12345678\n123456789\nabcdefghijklmnopqrstuvwxyz\nlast";
+        for buffer in [1, 2, 3, 64] {
+            assert_eq!(
+                lines(input, 8, buffer),
+                [
+                    b"12345678".to_vec(),
+                    b"12345678".to_vec(),
+                    b"abcdefgh".to_vec(),
+                    b"last".to_vec()
+                ],
+                "buffer {buffer}"
+            );
+        }
+        assert_eq!(lines(b"", 8, 4), Vec::<Vec<u8>>::new());
+        assert_eq!(lines(b"\n\n", 8, 4), [Vec::<u8>::new(), Vec::new()]);
     }
 }
