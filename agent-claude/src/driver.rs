@@ -3,8 +3,8 @@
 //! Claude's lines; [`crate::run`] does.
 //!
 //! A reader thread per pipe turns stdout into lines (each cut at [`MAX_LINE`], the rest
-//! of a longer one skipped as it streams, at most [`LINES_QUEUED`] waiting) and keeps the
-//! last [`STDERR_TAIL`] bytes of stderr for the error text; [`Driver::next_event`] waits for
+//! of a longer one skipped as it streams) and keeps the last [`STDERR_TAIL`] bytes of
+//! stderr for the error text; [`Driver::next_event`] waits for
 //! a line until a deadline and reports the exit once stdout is closed.
 //!
 //! Invariant: a driver that is dropped kills and reaps its child, so no Claude process
@@ -27,10 +27,6 @@ pub const STDERR_TAIL: usize = 4096;
 /// The longest line read (a bigger one is cut there and the rest of it dropped): a
 /// tool result of a few megabytes fits, a runaway line does not take the memory.
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
-
-/// Lines read ahead of the adapter, at most: past this the reader waits, and a Claude
-/// that writes faster than it is read is held back by its pipe.
-pub const LINES_QUEUED: usize = 1024;
 
 /// How to start Claude.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,7 +147,7 @@ pub struct Driver {
 /// driver is gone. A line past [`MAX_LINE`] is cut there.
 fn read_lines(
     stdout: impl Read,
-    tx: &mpsc::SyncSender<Piped>,
+    tx: &mpsc::Sender<Piped>,
     closed: &AtomicBool,
 ) -> Result<(), mpsc::SendError<Piped>> {
     let mut reader = BufReader::new(stdout);
@@ -179,7 +175,11 @@ fn read_line_bounded(
         line.pop();
     } else if line.len() >= max {
         loop {
-            let buf = reader.fill_buf()?;
+            let buf = match reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             if buf.is_empty() {
                 break;
             }
@@ -235,7 +235,12 @@ impl Driver {
         };
         let mut child = cmd.spawn().map_err(spawn_error)?;
         let stdin = child.stdin.take();
-        let (tx, rx) = mpsc::sync_channel(LINES_QUEUED);
+        // Unbounded on purpose: this driver's writes to the child block, so a bounded
+        // queue would let a child whose output filled (it then stops reading its input)
+        // and a write waiting on that input hang each other for good. Each line is cut
+        // at MAX_LINE; the runtime (host-runtime) bounds its queues, its writes never
+        // waiting on the reader.
+        let (tx, rx) = mpsc::channel();
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(AtomicBool::new(false));
         let threads = (|| {

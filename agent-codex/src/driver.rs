@@ -3,7 +3,7 @@
 //!
 //! - [`Driver::spawn`] starts the command with piped stdin, stdout and stderr. A thread
 //!   reads stdout line by line (each cut at [`MAX_LINE`], the rest of a longer one
-//!   skipped as it streams) into a channel of at most [`LINES_QUEUED`] lines; another
+//!   skipped as it streams) into a channel; another
 //!   keeps the last [`STDERR_TAIL_BYTES`] of stderr, so an exit can say what the
 //!   process said last.
 //! - [`Driver::write_line`] writes one line; it tells "nothing was written" (the process
@@ -31,10 +31,6 @@ pub const STDERR_TAIL_BYTES: usize = 8 * 1024;
 /// The longest line read (a bigger one is cut there and the rest of it dropped as it
 /// streams): a large item fits, a runaway line does not take the memory.
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
-
-/// Lines read ahead of the adapter, at most: past this the reader waits, and a process
-/// that writes faster than it is read is held back by its pipe.
-pub const LINES_QUEUED: usize = 1024;
 
 /// How to start the agent process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,7 +169,11 @@ fn read_line_bounded(
         line.pop();
     } else if line.len() >= max {
         loop {
-            let buf = reader.fill_buf()?;
+            let buf = match reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             if buf.is_empty() {
                 break;
             }
@@ -220,7 +220,12 @@ impl Driver {
         else {
             return Err(SpawnError::Pipes(program));
         };
-        let (tx, rx) = mpsc::sync_channel(LINES_QUEUED);
+        // Unbounded on purpose: this driver's writes to the child block, so a bounded
+        // queue would let a child whose output filled (it then stops reading its input)
+        // and a write waiting on that input hang each other for good. Each line is cut
+        // at MAX_LINE; the runtime (host-runtime) bounds its queues, its writes never
+        // waiting on the reader.
+        let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
             let mut line = Vec::new();

@@ -11,7 +11,7 @@
 //! | ACP | the host |
 //! |---|---|
 //! | `initialize` | nothing: protocol 1, `loadSession`, `sessionCapabilities.list`, no authentication |
-//! | `session/list` | `run.chatListSessions`: every session the host serves, with its title and its `cwd` (the directory its agent works in, when the embedder said, `SessionInfo::cwd`; else the face's own directory); a `cwd` filter keeps the sessions listed with that directory |
+//! | `session/list` | `run.chatListSessions`: every session the host serves, with its title and its `cwd` (the directory its agent works in, when the embedder said, `SessionInfo::cwd`; else the face's directory, [`AcpFace::cwd`], which `custody-acp` sets to its working directory); a `cwd` filter keeps the sessions listed with that directory, so one equal to the face's directory keeps every session whose own is not known |
 //! | `session/new` | the first: `run.chatJoin` of the session the face was started for (its ACP session ID is the app session ID); each later one: `run.chatNewSession` with the client's `cwd` (a session the host's embedder makes, `host_runtime::RuntimeBuilder::sessions`), then `run.chatJoin` of it. A host that makes no sessions refuses it: `-32603`, the host's `SESSION_NOT_CREATED` error as its data |
 //! | `session/load` | `run.chatJoin`, then `run.chatLoad` of the latest 100 rows, replayed as `session/update` before the answer |
 //! | `session/prompt` | `run.chatOutboxSubmit` (automatic, with an idempotency key); answered when the run its message started ends (`completed`: `end_turn`, `aborted`: `cancelled`, `failed`: an error) |

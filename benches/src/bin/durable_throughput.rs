@@ -2,8 +2,8 @@
 //! sending at once on SQLite with `synchronous = FULL`, against raw batched commits of
 //! rows of the same size on the same disk (the fsync limit), in one run. Beside it, the
 //! same load with `synchronous = NORMAL` (in WAL mode a commit writes but does not wait
-//! for the disk) and on the memory stores: what the runtime reaches when no commit waits
-//! for an fsync, the ceiling any group commit would meet.
+//! for the disk; only a checkpoint syncs) and on the memory stores: what the runtime
+//! reaches when no commit waits for an fsync, and with no SQLite at all.
 //!
 //! `cargo run --release -p benches --bin durable-throughput`
 
@@ -152,7 +152,7 @@ fn main() {
         "raw batched commits, FULL: {batched:.0} commits/s of {} rows = the rows of {SESSIONS} messages a commit: limit {limit:.0} messages/s",
         3 * SESSIONS
     );
-    println!("through the runtime, NORMAL (no commit waits for the disk): {normal:.0} messages/s");
+    println!("through the runtime, NORMAL (commits wait for no fsync): {normal:.0} messages/s");
     println!("through the runtime, memory stores: {memory:.0} messages/s");
     println!("ours / limit: {:.3}", through / limit);
     println!("NORMAL / limit: {:.3}", normal / limit);
