@@ -413,6 +413,23 @@ fn serve(stream: TcpStream, shared: &Shared) {
         }
         return;
     };
+    // A reply cut short: the agent left (a stream it gave up on, a hang it stopped) or
+    // cannot be written to. Said, since the test that drives it may be waiting for it.
+    if let Err(e) = answer(&mut out, &mut reader, shared, &request) {
+        eprintln!(
+            "scripted-model: the reply to {} was not written whole: {e}",
+            request.path
+        );
+    }
+}
+
+/// Answers one request: a refusal for what is not served, the script's reply otherwise.
+fn answer(
+    out: &mut TcpStream,
+    reader: &mut BufReader<TcpStream>,
+    shared: &Shared,
+    request: &Request,
+) -> std::io::Result<()> {
     let path = request
         .path
         .split('?')
@@ -430,15 +447,13 @@ fn serve(stream: TcpStream, shared: &Shared) {
     if request.method != "POST" || api == Api::Other {
         log(shared, api, &request.path, body.clone(), None);
         if path.ends_with("/count_tokens") {
-            let _ = respond_json(&mut out, 200, &json!({"input_tokens": 42}));
-        } else {
-            let _ = respond_json(
-                &mut out,
-                404,
-                &json!({"type": "error", "error": {"type": "not_found_error", "message": "not served by the scripted model"}}),
-            );
+            return respond_json(out, 200, &json!({"input_tokens": 42}));
         }
-        return;
+        return respond_json(
+            out,
+            404,
+            &json!({"type": "error", "error": {"type": "not_found_error", "message": "not served by the scripted model"}}),
+        );
     }
     let (texts, tool) = match api {
         Api::Responses => responses_turn(&body),
@@ -455,30 +470,28 @@ fn serve(stream: TcpStream, shared: &Shared) {
         _ => format!("Reply to: {}", words(&last)),
     };
     if let Script::Error500(_) = script {
-        let _ = respond_json(
-            &mut out,
+        return respond_json(
+            out,
             500,
             &json!({"type": "error", "error": {"type": "api_error", "message": "scripted 500"}}),
         );
-        return;
     }
     if !streamed {
         // Claude Code's non-streaming fallback, or a side request: one whole message.
-        let _ = respond_json(
-            &mut out,
+        return respond_json(
+            out,
             200,
             &json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant",
                     "model": "scripted", "stop_reason": "end_turn", "stop_sequence": null,
                     "content": [{"type": "text", "text": reply}],
                     "usage": {"input_tokens": 5, "output_tokens": 2}}),
         );
-        return;
     }
     let events = match api {
         Api::Responses => responses_events(n, &script, &reply, &body_kept),
         _ => messages_events(n, &script, &reply),
     };
-    let _ = stream_events(&mut out, &mut reader, &script, &events);
+    stream_events(out, reader, &script, &events)
 }
 
 fn log(shared: &Shared, api: Api, path: &str, body: Value, script: Option<Script>) {
@@ -708,6 +721,15 @@ fn client_gone(reader: &mut BufReader<TcpStream>) -> bool {
     }
 }
 
+/// The end of a connection this side closes: one the client closed first is closed
+/// already, anything else is an error to say.
+fn closed(shutdown: std::io::Result<()>) -> std::io::Result<()> {
+    match shutdown {
+        Err(e) if e.kind() == std::io::ErrorKind::NotConnected => Ok(()),
+        other => other,
+    }
+}
+
 fn stream_events(
     out: &mut TcpStream,
     reader: &mut BufReader<TcpStream>,
@@ -725,8 +747,7 @@ fn stream_events(
             }
             let began = Instant::now();
             while began.elapsed() < HANG_MAX && !client_gone(reader) {}
-            let _ = out.shutdown(Shutdown::Both);
-            return Ok(());
+            return closed(out.shutdown(Shutdown::Both));
         }
         Script::Cut => {
             let half = events.len() / 2;
@@ -734,8 +755,7 @@ fn stream_events(
                 chunk(out, e)?;
             }
             // No last chunk: the stream breaks off.
-            let _ = out.shutdown(Shutdown::Both);
-            return Ok(());
+            return closed(out.shutdown(Shutdown::Both));
         }
         _ => {}
     }

@@ -242,6 +242,8 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
             let secs = start.elapsed().as_secs_f64();
             let rate = done as f64 / secs.max(f64::EPSILON);
             let left = b.saturating_sub(a).saturating_sub(done) as f64 / rate.max(f64::EPSILON);
+            // A progress line that cannot be written loses nothing: the run and its
+            // verdict go on, and the next line tries again.
             let _ = writeln!(
                 std::io::stderr(),
                 "progress: {done} of {} seeds, {rate:.0} seeds/s, {failing} failing, {secs:.0} s so far, about {left:.0} s left",
