@@ -4,7 +4,11 @@
 //! A [`Cluster`] runs beside a [`crate::Runtime`] whose host was built with
 //! [`host_core::HostConfig::granted_only`] over stores that write under the cluster's
 //! leases ([`ClusterBuilder::leases`], given to each store with
-//! `PostgresStore::share_leases`). Two threads of its own, each with its own connection:
+//! `PostgresStore::share_leases`), the outbox store also made the shared run registry
+//! with `PostgresStore::share_runs` (the host's ID): custody then keeps one active run per
+//! session across hosts, adopts the runs a host that lost a scope left behind (its next
+//! message waits for them until they may be reclaimed) and resumes the stops it began.
+//! Two threads of its own, each with its own connection:
 //!
 //! - **The lease keeper.** Takes a session's lease when a client asks this host for a
 //!   session nobody serves ([`Cluster::route`]) and then grants it to the host
@@ -118,7 +122,8 @@ impl std::fmt::Debug for ClusterBuilder {
 
 impl ClusterBuilder {
     /// The leases the keeper will hold: give them to each of the host's stores
-    /// (`PostgresStore::share_leases`) before the host is built.
+    /// (`PostgresStore::share_leases`) before the host is built, and make the outbox
+    /// store the shared run registry (`PostgresStore::share_runs` with this host's ID).
     pub fn leases(&self) -> LeaseSet {
         self.keeper.lease_set()
     }

@@ -358,7 +358,7 @@ impl World {
                 };
                 // The alias scope may hold a run already: then the restore is refused,
                 // and nothing else may come back.
-                let r = self.c.restore_run(&alias, run);
+                let r = self.c.restore_run(&alias, run, self.now);
                 assert!(
                     matches!(r, Ok(()) | Err(outbox_core::runs::RunError::RestoreRefused)),
                     "restore: {r:?}"

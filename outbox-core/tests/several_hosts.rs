@@ -15,21 +15,158 @@ use outbox_core::adapter::{Capabilities, HistoryRead};
 use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitError};
 use outbox_core::entry::{Controls, OutboxEntry, StoredEntry};
 use outbox_core::fingerprint::Digest256;
+use outbox_core::ids::RunId;
 use outbox_core::ids::{base_session, OperationId, QueueId, SessionId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
+use outbox_core::runs::{
+    ActiveRun, RunError, SharedCancellation, SharedRun, SharedRuns, SharedScope,
+};
 use outbox_core::store::memory::MemoryOutboxStore;
 use outbox_core::store::{
     Claim, Identity, OutboxStore, RouteClaim, SessionMessageRoute, StoreError, StoreErrorKind,
 };
 use timeline_core::time::Millis;
 
-/// One database: the outbox and who holds each scope's lease.
+/// One database: the outbox, who holds each scope's lease, and the run registry the
+/// hosts share.
 #[derive(Default)]
 struct Db {
     store: MemoryOutboxStore,
     holders: BTreeMap<SessionId, &'static str>,
     /// Writes refused for a lost lease.
     refused: usize,
+    runs: Table,
+}
+
+/// The shared run registry, by the database's clock `now` (set by each test), as the
+/// PostgreSQL store keeps it: a run of another host may be reclaimed once it had no
+/// activity for `STALE` and its host stopped renewing it for `LEASE`.
+#[derive(Default)]
+struct Table {
+    now: u64,
+    /// (run, host, last activity, lease until) per session.
+    active: BTreeMap<SessionId, (ActiveRun, &'static str, u64, u64)>,
+    stops: BTreeMap<(SessionId, RunId), &'static str>,
+    /// While set, every write fails.
+    down: bool,
+}
+
+const STALE: u64 = 3_000;
+const LEASE: u64 = 1_500;
+
+impl Table {
+    fn reclaimable_in(&self, last: u64, until: u64) -> u64 {
+        (last + STALE).max(until).saturating_sub(self.now)
+    }
+}
+
+impl SharedRuns for Fenced {
+    fn start_run(
+        &mut self,
+        session: &SessionId,
+        run: &ActiveRun,
+    ) -> Result<Result<(), RunError>, StoreError> {
+        let host = self.host;
+        let mut db = self.db.lock().unwrap();
+        let t = &mut db.runs;
+        if t.down {
+            return Err(StoreError::unavailable("the registry is down"));
+        }
+        let base = base_session(session);
+        if t.stops
+            .iter()
+            .any(|((s, _), h)| base_session(s) == base && *h != host)
+        {
+            return Ok(Err(RunError::CancellationPending));
+        }
+        if let Some((_, by, last, until)) = t.active.get(session) {
+            if *by != host && t.reclaimable_in(*last, *until) > 0 {
+                return Ok(Err(RunError::InProgress));
+            }
+        }
+        let now = t.now;
+        t.active
+            .insert(session.clone(), (run.clone(), host, now, now + LEASE));
+        Ok(Ok(()))
+    }
+    fn end_run(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError> {
+        let mut db = self.db.lock().unwrap();
+        if db.runs.down {
+            return Err(StoreError::unavailable("the registry is down"));
+        }
+        if db
+            .runs
+            .active
+            .get(session)
+            .is_some_and(|a| a.0.run_id == *run)
+        {
+            db.runs.active.remove(session);
+        }
+        Ok(())
+    }
+    fn renew(&mut self, runs: &[(SessionId, RunId, bool)]) -> Result<(), StoreError> {
+        let host = self.host;
+        let mut db = self.db.lock().unwrap();
+        let t = &mut db.runs;
+        if t.down {
+            return Err(StoreError::unavailable("the registry is down"));
+        }
+        let now = t.now;
+        for (session, run, touched) in runs {
+            if let Some(a) = t.active.get_mut(session) {
+                if a.0.run_id == *run && a.1 == host {
+                    a.3 = now + LEASE;
+                    if *touched {
+                        a.2 = now;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    fn renew_every(&self) -> Millis {
+        Millis(LEASE / 3)
+    }
+    fn begin_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError> {
+        let mut db = self.db.lock().unwrap();
+        if db.runs.down {
+            return Err(StoreError::unavailable("the registry is down"));
+        }
+        db.runs
+            .stops
+            .insert((session.clone(), run.clone()), self.host);
+        Ok(())
+    }
+    fn end_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError> {
+        let mut db = self.db.lock().unwrap();
+        if db.runs.down {
+            return Err(StoreError::unavailable("the registry is down"));
+        }
+        db.runs.stops.remove(&(session.clone(), run.clone()));
+        Ok(())
+    }
+    fn scope(&mut self, base: &SessionId) -> Result<SharedScope, StoreError> {
+        let host = self.host;
+        let db = self.db.lock().unwrap();
+        let t = &db.runs;
+        let mut scope = SharedScope::default();
+        for (session, (run, by, last, until)) in &t.active {
+            if base_session(session) == *base {
+                let mut r = SharedRun::new(session.clone(), run.clone());
+                r.mine = *by == host;
+                r.reclaimable_in = Millis(t.reclaimable_in(*last, *until));
+                scope.runs.push(r);
+            }
+        }
+        for ((session, run), by) in &t.stops {
+            if base_session(session) == *base {
+                let mut stop = SharedCancellation::new(session.clone(), run.clone());
+                stop.mine = *by == host;
+                scope.cancellations.push(stop);
+            }
+        }
+        Ok(scope)
+    }
 }
 
 /// One host's connection: every write checks that this host holds the lease of the
@@ -37,6 +174,8 @@ struct Db {
 struct Fenced {
     host: &'static str,
     db: Arc<Mutex<Db>>,
+    /// The host writes its runs through to the shared registry.
+    shared: bool,
 }
 
 impl Fenced {
@@ -62,6 +201,13 @@ impl Fenced {
 }
 
 impl OutboxStore for Fenced {
+    fn shared_runs(&mut self) -> Option<&mut dyn SharedRuns> {
+        if self.shared {
+            Some(self)
+        } else {
+            None
+        }
+    }
     fn claim(
         &mut self,
         session: &SessionId,
@@ -162,10 +308,20 @@ impl OutboxStore for Fenced {
 }
 
 fn host(name: &'static str, db: &Arc<Mutex<Db>>) -> Custody<Fenced> {
+    host_with(name, db, false)
+}
+
+/// A host whose runs are written through to the shared registry.
+fn sharing(name: &'static str, db: &Arc<Mutex<Db>>) -> Custody<Fenced> {
+    host_with(name, db, true)
+}
+
+fn host_with(name: &'static str, db: &Arc<Mutex<Db>>, shared: bool) -> Custody<Fenced> {
     let mut c = Custody::new(
         Fenced {
             host: name,
             db: db.clone(),
+            shared,
         },
         uuids(),
     );
@@ -478,4 +634,255 @@ fn a_session_message_to_a_scope_served_elsewhere_is_saved_for_its_owner() {
         })
         .collect();
     assert_eq!(sent, vec![message_op], "then it goes, once");
+}
+
+fn at(db: &Arc<Mutex<Db>>, now: u64) -> Millis {
+    db.lock().unwrap().runs.now = now;
+    Millis(now)
+}
+
+fn started(effects: &[Effect]) -> Vec<(OperationId, RunId)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send(r) => match &r.kind {
+                outbox_core::adapter::SendKind::Start { run } => {
+                    Some((r.operation_id.clone(), run.clone()))
+                }
+                outbox_core::adapter::SendKind::Steer { .. } => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+fn shared_run(db: &Arc<Mutex<Db>>, session: &str) -> Option<(RunId, &'static str)> {
+    let db = db.lock().unwrap();
+    db.runs
+        .active
+        .get(&s(session))
+        .map(|(r, host, _, _)| (r.run_id.clone(), *host))
+}
+
+// MH-03, OB-14: host `a` dies mid-turn with a message queued behind its run. The new
+// owner adopts the run from the shared registry: the queued message waits for it (one
+// active run per session across hosts), and goes, once, when the registry says the run
+// may be reclaimed: no activity for the stale limit and its host stopped renewing it.
+#[test]
+fn a_run_a_dead_host_left_holds_its_session_until_it_may_be_reclaimed() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    let t = at(&db, 1_000);
+    a.grant_scope(&s("s1"), t);
+    a.submit(submit_req("s1", "1", Controls::automatic()), t)
+        .unwrap();
+    let first = started(&effects(&mut a));
+    assert_eq!(first.len(), 1);
+    let run = first[0].1.clone();
+    assert_eq!(shared_run(&db, "s1"), Some((run.clone(), "a")));
+    a.submit(submit_req("s1", "2", Controls::automatic()), at(&db, 1_010))
+        .unwrap();
+    assert!(
+        started(&effects(&mut a)).is_empty(),
+        "op-2 waits behind the run"
+    );
+    // Renewed while `a` lives: the lease moves on.
+    let renew = a.poll_timeout().expect("a renewal is due");
+    assert!(renew <= Millis(1_000 + LEASE / 3), "{renew:?}");
+    a.handle_timeout(at(&db, renew.as_u64()));
+    let until = db.lock().unwrap().runs.active[&s("s1")].3;
+    assert_eq!(until, renew.as_u64() + LEASE);
+    drop(a); // killed mid-turn
+
+    lease(&db, "s1", "b");
+    let mut b = sharing("b", &db);
+    let t = at(&db, 2_000);
+    b.grant_scope(&s("s1"), t);
+    let taken = effects(&mut b);
+    assert!(started(&taken).is_empty(), "{taken:?}");
+    assert_eq!(
+        b.runs().active(&s("s1")).map(|r| r.run_id.clone()),
+        Some(run.clone()),
+        "the dead host's run is adopted"
+    );
+    // op-1 was out with nothing under way: confirmed from history, never sent again.
+    let read = history_read(&taken, "s1", "op-1").expect("an uncertain-delivery read");
+    b.handle_history_read(read, HistoryRead::Found, at(&db, 2_010));
+    assert!(
+        started(&effects(&mut b)).is_empty(),
+        "op-2 still waits for the adopted run"
+    );
+    // The registry: last activity 1,000, lease renewed to `renew + LEASE`; reclaimable
+    // at 1,000 + STALE = 4,000.
+    let due = b.poll_timeout().expect("the adopted run's reclaim is due");
+    assert_eq!(due, Millis(4_000));
+    b.handle_timeout(at(&db, 3_999));
+    assert!(started(&effects(&mut b)).is_empty(), "not before it may");
+    b.handle_timeout(at(&db, 4_000));
+    let after = effects(&mut b);
+    let sent = started(&after);
+    assert_eq!(sent.len(), 1, "{after:?}");
+    assert_eq!(sent[0].0, op("op-2"));
+    assert_ne!(sent[0].1, run);
+    assert_eq!(shared_run(&db, "s1"), Some((sent[0].1.clone(), "b")));
+}
+
+// MH-03, OB-14: a run another host holds in the shared registry refuses a start here;
+// nothing is sent, the run is adopted, and the message goes when it ends.
+#[test]
+fn a_start_the_shared_registry_refuses_waits_for_the_other_hosts_run() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "b");
+    let mut b = sharing("b", &db);
+    b.grant_scope(&s("s1"), at(&db, 1_000));
+    assert!(effects(&mut b).is_empty());
+    // A host that was cut off still holds a run of s1 in the registry.
+    let other = RunId::new("run-c").unwrap();
+    {
+        let mut db = db.lock().unwrap();
+        let mut run = b_active(&other);
+        run.last_activity = Millis(0);
+        db.runs
+            .active
+            .insert(s("s1"), (run, "c", 1_000, 1_000 + LEASE));
+    }
+    b.submit(submit_req("s1", "1", Controls::automatic()), at(&db, 1_100))
+        .unwrap();
+    let refused = effects(&mut b);
+    assert!(started(&refused).is_empty(), "{refused:?}");
+    assert_eq!(shared_run(&db, "s1"), Some((other.clone(), "c")));
+    assert_eq!(
+        b.runs().active(&s("s1")).map(|r| r.run_id.clone()),
+        Some(other.clone())
+    );
+    // Last activity 1,000 by the registry's clock: it may be reclaimed at 1,000 + STALE.
+    let due = b.poll_timeout().unwrap();
+    assert_eq!(due, Millis(4_000));
+    b.handle_timeout(at(&db, due.as_u64()));
+    let sent = started(&effects(&mut b));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, op("op-1"));
+}
+
+fn b_active(run: &RunId) -> ActiveRun {
+    ActiveRun {
+        run_id: run.clone(),
+        started_by: None,
+        last_session_message: None,
+        access: None,
+        last_activity: Millis(0),
+        finalizing: false,
+    }
+}
+
+// MH-05, OB-15: a stop host `a` began and did not end is resumed by the host that takes
+// the scope over; once stopped, the run leaves both registries and the queue drains.
+#[test]
+fn a_stop_the_dead_host_began_is_resumed_by_the_new_owner() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    let t = at(&db, 1_000);
+    a.grant_scope(&s("s1"), t);
+    a.submit(submit_req("s1", "1", Controls::automatic()), t)
+        .unwrap();
+    let (send, run) = effects(&mut a)
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Send(r) => match r.kind {
+                outbox_core::adapter::SendKind::Start { run } => Some((r.attempt, run)),
+                outbox_core::adapter::SendKind::Steer { .. } => None,
+            },
+            _ => None,
+        })
+        .expect("op-1 starts a run");
+    a.handle_send_result(
+        send,
+        outbox_core::adapter::SendResult::Delivered,
+        at(&db, 1_001),
+    );
+    a.submit(submit_req("s1", "2", Controls::automatic()), at(&db, 1_002))
+        .unwrap();
+    a.stop(&s("s1"), &run, None, at(&db, 1_003));
+    assert!(effects(&mut a)
+        .iter()
+        .any(|e| matches!(e, Effect::StopRun { run: r, .. } if *r == run)));
+    assert!(db
+        .lock()
+        .unwrap()
+        .runs
+        .stops
+        .contains_key(&(s("s1"), run.clone())));
+    drop(a); // dies before the agent answers
+
+    lease(&db, "s1", "b");
+    let mut b = sharing("b", &db);
+    b.grant_scope(&s("s1"), at(&db, 2_000));
+    let taken = effects(&mut b);
+    let attempt = taken
+        .iter()
+        .find_map(|e| match e {
+            Effect::StopRun {
+                attempt, run: r, ..
+            } if *r == run => Some(*attempt),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the stop is resumed: {taken:?}"));
+    assert!(started(&taken).is_empty());
+    b.handle_stop_result(
+        attempt,
+        outbox_core::adapter::StopResult::Stopped {
+            untaken: Vec::new(),
+        },
+        at(&db, 2_100),
+    );
+    let after = effects(&mut b);
+    assert!(db.lock().unwrap().runs.stops.is_empty(), "the stop ended");
+    let sent = started(&after);
+    assert_eq!(sent.len(), 1, "{after:?}");
+    assert_eq!(sent[0].0, op("op-2"));
+    assert_eq!(shared_run(&db, "s1"), Some((sent[0].1.clone(), "b")));
+}
+
+// MH-03: an end the shared registry could not take is reported, kept and written at the
+// next renewal; until then nothing else is lost.
+#[test]
+fn an_end_the_shared_registry_missed_is_written_at_the_next_renewal() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    let t = at(&db, 1_000);
+    a.grant_scope(&s("s1"), t);
+    a.submit(submit_req("s1", "1", Controls::automatic()), t)
+        .unwrap();
+    let run = started(&effects(&mut a))[0].1.clone();
+    db.lock().unwrap().runs.down = true;
+    a.handle_run_ended(&s("s1"), &run, &[], at(&db, 1_100));
+    let failed = effects(&mut a);
+    assert!(
+        failed
+            .iter()
+            .any(|e| matches!(e, Effect::StoreFailed(f) if f.session == s("s1"))),
+        "{failed:?}"
+    );
+    assert!(a.runs().active(&s("s1")).is_none());
+    assert_eq!(shared_run(&db, "s1").map(|r| r.0), Some(run.clone()));
+    // Still down at the first renewal: kept, reported again.
+    let due = a.poll_timeout().expect("a renewal is due");
+    a.handle_timeout(at(&db, due.as_u64()));
+    assert!(effects(&mut a)
+        .iter()
+        .any(|e| matches!(e, Effect::StoreFailed(_))));
+    assert_eq!(shared_run(&db, "s1").map(|r| r.0), Some(run));
+    db.lock().unwrap().runs.down = false;
+    let due = a.poll_timeout().expect("the owed end keeps a renewal due");
+    a.handle_timeout(at(&db, due.as_u64()));
+    assert_eq!(shared_run(&db, "s1"), None);
+    assert!(effects(&mut a).is_empty());
+    assert_eq!(
+        a.poll_timeout(),
+        Some(Millis(1_000 + 31_000)),
+        "nothing left to renew or write: only the unanswered send's own deadline"
+    );
 }

@@ -289,7 +289,7 @@ fn an_interrupt_that_meets_a_newer_turn_or_a_slow_stop_stays_queued() {
         last_activity: t0,
         finalizing: false,
     };
-    b.c.restore_run(&s("s1"), newer).unwrap();
+    b.c.restore_run(&s("s1"), newer, t0).unwrap();
     b.advance(25);
     assert_eq!(
         b.agent.send_count(&op("op-int")),

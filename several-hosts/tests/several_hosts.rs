@@ -140,6 +140,8 @@ async fn hosts_killed_mid_turn_lose_nothing_and_send_nothing_twice() {
 
     // Three kills, each while the victim's agent is mid-turn.
     let mut takeovers = Vec::new();
+    let mut killed_hosts = BTreeSet::new();
+    let mut runs_left = 0;
     for round in 0..3 {
         tokio::time::sleep(Duration::from_millis(1_200)).await;
         let holders = world.holders();
@@ -174,6 +176,12 @@ async fn hosts_killed_mid_turn_lose_nothing_and_send_nothing_twice() {
         .await;
         hosts[victim].kill();
         let killed = Instant::now();
+        killed_hosts.insert(name.clone());
+        runs_left += world
+            .query("SELECT host_id FROM chat_active_runs", None)
+            .iter()
+            .filter(|r| r[0] == name)
+            .count();
         let replacement = world.host(&format!("h{}", 3 + round), &pg);
         hosts[victim] = replacement;
         *book.lock().unwrap() = addresses(&hosts);
@@ -261,6 +269,20 @@ async fn hosts_killed_mid_turn_lose_nothing_and_send_nothing_twice() {
     );
     assert_eq!(all.len() + held.len(), ops.len());
 
+    // MH-03, OB-14: the runs the killed hosts left in the shared registry were adopted
+    // by the sessions' new owners and reclaimed once they could be; none is left.
+    eventually(
+        "the killed hosts' runs are reclaimed",
+        Duration::from_secs(10),
+        || {
+            world
+                .query("SELECT host_id FROM chat_active_runs", None)
+                .iter()
+                .all(|r| !killed_hosts.contains(&r[0]))
+        },
+    )
+    .await;
+
     // Every timeline, loaded from the session's owner, equals its history.
     let now: Vec<String> = addresses(&hosts);
     let mut client = Client::default();
@@ -277,9 +299,14 @@ async fn hosts_killed_mid_turn_lose_nothing_and_send_nothing_twice() {
     }
     eprintln!(
         "takeovers after a kill (sessions, time), lease {lease_ms} ms: {takeovers:?}; \
-         {redirects} redirects; {} of {} messages held for the user",
+         {redirects} redirects; {} of {} messages held for the user; {runs_left} runs \
+         left by the killed hosts, all reclaimed",
         held.len(),
         ops.len()
+    );
+    assert!(
+        runs_left > 0,
+        "each host was killed mid-turn, so its run was left"
     );
     for h in &mut hosts {
         h.stop();

@@ -4,8 +4,12 @@
 //! The core's [`outbox_core::runs::RunRegistry`] lives in one process's memory, which is
 //! the seed's design for one host. With several hosts, a session's runs and its outbox
 //! must be owned by one host at a time across all of them, and the claims of a host that
-//! died must pass to another. These are methods of [`PostgresStore`], not of a core
-//! trait (the cores have none for them yet):
+//! died must pass to another. Custody reaches the run registry through the core trait
+//! [`outbox_core::runs::SharedRuns`], which this store implements once it is given its
+//! host ([`PostgresStore::share_runs`]): custody writes its starts, ends, stops and
+//! renewals through, adopts what a host that lost a scope left, and resumes its stops.
+//! The methods below are the registry's whole surface, for a host that drives it by
+//! hand:
 //!
 //! - **Runs.** [`PostgresStore::start_run`] keeps one active run per app session across
 //!   hosts (the primary key of `chat_active_runs`), refuses a start while a cancellation
@@ -38,7 +42,9 @@ use std::time::Duration;
 
 use outbox_core::entry::AccessLevel;
 use outbox_core::ids::{base_session, OperationId, RunId, SessionId};
-use outbox_core::runs::{ActiveRun, RunError, STALE_RUN_AFTER};
+use outbox_core::runs::{
+    ActiveRun, RunError, SharedCancellation, SharedRun, SharedScope, STALE_RUN_AFTER,
+};
 use outbox_core::store::StoreError as OutboxError;
 use postgres::{GenericClient, Row};
 use timeline_core::time::Millis;
@@ -946,6 +952,14 @@ impl PostgresStore {
         self.local.fence.enabled = true;
     }
 
+    /// Makes this store the run registry custody shares with the other hosts, as `host`
+    /// ([`outbox_core::runs::SharedRuns`]): custody over this store writes its runs and
+    /// stops through to `chat_active_runs` and `chat_run_cancellations`, adopts the runs
+    /// a host that lost a scope left there, and resumes its stops.
+    pub fn share_runs(&mut self, host: HostId) {
+        self.local.runs_host = Some(host);
+    }
+
     /// Records where `host` can be reached (a WebSocket URL, say) and that it is alive
     /// now; call at start and with every heartbeat.
     pub fn register_host(&mut self, host: &HostId, address: &str) -> Result<(), OutboxError> {
@@ -1107,5 +1121,171 @@ impl WakeListener {
             }
         }
         Ok(wakes)
+    }
+}
+
+/// The run registry shared with the other hosts, as the host given to
+/// [`PostgresStore::share_runs`] (none given: every method fails as unavailable).
+impl outbox_core::runs::SharedRuns for PostgresStore {
+    fn start_run(
+        &mut self,
+        session: &SessionId,
+        run: &ActiveRun,
+    ) -> Result<Result<(), RunError>, OutboxError> {
+        let host = self.runs_host()?;
+        let scope = self.scope_key(session);
+        let lease = self.settings.leases.run_lease;
+        let stale = ms(self.settings.leases.stale_after);
+        let base = base_session(session);
+        self.transact(ob, |c, _| {
+            c.execute("SELECT pg_advisory_xact_lock($1)", &[&scope])?;
+            let pending = c.query_opt(
+                "SELECT 1 FROM chat_run_cancellations
+                 WHERE base_session_id = $1 AND host_id <> $2
+                   AND lease_until > clock_timestamp() LIMIT 1",
+                &[&b(base.as_str()), &b(host.as_str())],
+            )?;
+            if pending.is_some() {
+                return Ok(Err(RunError::CancellationPending));
+            }
+            let current = c.query_opt(
+                concat!(
+                    "SELECT ",
+                    run_columns!("$2"),
+                    " FROM chat_active_runs WHERE app_session_id = $1 FOR UPDATE"
+                ),
+                &[&b(session.as_str()), &stale],
+            )?;
+            if let Some(row) = current {
+                let current = read_run(&row)?;
+                let others = current.hosted.host != host;
+                if others && !(current.stale && current.lapsed) {
+                    return Ok(Err(RunError::InProgress));
+                }
+                c.execute(
+                    "DELETE FROM chat_active_runs WHERE app_session_id = $1",
+                    &[&b(session.as_str())],
+                )?;
+            }
+            c.execute(
+                "INSERT INTO chat_active_runs
+                     (app_session_id, base_session_id, run_id, host_id, started_by,
+                      last_session_message, access, last_activity, lease_until, finalizing)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(),
+                         clock_timestamp() + $8::FLOAT8 * INTERVAL '1 millisecond', $9)",
+                &[
+                    &b(session.as_str()),
+                    &b(base.as_str()),
+                    &b(run.run_id.as_str()),
+                    &b(host.as_str()),
+                    &run.started_by.as_ref().map(|o| b(o.as_str())),
+                    &run.last_session_message.as_ref().map(|o| b(o.as_str())),
+                    &access_text(run.access),
+                    &ms(lease),
+                    &run.finalizing,
+                ],
+            )?;
+            Ok(Ok(()))
+        })
+    }
+
+    fn end_run(&mut self, session: &SessionId, run: &RunId) -> Result<(), OutboxError> {
+        PostgresStore::end_run(self, session, run).map(|_| ())
+    }
+
+    fn renew(&mut self, runs: &[(SessionId, RunId, bool)]) -> Result<(), OutboxError> {
+        let host = self.runs_host()?;
+        let lease = ms(self.settings.leases.run_lease);
+        self.transact(ob, |c, _| {
+            for (session, run, touched) in runs {
+                c.execute(
+                    "UPDATE chat_active_runs
+                     SET lease_until = clock_timestamp() + $4::FLOAT8 * INTERVAL '1 millisecond',
+                         last_activity = CASE WHEN $5 THEN clock_timestamp() ELSE last_activity END
+                     WHERE app_session_id = $1 AND run_id = $2 AND host_id = $3",
+                    &[
+                        &b(session.as_str()),
+                        &b(run.as_str()),
+                        &b(host.as_str()),
+                        &lease,
+                        touched,
+                    ],
+                )?;
+            }
+            c.execute(
+                "UPDATE chat_run_cancellations
+                 SET lease_until = clock_timestamp() + $2::FLOAT8 * INTERVAL '1 millisecond'
+                 WHERE host_id = $1",
+                &[&b(host.as_str()), &lease],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn renew_every(&self) -> Millis {
+        let every = self.settings.leases.run_lease / 3;
+        Millis(u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1))
+    }
+
+    fn begin_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), OutboxError> {
+        let host = self.runs_host()?;
+        PostgresStore::begin_cancellation(self, &host, session, run)
+    }
+
+    fn end_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), OutboxError> {
+        PostgresStore::end_cancellation(self, session, run)
+    }
+
+    fn scope(&mut self, base: &SessionId) -> Result<SharedScope, OutboxError> {
+        let host = self.runs_host()?;
+        let stale = ms(self.settings.leases.stale_after);
+        self.read(ob, |c, _| {
+            let rows = c.query(
+                concat!(
+                    "SELECT ",
+                    run_columns!("$2"),
+                    ", greatest(0,
+                        $2::FLOAT8 - extract(epoch FROM clock_timestamp() - last_activity) * 1000,
+                        extract(epoch FROM lease_until - clock_timestamp()) * 1000)::BIGINT
+                     FROM chat_active_runs WHERE base_session_id = $1 ORDER BY app_session_id"
+                ),
+                &[&b(base.as_str()), &stale],
+            )?;
+            let mut scope = SharedScope::default();
+            for row in &rows {
+                let run = read_run(row)?;
+                let wait: i64 = columns::get(row, 11, Column::new(RUNS, "reclaimable_in"))
+                    .map_err(|r| corrupt("active run", r))?;
+                let mut shared = SharedRun::new(run.session, run.hosted.run);
+                shared.mine = run.hosted.host == host;
+                shared.reclaimable_in = Millis(u64::try_from(wait).unwrap_or(0));
+                scope.runs.push(shared);
+            }
+            let rows = c.query(
+                "SELECT app_session_id, run_id, host_id FROM chat_run_cancellations
+                 WHERE base_session_id = $1 ORDER BY app_session_id, run_id",
+                &[&b(base.as_str())],
+            )?;
+            for row in &rows {
+                let session = id_of(row, 0, RUN_SESSION, SessionId::new)?;
+                let run = id_of(row, 1, RUN_ID, RunId::new)?;
+                let by = id_of(row, 2, RUN_HOST, HostId::new)?;
+                let mut stop = SharedCancellation::new(session, run);
+                stop.mine = by == host;
+                scope.cancellations.push(stop);
+            }
+            Ok(scope)
+        })
+    }
+}
+
+impl PostgresStore {
+    /// The host given to [`PostgresStore::share_runs`].
+    fn runs_host(&self) -> Result<HostId, OutboxError> {
+        self.local.runs_host.clone().ok_or_else(|| {
+            OutboxError::unavailable(
+                "this store is no shared run registry: no host was given to share_runs",
+            )
+        })
     }
 }

@@ -423,6 +423,8 @@ fn retryable(e: &postgres::Error) -> bool {
 struct Local {
     overlays: overlay_core::store::OverlayCache,
     fence: hosts::Fence,
+    /// The host this store is custody's shared run registry for ([`PostgresStore::share_runs`]).
+    runs_host: Option<hosts::HostId>,
     pause_before_commit: Option<Duration>,
 }
 

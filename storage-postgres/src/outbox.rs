@@ -450,6 +450,14 @@ fn parse_route(row: &Row) -> Result<SessionMessageRoute, Fail<OutboxError>> {
 }
 
 impl OutboxStore for PostgresStore {
+    fn shared_runs(&mut self) -> Option<&mut dyn outbox_core::runs::SharedRuns> {
+        if self.local.runs_host.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+
     fn claim(
         &mut self,
         session: &SessionId,

@@ -579,6 +579,101 @@ fn stale_runs_are_reclaimed_by_their_host_unless_vetoed_and_by_others_after_the_
     assert_eq!((now.host, now.run.run_id), (g, run("run-10")));
 }
 
+fn active(id: &str) -> outbox_core::runs::ActiveRun {
+    outbox_core::runs::ActiveRun {
+        run_id: run(id),
+        started_by: Some(OperationId::new("op-1").unwrap()),
+        last_session_message: None,
+        access: None,
+        last_activity: Millis(0),
+        finalizing: false,
+    }
+}
+
+// MH-03, OB-14: the shared run registry custody writes through (`SharedRuns`): a
+// start is refused while another host's run is active or its stop pending, a host's own
+// leftover is replaced, renewals keep a run from being reclaimed, and the scope lists
+// each run with whose it is and how long until another host may reclaim it.
+#[test]
+fn the_shared_registry_custody_writes_through_keeps_one_run_per_session_across_hosts() {
+    use outbox_core::runs::SharedRuns;
+    let db = TestDb::new("shared_runs");
+    let mut h = db.open_with(quick());
+    let mut g = db.open_with(quick());
+    assert!(h.shared_runs().is_none(), "off until a host is given");
+    let err = SharedRuns::scope(&mut h, &s("a")).unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+    h.share_runs(HostId::new("h").unwrap());
+    g.share_runs(HostId::new("g").unwrap());
+    assert!(h.shared_runs().is_some());
+    assert_eq!(SharedRuns::renew_every(&h), Millis(200));
+
+    SharedRuns::start_run(&mut h, &s("a"), &active("run-1"))
+        .unwrap()
+        .unwrap();
+    // Another host is refused; the same host replaces its own leftover.
+    assert_eq!(
+        SharedRuns::start_run(&mut g, &s("a"), &active("run-9")).unwrap(),
+        Err(RunError::InProgress)
+    );
+    SharedRuns::start_run(&mut h, &s("a"), &active("run-2"))
+        .unwrap()
+        .unwrap();
+    let scope = SharedRuns::scope(&mut g, &s("a")).unwrap();
+    assert_eq!(scope.runs.len(), 1);
+    let seen = &scope.runs[0];
+    assert_eq!((seen.run.run_id.clone(), seen.mine), (run("run-2"), false));
+    assert_eq!(seen.run.started_by, Some(OperationId::new("op-1").unwrap()));
+    assert!(
+        seen.reclaimable_in > Millis(400) && seen.reclaimable_in <= Millis(600),
+        "the lease left: {:?}",
+        seen.reclaimable_in
+    );
+    assert!(SharedRuns::scope(&mut h, &s("a")).unwrap().runs[0].mine);
+
+    // A stop `h` began keeps `g` out of the whole scope, alias included.
+    SharedRuns::begin_cancellation(&mut h, &s("a"), &run("run-2")).unwrap();
+    let scope = SharedRuns::scope(&mut g, &s("a")).unwrap();
+    assert_eq!(scope.cancellations.len(), 1);
+    assert!(!scope.cancellations[0].mine);
+    assert_eq!(
+        SharedRuns::start_run(&mut g, &s("a::skills-agent"), &active("run-8")).unwrap(),
+        Err(RunError::CancellationPending)
+    );
+    SharedRuns::end_cancellation(&mut g, &s("a"), &run("run-2")).unwrap();
+    assert!(SharedRuns::scope(&mut g, &s("a"))
+        .unwrap()
+        .cancellations
+        .is_empty());
+
+    // Renewed with activity past the stale limit: still `h`'s.
+    std::thread::sleep(Duration::from_millis(350));
+    SharedRuns::renew(&mut h, &[(s("a"), run("run-2"), true)]).unwrap();
+    assert_eq!(
+        SharedRuns::start_run(&mut g, &s("a"), &active("run-9")).unwrap(),
+        Err(RunError::InProgress)
+    );
+    // `h` stops renewing (it died): after the lease, `g` may take the session.
+    std::thread::sleep(Duration::from_millis(650));
+    assert_eq!(
+        SharedRuns::scope(&mut g, &s("a")).unwrap().runs[0].reclaimable_in,
+        Millis(0)
+    );
+    SharedRuns::start_run(&mut g, &s("a"), &active("run-9"))
+        .unwrap()
+        .unwrap();
+    let now = g.active_run(&s("a")).unwrap().unwrap();
+    assert_eq!(
+        (now.host, now.run.run_id),
+        (HostId::new("g").unwrap(), run("run-9"))
+    );
+    SharedRuns::end_run(&mut h, &s("a"), &run("run-9")).unwrap();
+    assert!(
+        g.active_run(&s("a")).unwrap().is_none(),
+        "an end is anyone's"
+    );
+}
+
 // OB-10: one host holds a session scope at a time: another host is told who holds it and for
 // how long; the holder renews it with the same token; once released or expired another
 // host takes it with a higher token, and the old holder's renewal is refused.

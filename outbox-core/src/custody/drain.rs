@@ -241,7 +241,7 @@ impl<S: OutboxStore> Custody<S> {
             now,
             &veto,
         ) {
-            Ok(()) => Some(run),
+            Ok(()) => self.shared_start(session, &run, now).then_some(run),
             Err(error) => {
                 self.effects.push_back(Effect::RunRefused {
                     session: session.clone(),
@@ -275,7 +275,7 @@ impl<S: OutboxStore> Custody<S> {
             now,
         );
         if !matches!(sent, Ok(true)) {
-            self.runs.end(session, &run);
+            self.end_run(session, &run, now);
         }
         sent
     }

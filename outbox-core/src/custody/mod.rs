@@ -181,6 +181,7 @@ mod drive;
 mod ledger;
 mod mirror;
 mod results;
+mod shared;
 mod startup;
 mod state;
 mod stop;
@@ -680,6 +681,8 @@ pub struct Custody<S> {
     /// before a restart, or one the registry let go), with their latest activity. What
     /// they accepted waits for their end, as with a registered run.
     foreign_runs: BTreeMap<(SessionId, RunId), Millis>,
+    /// The runs written through to a registry several hosts share.
+    shared: shared::SharedMirror,
     stats: CustodyStats,
     uuids: Box<dyn FnMut() -> String + Send>,
     effects: VecDeque<Effect>,
@@ -728,6 +731,7 @@ impl<S: OutboxStore> Custody<S> {
             failures: BTreeMap::new(),
             clock: Millis(0),
             foreign_runs: BTreeMap::new(),
+            shared: shared::SharedMirror::default(),
             stats: CustodyStats::default(),
             uuids,
             effects: VecDeque::new(),
@@ -782,6 +786,9 @@ impl<S: OutboxStore> Custody<S> {
             .filter(|s| crate::ids::base_session(s) == base)
             .cloned();
         let members: BTreeSet<SessionId> = members.into_iter().chain(registered).collect();
+        // Runs another host left in the shared registry hold the scope before anything
+        // of it drains.
+        self.adopt_shared(&base, now);
         for member in members {
             self.run_work(Work::Repair(member), now);
         }
@@ -816,6 +823,7 @@ impl<S: OutboxStore> Custody<S> {
         self.failures.retain(|s, _| !ours(s));
         self.foreign_runs.retain(|(s, _), _| !ours(s));
         self.runs.release_scope(&base);
+        self.shared.forget_scope(&base);
         self.effects.push_back(Effect::ScopeReleased {
             session: base,
             reason: reason.to_owned(),
@@ -938,6 +946,7 @@ impl<S: OutboxStore> Custody<S> {
         let reclaimed = self.runs.reclaim_stale(now, &veto);
         let mut sessions = Vec::new();
         for (session, run) in reclaimed {
+            self.shared_ended(&session, &run, now);
             if let Err(error) = self.settle_run(&session, &run, &[], now) {
                 let work = Work::Settle {
                     session: session.clone(),
@@ -991,6 +1000,7 @@ impl<S: OutboxStore> Custody<S> {
             .chain(stop_retries)
             .chain(retries)
             .chain(foreign)
+            .chain(self.shared.deadlines())
             .min()
     }
 
@@ -1014,6 +1024,7 @@ impl<S: OutboxStore> Custody<S> {
         }
         self.poll_interrupts(now);
         self.poll_stops(now);
+        self.shared_timeout(now);
         // A run the agent stopped reporting is gone: what it accepted is confirmed from
         // history, as in the repair after a failed write.
         let gone: Vec<(SessionId, RunId)> = self
@@ -1121,6 +1132,16 @@ impl<S: OutboxStore> Custody<S> {
     /// Custody was given `now`: the clock a repair after a failed write is timed by.
     pub(crate) fn saw(&mut self, now: Millis) {
         self.clock = self.clock.max(now);
+    }
+
+    /// Ends `run` in the registry (and in the shared one); false when it was not the
+    /// active run of `session`.
+    pub(crate) fn end_run(&mut self, session: &SessionId, run: &RunId, now: Millis) -> bool {
+        let ended = self.runs.end(session, run);
+        if ended {
+            self.shared_ended(session, run, now);
+        }
+        ended
     }
 
     /// True while `run` is the active run of `session`.

@@ -61,6 +61,7 @@ impl<S: OutboxStore> Custody<S> {
             SendResult::Accepted(acceptance) => {
                 if let Some(run) = &started {
                     self.runs.touch(&session, run, now);
+                    self.shared_touched(&session, run);
                 }
                 let run_gone = !self.run_working(&session, &acceptance.run_id);
                 let mut record = LedgerRecord::new(LedgerStatus::Sending, now);
@@ -81,7 +82,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             SendResult::Deferred { reason } => {
                 if let Some(run) = &started {
-                    self.runs.end(&session, run);
+                    self.end_run(&session, run, now);
                 }
                 let deferred = current.and_then(|e| Some((e.state.defer(reason)?, e)));
                 if let Some((state, e)) = deferred {
@@ -91,7 +92,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             SendResult::Canceled => {
                 if let Some(run) = &started {
-                    self.runs.end(&session, run);
+                    self.end_run(&session, run, now);
                 }
                 let record = LedgerRecord::new(LedgerStatus::Canceled, now);
                 self.hold_recording(&session, current, &op, EntryState::cancel, record)?;
@@ -99,7 +100,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             SendResult::ProvenUnadmitted { error } => {
                 if let Some(run) = &started {
-                    self.runs.end(&session, run);
+                    self.end_run(&session, run, now);
                 }
                 let record = LedgerRecord::new(LedgerStatus::Failed, now);
                 let held = |s: &EntryState| s.hold(Some(error));
@@ -481,7 +482,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) {
         self.saw(now);
-        self.runs.end(session, run);
+        self.end_run(session, run, now);
         self.foreign_runs.remove(&(session.clone(), run.clone()));
         self.settle_or_retry(session.clone(), run.clone(), untaken.to_vec(), now);
         self.wake_scope(session, now);
@@ -577,8 +578,15 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         run: crate::runs::ActiveRun,
+        now: Millis,
     ) -> Result<(), crate::runs::RunError> {
-        self.runs.restore(session, run)
+        self.saw(now);
+        let restored = self.runs.active(session).is_none();
+        self.runs.restore(session, run.clone())?;
+        if restored {
+            self.shared_restored(session, &run, now);
+        }
+        Ok(())
     }
 
     /// Records agent activity of a run (for the stale reclaim). A run the registry does
@@ -589,6 +597,7 @@ impl<S: OutboxStore> Custody<S> {
         self.saw(now);
         if self.run_active(session, run) {
             self.runs.touch(session, run, now);
+            self.shared_touched(session, run);
         } else {
             let last = self
                 .foreign_runs

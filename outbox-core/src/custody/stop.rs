@@ -130,6 +130,7 @@ impl<S: OutboxStore> Custody<S> {
         }
         if let Some(attempt) = attempt {
             self.runs.begin_cancellation(session, run);
+            self.shared_stop_began(session, run, now);
             self.effects.push_back(Effect::StopRun {
                 attempt,
                 session: session.clone(),
@@ -165,13 +166,15 @@ impl<S: OutboxStore> Custody<S> {
                 self.stop_cache
                     .insert(k, now.saturating_add(STOP_SUCCESS_CACHE));
                 self.runs.end_cancellation(&session, &run);
-                self.runs.end(&session, &run);
+                self.shared_stop_ended(&session, &run, now);
+                self.end_run(&session, &run, now);
                 self.foreign_runs.remove(&(session.clone(), run.clone()));
                 self.settle_or_retry(session.clone(), run.clone(), untaken, now);
                 StopAnswer::Stopped
             }
             StopResult::Failed { error } => {
                 self.runs.end_cancellation(&session, &run);
+                self.shared_stop_ended(&session, &run, now);
                 StopAnswer::Failed(error)
             }
         };

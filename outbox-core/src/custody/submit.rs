@@ -192,7 +192,7 @@ impl<S: OutboxStore> Custody<S> {
         let base = base_session(&session);
         let Some((sending, record)) = self.sending_record(entry, now) else {
             // Not queued: nothing to hand off; the plain claim saves it.
-            self.runs.end(&session, &run);
+            self.end_run(&session, &run, now);
             return Ok(None);
         };
         match self
@@ -214,11 +214,11 @@ impl<S: OutboxStore> Custody<S> {
                 Ok(Some(receipt(req, false)))
             }
             Ok(Claim::Existing(_)) => {
-                self.runs.end(&session, &run);
+                self.end_run(&session, &run, now);
                 Ok(None)
             }
             Err(e) => {
-                self.runs.end(&session, &run);
+                self.end_run(&session, &run, now);
                 self.forget(&session);
                 Err(e)
             }

@@ -302,6 +302,13 @@ impl Eq for StoreError {}
 /// Outbox, identities, ledger and session-message routes. Every method is one
 /// transaction; see the module docs for the multi-record rules.
 pub trait OutboxStore {
+    /// The run registry this store shares with other hosts, when it is one of several
+    /// hosts' stores ([`crate::runs::SharedRuns`]). `None` (the default): custody's runs
+    /// live in its own memory alone, the seed's design for one host.
+    fn shared_runs(&mut self) -> Option<&mut dyn crate::runs::SharedRuns> {
+        None
+    }
+
     /// Claims (session, operation) with `fingerprint` and writes `entry`, or returns the
     /// existing identity and writes nothing. A queue ID that already holds another
     /// operation's entry is [`StoreError::QueueTaken`], and nothing is written.

@@ -83,6 +83,11 @@ fn main() -> Result<(), Error> {
     let mut settings = Settings::default();
     settings.leases.session_lease = lease;
     settings.leases.run_lease = lease;
+    // A run another host left is adopted by the session's next owner and reclaimed once
+    // it had no activity for this long and its host stopped renewing it: the seed's 45 s
+    // would hold a session whose host was killed mid-turn for that long, longer than the
+    // tests wait.
+    settings.leases.stale_after = lease;
     settings.application_name = host.clone();
     settings.connect_timeout = Duration::from_secs(2);
 
@@ -100,6 +105,7 @@ fn main() -> Result<(), Error> {
     let leases = builder.leases();
     let mut outbox = PostgresStore::open(options.clone(), settings.clone())?;
     outbox.share_leases(&leases);
+    outbox.share_runs(HostId::new(&host)?);
     let mut overlays = PostgresStore::open(options, settings)?;
     overlays.share_leases(&leases);
 
