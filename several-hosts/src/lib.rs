@@ -8,6 +8,11 @@
 //! with `body` for `<session>`; the tool's results are appended to the log's path with
 //! `.tools` added (`host \t session \t call \t result`, [`read_tools`]).
 //!
+//! A message `hold:<text>` starts a turn that does not end by itself, and whose stop
+//! this agent never answers (a stop that hangs); any other stop is answered stopped at
+//! once. Every stop the agent is asked for is appended to the log's path with `.stops`
+//! added (`host \t session \t run \t held|stopped`, [`read_stops`]).
+//!
 //! The log is one file, one line per message given: `host \t session \t operation \t
 //! text`, appended with a single write, so a host killed at any moment leaves whole
 //! lines. The agent writes the line before it answers the send, as a real agent's
@@ -91,6 +96,22 @@ fn lines(path: &Path) -> std::io::Result<Vec<[String; 4]>> {
         .collect())
 }
 
+/// The stops the agents were asked for so far: (host, session, run, `held` or
+/// `stopped`).
+///
+/// # Errors
+///
+/// The file could not be read (none written yet is empty).
+pub fn read_stops(log: &Path) -> std::io::Result<Vec<[String; 4]>> {
+    lines(&stops_path(log))
+}
+
+fn stops_path(log: &Path) -> PathBuf {
+    let mut path = log.as_os_str().to_owned();
+    path.push(".stops");
+    PathBuf::from(path)
+}
+
 fn tools_path(log: &Path) -> PathBuf {
     let mut path = log.as_os_str().to_owned();
     path.push(".tools");
@@ -150,6 +171,8 @@ pub struct LogAgent {
     out: VecDeque<AgentEffect>,
     /// Runs still going: when each ends.
     ends: Vec<(Millis, SessionId, RunId)>,
+    /// Runs of `hold:` messages: they end only when stopped, and their stop hangs.
+    held: Vec<RunId>,
 }
 
 impl LogAgent {
@@ -161,6 +184,7 @@ impl LogAgent {
             turn,
             out: VecDeque::new(),
             ends: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -258,7 +282,9 @@ impl LogAgent {
                 }));
             }
         }
-        if starts {
+        if starts && given.text.starts_with("hold:") {
+            self.held.push(run);
+        } else if starts {
             self.ends
                 .push((now.saturating_add(self.turn), request.session, run));
         }
@@ -303,6 +329,19 @@ impl Agent for LogAgent {
                 session,
                 run,
             } => {
+                let held = self.held.contains(&run);
+                let line = format!(
+                    "{}\t{session}\t{run}\t{}\n",
+                    self.host,
+                    if held { "held" } else { "stopped" }
+                );
+                if let Err(e) = append_line(&stops_path(&self.log), &line) {
+                    eprintln!("a stop could not be recorded: {e}");
+                }
+                if held {
+                    // Never answered: the stop hangs, as an agent's can.
+                    return;
+                }
                 let before = self.ends.len();
                 self.ends.retain(|(_, _, r)| *r != run);
                 self.input(AgentInput::StopResult {

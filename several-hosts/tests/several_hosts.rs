@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{submit, Client, HostProc, Proxy, World};
 use outbox_core::entry::UNCONFIRMED_TEXT;
-use several_hosts::read_log;
+use several_hosts::{read_log, read_stops};
 
 /// Waits until `done`, or fails with `what` after `limit`.
 async fn eventually(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
@@ -545,5 +545,93 @@ async fn a_session_message_reaches_a_session_another_host_serves() {
         "the tool was told it was queued: {tools:?}"
     );
     a.stop();
+    b.stop();
+}
+
+// MH-05, OB-15, MH-03: a stop begun on a host that is killed before its agent answers
+// is resumed by the session's next owner: it stops the run through its own agent, the
+// stop's row and the run leave the shared registry, and the message queued behind the
+// run goes, once, from the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_begun_on_a_host_killed_before_it_ended_is_resumed_by_the_new_owner() {
+    let lease_ms = 1_500;
+    let world = World::new(lease_ms, 300, 1);
+    let pg = world.tcp(world.port());
+    let mut a = world.host("a", &pg);
+    let mut client = Client::default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let at_a = vec![a.address.clone()];
+    let long = submit("s0", "op-1", "hold: a turn only a stop ends");
+    client
+        .call(&at_a, "s0", "run.chatOutboxSubmit", &long, deadline)
+        .await
+        .unwrap();
+    eventually("a's agent is given op-1", Duration::from_secs(20), || {
+        read_log(&world.log())
+            .unwrap()
+            .iter()
+            .any(|g| g.operation == "op-1" && g.host == "a")
+    })
+    .await;
+    let next = submit("s0", "op-2", "after the stop");
+    client
+        .call(&at_a, "s0", "run.chatOutboxSubmit", &next, deadline)
+        .await
+        .unwrap();
+    let stop = serde_json::json!({"appSessionId": "s0", "idempotencyKey": "stop-1"});
+    let asked = client
+        .call_at(&a.address, "run.cancel", &stop, Duration::from_millis(500))
+        .await;
+    assert!(
+        asked.is_err(),
+        "a's agent holds the stop, so it is not answered yet"
+    );
+    eventually(
+        "the stop is pending in the shared registry",
+        Duration::from_secs(10),
+        || world.query("SELECT host_id FROM chat_run_cancellations", None) == [["a"]],
+    )
+    .await;
+    assert!(read_log(&world.log())
+        .unwrap()
+        .iter()
+        .all(|g| g.operation != "op-2"));
+    a.kill();
+
+    let mut b = world.host("b", &pg);
+    eventually("b resumes the stop", Duration::from_secs(15), || {
+        read_stops(&world.log())
+            .unwrap()
+            .iter()
+            .any(|[host, session, _, outcome]| {
+                host == "b" && session == "s0" && outcome == "stopped"
+            })
+    })
+    .await;
+    eventually("op-2 is given by b", Duration::from_secs(15), || {
+        read_log(&world.log())
+            .unwrap()
+            .iter()
+            .any(|g| g.operation == "op-2" && g.host == "b")
+    })
+    .await;
+    let given = read_log(&world.log()).unwrap();
+    for op in ["op-1", "op-2"] {
+        assert_eq!(
+            given.iter().filter(|g| g.operation == op).count(),
+            1,
+            "{op} given once: {given:?}"
+        );
+    }
+    let stops = read_stops(&world.log()).unwrap();
+    assert_eq!(stops.len(), 2, "asked once on each host: {stops:?}");
+    assert_eq!(stops[0][2], stops[1][2], "the same run");
+    assert!(world
+        .query("SELECT host_id FROM chat_run_cancellations", None)
+        .is_empty());
+    assert!(world
+        .query("SELECT host_id FROM chat_active_runs", None)
+        .iter()
+        .all(|r| r[0] != "a"));
     b.stop();
 }
