@@ -308,8 +308,9 @@ pub trait SharedRuns {
     /// another host's run is active in the session and may not be reclaimed yet
     /// ([`RunError::InProgress`]), or a cancellation another host began is pending in
     /// the scope ([`RunError::CancellationPending`]). A run of this host's own that the
-    /// registry still holds for the session is replaced: this host's registry is the
-    /// judge of its own runs.
+    /// registry still holds for the session is replaced: custody starts only where its
+    /// own registry holds no run, and it adopted every run the shared registry held for
+    /// the scope when it took the scope up.
     fn start_run(
         &mut self,
         session: &SessionId,
@@ -320,9 +321,14 @@ pub trait SharedRuns {
     fn end_run(&mut self, session: &SessionId, run: &RunId)
         -> Result<(), crate::store::StoreError>;
 
-    /// Renews this host's claim on `runs` and on its pending cancellations; a run listed
-    /// with `true` had activity since the last renewal.
-    fn renew(&mut self, runs: &[(SessionId, RunId, bool)]) -> Result<(), crate::store::StoreError>;
+    /// Renews this host's claim on `runs` (a run listed with `true` had activity since
+    /// the last renewal) and on the pending cancellations `stops`; a claim of this host's
+    /// not listed is left to lapse.
+    fn renew(
+        &mut self,
+        runs: &[(SessionId, RunId, bool)],
+        stops: &[(SessionId, RunId)],
+    ) -> Result<(), crate::store::StoreError>;
 
     /// How often [`SharedRuns::renew`] must be called for the claims to hold.
     fn renew_every(&self) -> Millis;

@@ -104,7 +104,11 @@ impl SharedRuns for Fenced {
         }
         Ok(())
     }
-    fn renew(&mut self, runs: &[(SessionId, RunId, bool)]) -> Result<(), StoreError> {
+    fn renew(
+        &mut self,
+        runs: &[(SessionId, RunId, bool)],
+        _stops: &[(SessionId, RunId)],
+    ) -> Result<(), StoreError> {
         let host = self.host;
         let mut db = self.db.lock().unwrap();
         let t = &mut db.runs;
@@ -885,4 +889,131 @@ fn an_end_the_shared_registry_missed_is_written_at_the_next_renewal() {
         Some(Millis(1_000 + 31_000)),
         "nothing left to renew or write: only the unanswered send's own deadline"
     );
+}
+
+// MH-03: a scope that comes back to the host that let it go adopts that host's own run
+// from before, which the agent may still be working: a new message waits for it as for
+// any other host's run.
+#[test]
+fn a_scope_granted_again_to_its_last_host_waits_for_that_hosts_old_run() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    let t = at(&db, 1_000);
+    a.grant_scope(&s("s1"), t);
+    a.submit(submit_req("s1", "1", Controls::automatic()), t)
+        .unwrap();
+    let old = started(&effects(&mut a))[0].1.clone();
+    assert!(a.release_scope(&s("s1"), "the lease lapsed", at(&db, 1_100)));
+    effects(&mut a);
+    // The lease comes back to `a`; op-1, out with nothing under way, is confirmed.
+    a.grant_scope(&s("s1"), at(&db, 2_000));
+    let read = history_read(&effects(&mut a), "s1", "op-1").expect("a history read");
+    a.handle_history_read(read, HistoryRead::Found, at(&db, 2_005));
+    effects(&mut a);
+    assert_eq!(
+        a.runs().active(&s("s1")).map(|r| r.run_id.clone()),
+        Some(old.clone()),
+        "its own old run is adopted"
+    );
+    a.submit(submit_req("s1", "2", Controls::automatic()), at(&db, 2_010))
+        .unwrap();
+    assert!(
+        started(&effects(&mut a)).is_empty(),
+        "op-2 waits for the old run"
+    );
+    // Not renewed since 1,000: it may be reclaimed at 1,000 + STALE, not before.
+    let early = until(&mut a, &db, 3_999);
+    assert!(started(&early).is_empty(), "{early:?}");
+    let sent = started(&until(&mut a, &db, 4_000));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, op("op-2"));
+    assert_eq!(shared_run(&db, "s1"), Some((sent[0].1.clone(), "a")));
+}
+
+// MH-03: an adopted run whose host renewed it after the adoption is not reclaimed at the
+// time first read: custody asks the registry again and waits for the new time.
+#[test]
+fn an_adopted_run_its_host_renewed_meanwhile_is_asked_about_again() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    let t = at(&db, 1_000);
+    a.grant_scope(&s("s1"), t);
+    a.submit(submit_req("s1", "1", Controls::automatic()), t)
+        .unwrap();
+    let run = started(&effects(&mut a))[0].1.clone();
+    lease(&db, "s1", "b");
+    let mut b = sharing("b", &db);
+    b.grant_scope(&s("s1"), at(&db, 2_000));
+    let read = history_read(&effects(&mut b), "s1", "op-1").expect("a history read");
+    b.handle_history_read(read, HistoryRead::Found, at(&db, 2_005));
+    effects(&mut b);
+    b.submit(submit_req("s1", "2", Controls::automatic()), at(&db, 2_010))
+        .unwrap();
+    assert_eq!(b.poll_timeout(), Some(Millis(4_000)));
+    // `a` still lives (cut off from its lease, not from the registry) and its turn has
+    // activity: its renewal moves the run's times on.
+    at(&db, 3_500);
+    a.handle_timeout(Millis(3_500));
+    effects(&mut a);
+    {
+        let mut db = db.lock().unwrap();
+        let row = db.runs.active.get_mut(&s("s1")).unwrap();
+        row.2 = 3_500;
+        row.3 = 3_500 + LEASE;
+    }
+    b.handle_timeout(at(&db, 4_000));
+    assert!(
+        started(&effects(&mut b)).is_empty(),
+        "renewed: still a's run"
+    );
+    assert_eq!(shared_run(&db, "s1"), Some((run.clone(), "a")));
+    assert_eq!(b.poll_timeout(), Some(Millis(3_500 + STALE)));
+    b.handle_timeout(at(&db, 3_500 + STALE));
+    let sent = started(&effects(&mut b));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, op("op-2"));
+}
+
+// MH-03: writes owed while the registry was down are written, in order, before the next
+// start: a restore and the end of that run reach the registry before the new run, so the
+// new run is what it holds.
+#[test]
+fn owed_writes_reach_the_registry_before_the_next_start() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    a.grant_scope(&s("s1"), at(&db, 1_000));
+    effects(&mut a);
+    db.lock().unwrap().runs.down = true;
+    let old = RunId::new("run-old").unwrap();
+    let mut restored = b_active(&old);
+    restored.last_activity = Millis(1_000);
+    a.restore_run(&s("s1"), restored, at(&db, 1_000)).unwrap();
+    a.handle_run_ended(&s("s1"), &old, &[], at(&db, 1_010));
+    let failed = effects(&mut a);
+    assert!(
+        failed.iter().any(|e| matches!(e, Effect::StoreFailed(_))),
+        "{failed:?}"
+    );
+    db.lock().unwrap().runs.down = false;
+    a.submit(submit_req("s1", "1", Controls::automatic()), at(&db, 1_100))
+        .unwrap();
+    let sent = started(&effects(&mut a));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(shared_run(&db, "s1"), Some((sent[0].1.clone(), "a")));
+}
+
+/// Handles every deadline of `c` up to `t`, in order; the effects they had.
+fn until(c: &mut Custody<Fenced>, db: &Arc<Mutex<Db>>, t: u64) -> Vec<Effect> {
+    let mut out = Vec::new();
+    let mut steps = 0;
+    while let Some(due) = c.poll_timeout().filter(|d| d.as_u64() <= t) {
+        steps += 1;
+        assert!(steps < 1_000, "a deadline at {due:?} is never cleared");
+        c.handle_timeout(at(db, due.as_u64()));
+        out.extend(effects(c));
+    }
+    out
 }

@@ -1193,7 +1193,11 @@ impl outbox_core::runs::SharedRuns for PostgresStore {
         PostgresStore::end_run(self, session, run).map(|_| ())
     }
 
-    fn renew(&mut self, runs: &[(SessionId, RunId, bool)]) -> Result<(), OutboxError> {
+    fn renew(
+        &mut self,
+        runs: &[(SessionId, RunId, bool)],
+        stops: &[(SessionId, RunId)],
+    ) -> Result<(), OutboxError> {
         let host = self.runs_host()?;
         let lease = ms(self.settings.leases.run_lease);
         self.transact(ob, |c, _| {
@@ -1212,12 +1216,19 @@ impl outbox_core::runs::SharedRuns for PostgresStore {
                     ],
                 )?;
             }
-            c.execute(
-                "UPDATE chat_run_cancellations
-                 SET lease_until = clock_timestamp() + $2::FLOAT8 * INTERVAL '1 millisecond'
-                 WHERE host_id = $1",
-                &[&b(host.as_str()), &lease],
-            )?;
+            for (session, run) in stops {
+                c.execute(
+                    "UPDATE chat_run_cancellations
+                     SET lease_until = clock_timestamp() + $4::FLOAT8 * INTERVAL '1 millisecond'
+                     WHERE app_session_id = $1 AND run_id = $2 AND host_id = $3",
+                    &[
+                        &b(session.as_str()),
+                        &b(run.as_str()),
+                        &b(host.as_str()),
+                        &lease,
+                    ],
+                )?;
+            }
             Ok(())
         })
     }

@@ -648,7 +648,7 @@ fn the_shared_registry_custody_writes_through_keeps_one_run_per_session_across_h
 
     // Renewed with activity past the stale limit: still `h`'s.
     std::thread::sleep(Duration::from_millis(350));
-    SharedRuns::renew(&mut h, &[(s("a"), run("run-2"), true)]).unwrap();
+    SharedRuns::renew(&mut h, &[(s("a"), run("run-2"), true)], &[]).unwrap();
     assert_eq!(
         SharedRuns::start_run(&mut g, &s("a"), &active("run-9")).unwrap(),
         Err(RunError::InProgress)

@@ -942,7 +942,11 @@ impl<S: OutboxStore> Custody<S> {
     /// (without waking anyone: the caller does). Returns the sessions whose run went.
     fn reclaim_stale(&mut self, now: Millis) -> Vec<SessionId> {
         let vetoes = &self.vetoes;
-        let veto = |s: &SessionId, r: &RunId| vetoes.contains(&(s.clone(), r.clone()));
+        // A run adopted from the shared registry is the registry's to let go.
+        let shared = &self.shared;
+        let veto = |s: &SessionId, r: &RunId| {
+            vetoes.contains(&(s.clone(), r.clone())) || shared.is_adopted(s, r)
+        };
         let reclaimed = self.runs.reclaim_stale(now, &veto);
         let mut sessions = Vec::new();
         for (session, run) in reclaimed {
