@@ -4,22 +4,25 @@
 //!
 //! A reader thread per pipe turns stdout into lines (each cut at [`MAX_LINE`], the rest
 //! of a longer one skipped as it streams) and keeps the last [`STDERR_TAIL`] bytes of
-//! stderr for the error text; [`Driver::next_event`] waits for
-//! a line until a deadline and reports the exit once stdout is closed.
+//! stderr for the error text; a waiter thread owns the child and reaps it, sending its
+//! exit; [`Driver::next_event`] waits for a line until a deadline and reports the exit
+//! once stdout is closed. Nothing polls: every wait is on a channel.
 //!
-//! Invariant: a driver that is dropped kills and reaps its child, so no Claude process
-//! outlives the adapter that started it.
+//! Invariant: the child leads a process group of its own, and a driver that is dropped
+//! kills that group (the child and whatever it started) and reaps the child, so no
+//! Claude process outlives the adapter that started it.
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // the module that runs a process
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The most bytes of Claude's stderr kept for an error text.
 pub const STDERR_TAIL: usize = 4096;
@@ -134,7 +137,13 @@ enum Piped {
 
 /// A running Claude process.
 pub struct Driver {
-    child: Child,
+    /// The child's process ID, which is also its process group's.
+    pid: u32,
+    /// The child's exit code (`None`: a signal ended it, or its status could not be
+    /// read), sent once by the waiter thread that owns the child.
+    exit: Receiver<Option<i32>>,
+    /// The exit once received.
+    status: Option<Option<i32>>,
     stdin: Option<ChildStdin>,
     lines: Receiver<Piped>,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -194,7 +203,20 @@ fn read_line_bounded(
     Ok(true)
 }
 
-/// Kills `child` and reaps it.
+/// Kills process group `pid` with SIGKILL; a group already gone is no error.
+fn kill_group(pid: u32) -> std::io::Result<()> {
+    use nix::errno::Errno;
+    let pid = i32::try_from(pid).map_err(|_| std::io::Error::other("process ID out of range"))?;
+    match nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    ) {
+        Ok(()) | Err(Errno::ESRCH) => Ok(()),
+        Err(e) => Err(std::io::Error::from(e)),
+    }
+}
+
+/// Kills `child` (not yet owned by a waiter) and reaps it.
 fn end(child: &mut Child) -> std::io::Result<()> {
     child.kill()?;
     child.wait().map(|_| ())
@@ -220,6 +242,7 @@ impl Driver {
     pub fn spawn(command: &ClaudeCommand) -> Result<Driver, DriverError> {
         let mut cmd = Command::new(&command.program);
         cmd.args(&command.args)
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -267,8 +290,26 @@ impl Driver {
                 Err(k) => std::io::Error::other(format!("{e}; ending the child: {k}")),
             }));
         }
+        let pid = child.id();
+        let (exit_tx, exit) = mpsc::channel();
+        let waiter = std::thread::Builder::new()
+            .name("claude-wait".into())
+            .spawn(move || {
+                let code = child.wait().ok().and_then(|s| s.code());
+                // The driver may be gone: then nobody waits for the exit.
+                exit_tx.send(code).ok();
+            });
+        if let Err(e) = waiter {
+            // The child went with the closure; its group is all that is left to end.
+            return Err(spawn_error(match kill_group(pid) {
+                Ok(()) => e,
+                Err(k) => std::io::Error::other(format!("{e}; ending the child: {k}")),
+            }));
+        }
         Ok(Driver {
-            child,
+            pid,
+            exit,
+            status: None,
             stdin,
             lines: rx,
             stderr,
@@ -277,9 +318,31 @@ impl Driver {
         })
     }
 
-    /// The child's process ID.
+    /// The child's process ID (also its process group's).
     pub fn id(&self) -> u32 {
-        self.child.id()
+        self.pid
+    }
+
+    /// The child's exit once it is known, waiting until `deadline` for it (`None`: as
+    /// long as it takes). `None` while it runs.
+    fn wait_exit(&mut self, deadline: Option<Instant>) -> Option<Option<i32>> {
+        if self.status.is_none() {
+            let got = match deadline {
+                Some(d) => self
+                    .exit
+                    .recv_timeout(d.saturating_duration_since(Instant::now()))
+                    .map_err(|e| matches!(e, RecvTimeoutError::Disconnected)),
+                None => self.exit.recv().map_err(|_| true),
+            };
+            self.status = match got {
+                Ok(code) => Some(code),
+                // The waiter is gone without a word: the child was reaped, its status
+                // unread.
+                Err(true) => Some(None),
+                Err(false) => None,
+            };
+        }
+        self.status
     }
 
     /// Writes `line` (which ends with its newline) and flushes it.
@@ -312,29 +375,22 @@ impl Driver {
         }
     }
 
-    /// Stdout is closed: waits for the exit until `deadline` (then kills the child).
+    /// Stdout is closed: waits for the exit until `deadline` (then kills the child's
+    /// group).
     fn reap(&mut self, deadline: Instant) -> DriverEvent {
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Ok(None) | Err(_) => {
-                    // Output closed but the process lingers past the deadline.
-                    if self.child.kill().is_err() {
-                        break None;
-                    }
-                    break self.child.wait().ok();
-                }
-            }
+        let code = match self.wait_exit(Some(deadline)) {
+            Some(code) => code,
+            // Output closed but the process lingers past the deadline.
+            None => match kill_group(self.pid) {
+                Ok(()) => self.wait_exit(None).flatten(),
+                Err(_) => None,
+            },
         };
         let stderr = self
             .stderr
             .lock()
             .map(|t| String::from_utf8_lossy(&t).into_owned())
             .unwrap_or_default();
-        let code = status.and_then(|s| s.code());
         self.exited = Some((code, stderr.clone()));
         DriverEvent::Exited { code, stderr }
     }
@@ -346,28 +402,104 @@ impl Driver {
 
     /// True while the child runs.
     pub fn is_alive(&mut self) -> bool {
-        self.exited.is_none() && matches!(self.child.try_wait(), Ok(None))
+        self.exited.is_none() && self.wait_exit(Some(Instant::now())).is_none()
     }
 
-    /// Kills the child and reaps it (an error: it had exited already).
+    /// Kills the child's process group (the child and whatever it started) and reaps
+    /// the child. An error: the group could not be signalled.
     pub fn kill(&mut self) -> std::io::Result<()> {
         self.stdin = None;
-        end(&mut self.child)
+        kill_group(self.pid)?;
+        self.wait_exit(None);
+        Ok(())
     }
 }
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        if self.is_alive() {
-            // Nobody is left to tell: a kill that fails found the child gone already.
-            self.kill().ok();
-        }
+        // Also after the child exited: what it started may still run in its group.
+        // Nobody is left to tell of a kill that failed.
+        self.kill().ok();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// Whether process `pid` is gone or only a zombie (its parent has not reaped it).
+    fn dead(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        }
+    }
+
+    fn eventually_dead(pid: &str) -> bool {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if dead(pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    // RT-01: a dropped driver kills the child's whole process group, so what Claude
+    // started (a tool's shell, say) does not outlive it.
+    #[test]
+    fn a_dropped_driver_kills_what_the_child_started() {
+        let command = ClaudeCommand::new("sh").args(["-c", "sleep 100 & echo $!; wait"]);
+        let mut driver = Driver::spawn(&command).unwrap();
+        let DriverEvent::Line(pid) = driver.next_event(Instant::now() + Duration::from_secs(5))
+        else {
+            panic!("the grandchild's pid");
+        };
+        let pid = String::from_utf8(pid).unwrap();
+        assert!(!dead(&pid), "the grandchild runs");
+        drop(driver);
+        assert!(
+            eventually_dead(&pid),
+            "the grandchild {pid} outlived the driver"
+        );
+    }
+
+    // RT-01: a child that closed its output but lingers is killed at the deadline, its
+    // exit seen without polling: the event comes at the deadline, not seconds later.
+    #[test]
+    fn a_child_lingering_after_its_output_closed_is_killed_at_the_deadline() {
+        let command = ClaudeCommand::new("sh").args(["-c", "exec >&-; sleep 100"]);
+        let mut driver = Driver::spawn(&command).unwrap();
+        let started = Instant::now();
+        let event = driver.next_event(started + Duration::from_millis(300));
+        assert!(
+            matches!(event, DriverEvent::Exited { code: None, .. }),
+            "killed by a signal: {event:?}"
+        );
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        assert!(!driver.is_alive());
+        assert!(driver.kill().is_ok(), "a second kill finds the group gone");
+    }
+
+    // RT-01: a child that ends by itself reports its exit code.
+    #[test]
+    fn an_exit_reports_its_code() {
+        let command = ClaudeCommand::new("sh").args(["-c", "exit 3"]);
+        let mut driver = Driver::spawn(&command).unwrap();
+        let event = driver.next_event(Instant::now() + Duration::from_secs(5));
+        assert!(
+            matches!(event, DriverEvent::Exited { code: Some(3), .. }),
+            "{event:?}"
+        );
+    }
 
     fn lines(input: &[u8], max: usize, buffer: usize) -> Vec<Vec<u8>> {
         let mut reader = BufReader::with_capacity(buffer, input);

@@ -19,6 +19,7 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -202,6 +203,8 @@ impl Driver {
         let program = config.program.to_string_lossy().into_owned();
         let mut cmd = Command::new(&config.program);
         cmd.args(&config.args)
+            // Its own process group, so a kill reaches whatever it started too.
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -343,9 +346,11 @@ impl Driver {
         ReadLine::Exited { reason }
     }
 
-    /// Stops the process (kill, then reap).
+    /// Stops the process and whatever it started (a kill of its process group), then
+    /// reaps it.
     pub fn kill(&mut self) {
         self.stdin = None;
+        kill_group(self.child.id());
         if matches!(self.child.try_wait(), Ok(None)) {
             // Killing a process that ended between the check and the kill fails
             // harmlessly; the wait below reaps it either way.
@@ -358,6 +363,19 @@ impl Driver {
     }
 }
 
+/// Kills process group `pid` with SIGKILL. A group already gone is the expected miss;
+/// any other failure leaves the child to the kill of the child alone that follows.
+fn kill_group(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // ESRCH: the group is gone; EPERM cannot happen for our own child's group.
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .ok();
+    }
+}
+
 impl Drop for Driver {
     fn drop(&mut self) {
         self.kill();
@@ -367,6 +385,45 @@ impl Drop for Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether process `pid` is gone or only a zombie (its parent has not reaped it).
+    fn dead(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        }
+    }
+
+    fn eventually_dead(pid: &str) -> bool {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if dead(pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    // RT-01: a dropped driver kills the child's whole process group, so what Codex
+    // started (a tool's shell, say) does not outlive it.
+    #[test]
+    fn a_dropped_driver_kills_what_the_child_started() {
+        let config = DriverConfig::command("sh", ["-c", "sleep 100 & echo $!; wait"]);
+        let mut driver = Driver::spawn(&config).unwrap();
+        let ReadLine::Line(pid) = driver.read_line(Instant::now() + Duration::from_secs(5)) else {
+            panic!("the grandchild's pid");
+        };
+        let pid = String::from_utf8(pid).unwrap();
+        assert!(!dead(&pid), "the grandchild runs");
+        drop(driver);
+        assert!(
+            eventually_dead(&pid),
+            "the grandchild {pid} outlived the driver"
+        );
+    }
 
     fn lines(input: &[u8], max: usize, buffer: usize) -> Vec<Vec<u8>> {
         let mut reader = BufReader::with_capacity(buffer, input);
