@@ -12,8 +12,9 @@
 //! - [`Driver::read_line`] waits for the next line until a deadline: a line, the
 //!   deadline, or the process's end ([`ReadLine::Exited`]).
 //!
-//! Invariant: once stdout has ended, every later read answers `Exited` at once; a
-//! dropped driver kills and reaps its child.
+//! Invariant: once stdout has ended, every later read answers `Exited` at once; the
+//! child leads a process group of its own, and a dropped driver kills that group (the
+//! child and whatever it started) and reaps the child.
 
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // the process edge
 
