@@ -321,6 +321,15 @@ pub trait SharedRuns {
     fn end_run(&mut self, session: &SessionId, run: &RunId)
         -> Result<(), crate::store::StoreError>;
 
+    /// Records that the session message `op` joined `run` of `session` (the run's
+    /// `last_session_message`, which a host that adopts the run continues from).
+    fn joined_by(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        op: &OperationId,
+    ) -> Result<(), crate::store::StoreError>;
+
     /// Renews this host's claim on `runs` (a run listed with `true` had activity since
     /// the last renewal) and on the pending cancellations `stops`; a claim of this host's
     /// not listed is left to lapse.

@@ -104,6 +104,23 @@ impl SharedRuns for Fenced {
         }
         Ok(())
     }
+    fn joined_by(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        op: &OperationId,
+    ) -> Result<(), StoreError> {
+        let mut db = self.db.lock().unwrap();
+        if db.runs.down {
+            return Err(StoreError::unavailable("the registry is down"));
+        }
+        if let Some(a) = db.runs.active.get_mut(session) {
+            if a.0.run_id == *run {
+                a.0.last_session_message = Some(op.clone());
+            }
+        }
+        Ok(())
+    }
     fn renew(
         &mut self,
         runs: &[(SessionId, RunId, bool)],

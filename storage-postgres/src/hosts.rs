@@ -1193,6 +1193,15 @@ impl outbox_core::runs::SharedRuns for PostgresStore {
         PostgresStore::end_run(self, session, run).map(|_| ())
     }
 
+    fn joined_by(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        op: &OperationId,
+    ) -> Result<(), OutboxError> {
+        PostgresStore::joined_by(self, session, run, op).map(|_| ())
+    }
+
     fn renew(
         &mut self,
         runs: &[(SessionId, RunId, bool)],

@@ -619,11 +619,18 @@ fn the_shared_registry_custody_writes_through_keeps_one_run_per_session_across_h
     SharedRuns::start_run(&mut h, &s("a"), &active("run-2"))
         .unwrap()
         .unwrap();
+    let joined = OperationId::new("op-joined").unwrap();
+    SharedRuns::joined_by(&mut h, &s("a"), &run("run-2"), &joined).unwrap();
     let scope = SharedRuns::scope(&mut g, &s("a")).unwrap();
     assert_eq!(scope.runs.len(), 1);
     let seen = &scope.runs[0];
     assert_eq!((seen.run.run_id.clone(), seen.mine), (run("run-2"), false));
     assert_eq!(seen.run.started_by, Some(OperationId::new("op-1").unwrap()));
+    assert_eq!(
+        seen.run.last_session_message,
+        Some(joined),
+        "an adopter continues the exchange"
+    );
     assert!(
         seen.reclaimable_in > Millis(400) && seen.reclaimable_in <= Millis(600),
         "the lease left: {:?}",

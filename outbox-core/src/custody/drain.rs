@@ -163,6 +163,7 @@ impl<S: OutboxStore> Custody<S> {
         }
         if head.session_message.is_some() {
             self.runs.joined_by(session, &active, &head.operation_id);
+            self.shared_joined(session, &active, &head.operation_id, now);
         }
         self.hand_off(
             session,
@@ -266,6 +267,7 @@ impl<S: OutboxStore> Custody<S> {
         // A session message that starts a run continues its exchange.
         if head.session_message.is_some() {
             self.runs.joined_by(session, &run, &head.operation_id);
+            self.shared_joined(session, &run, &head.operation_id, now);
         }
         let sent = self.hand_off(
             session,
@@ -274,8 +276,10 @@ impl<S: OutboxStore> Custody<S> {
             LaneKind::Normal,
             now,
         );
-        if !matches!(sent, Ok(true)) {
-            self.end_run(session, &run, now);
+        if !matches!(sent, Ok(true)) && !self.end_run(session, &run, now) {
+            // The scope went with the failed write (its lease was lost): custody's
+            // registry let the run go, but the shared one holds the start just written.
+            self.shared_ended(session, &run, now);
         }
         sent
     }

@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use timeline_core::time::Millis;
 
 use super::{Custody, Effect, StoreFailure, Work};
-use crate::ids::{base_session, RunId, SessionId};
+use crate::ids::{base_session, OperationId, RunId, SessionId};
 use crate::runs::{ActiveRun, SharedRuns};
 use crate::store::{OutboxStore, StoreError};
 
@@ -46,6 +46,7 @@ use crate::store::{OutboxStore, StoreError};
 enum Owed {
     Start(SessionId, ActiveRun),
     End(SessionId, RunId),
+    Joined(SessionId, RunId, OperationId),
     BeginCancellation(SessionId, RunId),
     EndCancellation(SessionId, RunId),
 }
@@ -55,6 +56,7 @@ impl Owed {
         match self {
             Owed::Start(s, _)
             | Owed::End(s, _)
+            | Owed::Joined(s, _, _)
             | Owed::BeginCancellation(s, _)
             | Owed::EndCancellation(s, _) => s,
         }
@@ -71,6 +73,7 @@ impl Owed {
                 )
             })),
             Owed::End(s, r) => shared.end_run(s, r).map(|()| None),
+            Owed::Joined(s, r, op) => shared.joined_by(s, r, op).map(|()| None),
             Owed::BeginCancellation(s, r) => shared.begin_cancellation(s, r).map(|()| None),
             Owed::EndCancellation(s, r) => shared.end_cancellation(s, r).map(|()| None),
         }
@@ -229,6 +232,17 @@ impl<S: OutboxStore> Custody<S> {
         self.shared.adopted.remove(&key);
         self.shared.touched.remove(&key);
         self.owe(Owed::End(session.clone(), run.clone()), now);
+    }
+
+    /// The session message `op` joined `run` (an adopter continues its exchange).
+    pub(super) fn shared_joined(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+        op: &OperationId,
+        now: Millis,
+    ) {
+        self.owe(Owed::Joined(session.clone(), run.clone(), op.clone()), now);
     }
 
     /// A stop of `run` began.
