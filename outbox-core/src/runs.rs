@@ -305,12 +305,11 @@ pub struct SharedScope {
 /// resumed by that owner. Every method is one transaction.
 pub trait SharedRuns {
     /// Starts `run` in `session` for this host. `Ok(Err(_))`, with nothing written, while
-    /// another host's run is active in the session and may not be reclaimed yet
-    /// ([`RunError::InProgress`]), or a cancellation another host began is pending in
-    /// the scope ([`RunError::CancellationPending`]). A run of this host's own that the
-    /// registry still holds for the session is replaced: custody starts only where its
-    /// own registry holds no run, and it adopted every run the shared registry held for
-    /// the scope when it took the scope up.
+    /// another run is active in the session and may not be reclaimed yet
+    /// ([`RunError::InProgress`]; also a run of this host's own from before it let the
+    /// scope go, which its agent may still be working), or a cancellation another host
+    /// began is pending in the scope ([`RunError::CancellationPending`]). The same run of
+    /// this host's written again (a restore) is taken as it is.
     fn start_run(
         &mut self,
         session: &SessionId,

@@ -79,8 +79,9 @@ impl SharedRuns for Fenced {
         {
             return Ok(Err(RunError::CancellationPending));
         }
-        if let Some((_, by, last, until)) = t.active.get(session) {
-            if *by != host && t.reclaimable_in(*last, *until) > 0 {
+        if let Some((current, by, last, until)) = t.active.get(session) {
+            let same = *by == host && current.run_id == run.run_id;
+            if !same && t.reclaimable_in(*last, *until) > 0 {
                 return Ok(Err(RunError::InProgress));
             }
         }
@@ -1033,4 +1034,32 @@ fn until(c: &mut Custody<Fenced>, db: &Arc<Mutex<Db>>, t: u64) -> Vec<Effect> {
         out.extend(effects(c));
     }
     out
+}
+
+// MH-03: an end still owed when the scope is taken up again is written before the
+// registry is read, so the run this host ended is not adopted as a live one.
+#[test]
+fn a_run_this_host_ended_is_not_adopted_back_while_its_end_is_owed() {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    let t = at(&db, 1_000);
+    a.grant_scope(&s("s1"), t);
+    a.submit(submit_req("s1", "1", Controls::automatic()), t)
+        .unwrap();
+    let run = started(&effects(&mut a))[0].1.clone();
+    db.lock().unwrap().runs.down = true;
+    a.handle_run_ended(&s("s1"), &run, &[], at(&db, 1_100));
+    effects(&mut a);
+    assert_eq!(shared_run(&db, "s1").map(|r| r.0), Some(run));
+    db.lock().unwrap().runs.down = false;
+    assert!(a.release_scope(&s("s1"), "handed over", at(&db, 1_150)));
+    a.grant_scope(&s("s1"), at(&db, 1_200));
+    effects(&mut a);
+    assert!(a.runs().active(&s("s1")).is_none(), "nothing adopted");
+    assert_eq!(
+        shared_run(&db, "s1"),
+        None,
+        "the owed end was written first"
+    );
 }

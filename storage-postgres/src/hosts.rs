@@ -411,6 +411,36 @@ fn reclaimable(run: &RunRow, host: &HostId, veto: &dyn Fn(&SessionId, &RunId) ->
         }
 }
 
+/// Writes `run` as the active run of `session` for `host`, active now and leased for
+/// `lease` (the session holds no row: the caller deleted or found none).
+fn insert_run<C: GenericClient>(
+    c: &mut Conn<'_, C>,
+    session: &SessionId,
+    run: &ActiveRun,
+    host: &HostId,
+    lease: Duration,
+) -> Result<(), postgres::Error> {
+    c.execute(
+        "INSERT INTO chat_active_runs
+             (app_session_id, base_session_id, run_id, host_id, started_by,
+              last_session_message, access, last_activity, lease_until, finalizing)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(),
+                 clock_timestamp() + $8::FLOAT8 * INTERVAL '1 millisecond', $9)",
+        &[
+            &b(session.as_str()),
+            &b(base_session(session).as_str()),
+            &b(run.run_id.as_str()),
+            &b(host.as_str()),
+            &run.started_by.as_ref().map(|o| b(o.as_str())),
+            &run.last_session_message.as_ref().map(|o| b(o.as_str())),
+            &access_text(run.access),
+            &ms(lease),
+            &run.finalizing,
+        ],
+    )?;
+    Ok(())
+}
+
 /// A milliseconds parameter for an interval.
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -510,7 +540,6 @@ impl PostgresStore {
     ) -> Result<(), RunStartError> {
         let scope = self.scope_key(session);
         let lease = self.settings.leases.run_lease;
-        let base = base_session(session);
         let outcome = self.transact(ob, |c, _| {
             c.execute("SELECT pg_advisory_xact_lock($1)", &[&scope])?;
             let current = c.query_opt(
@@ -526,24 +555,7 @@ impl PostgresStore {
                     Err(RunError::RestoreRefused)
                 });
             }
-            c.execute(
-                "INSERT INTO chat_active_runs
-                     (app_session_id, base_session_id, run_id, host_id, started_by,
-                      last_session_message, access, last_activity, lease_until, finalizing)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(),
-                         clock_timestamp() + $8::FLOAT8 * INTERVAL '1 millisecond', $9)",
-                &[
-                    &b(session.as_str()),
-                    &b(base.as_str()),
-                    &b(run.run_id.as_str()),
-                    &b(host.as_str()),
-                    &run.started_by.as_ref().map(|o| b(o.as_str())),
-                    &run.last_session_message.as_ref().map(|o| b(o.as_str())),
-                    &access_text(run.access),
-                    &ms(lease),
-                    &run.finalizing,
-                ],
-            )?;
+            insert_run(c, session, run, host, lease)?;
             Ok(Ok(()))
         })?;
         outcome.map_err(RunStartError::Refused)
@@ -1158,8 +1170,9 @@ impl outbox_core::runs::SharedRuns for PostgresStore {
             )?;
             if let Some(row) = current {
                 let current = read_run(&row)?;
-                let others = current.hosted.host != host;
-                if others && !(current.stale && current.lapsed) {
+                let same = current.hosted.host == host && current.hosted.run.run_id == run.run_id;
+                let reclaimable = current.stale && current.lapsed;
+                if !(same || reclaimable) {
                     return Ok(Err(RunError::InProgress));
                 }
                 c.execute(
@@ -1167,24 +1180,7 @@ impl outbox_core::runs::SharedRuns for PostgresStore {
                     &[&b(session.as_str())],
                 )?;
             }
-            c.execute(
-                "INSERT INTO chat_active_runs
-                     (app_session_id, base_session_id, run_id, host_id, started_by,
-                      last_session_message, access, last_activity, lease_until, finalizing)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(),
-                         clock_timestamp() + $8::FLOAT8 * INTERVAL '1 millisecond', $9)",
-                &[
-                    &b(session.as_str()),
-                    &b(base.as_str()),
-                    &b(run.run_id.as_str()),
-                    &b(host.as_str()),
-                    &run.started_by.as_ref().map(|o| b(o.as_str())),
-                    &run.last_session_message.as_ref().map(|o| b(o.as_str())),
-                    &access_text(run.access),
-                    &ms(lease),
-                    &run.finalizing,
-                ],
-            )?;
+            insert_run(c, session, run, &host, lease)?;
             Ok(Ok(()))
         })
     }

@@ -611,11 +611,20 @@ fn the_shared_registry_custody_writes_through_keeps_one_run_per_session_across_h
     SharedRuns::start_run(&mut h, &s("a"), &active("run-1"))
         .unwrap()
         .unwrap();
-    // Another host is refused; the same host replaces its own leftover.
+    // Another host is refused, and so is another run of the same host (an old run its
+    // agent may still work); the same run written again (a restore) is taken.
     assert_eq!(
         SharedRuns::start_run(&mut g, &s("a"), &active("run-9")).unwrap(),
         Err(RunError::InProgress)
     );
+    assert_eq!(
+        SharedRuns::start_run(&mut h, &s("a"), &active("run-2")).unwrap(),
+        Err(RunError::InProgress)
+    );
+    SharedRuns::start_run(&mut h, &s("a"), &active("run-1"))
+        .unwrap()
+        .unwrap();
+    SharedRuns::end_run(&mut h, &s("a"), &run("run-1")).unwrap();
     SharedRuns::start_run(&mut h, &s("a"), &active("run-2"))
         .unwrap()
         .unwrap();

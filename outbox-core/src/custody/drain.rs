@@ -233,7 +233,10 @@ impl<S: OutboxStore> Custody<S> {
         let run = RunId::generate(&uuid, now);
         let access = self.sessions.get(session).and_then(|i| i.access);
         let vetoes = &self.vetoes;
-        let veto = |s: &SessionId, r: &RunId| vetoes.contains(&(s.clone(), r.clone()));
+        let shared = &self.shared;
+        let veto = |s: &SessionId, r: &RunId| {
+            vetoes.contains(&(s.clone(), r.clone())) || shared.is_adopted(s, r)
+        };
         match self.runs.start(
             session,
             run.clone(),

@@ -16,7 +16,12 @@
 //!   and its host stopped renewing it), custody asks the registry again; once it still
 //!   may, custody reclaims it, settles what it accepted and drains. A stop the registry
 //!   holds for the scope with no stop worker here is resumed. A scope whose registry
-//!   rows could not be read is read again at each renewal until they are.
+//!   rows could not be read is read again at each renewal until they are (meanwhile a
+//!   start there is refused by the registry itself, this host's old runs included).
+//!   What is owed is written before the read, so a run this host ended never comes
+//!   back as one to adopt. An adopted run's activity is not written to the registry:
+//!   each host runs its own agent processes, so a run another host started reports
+//!   nothing here.
 //! - **Renewal.** Every [`SharedRuns::renew_every`] custody renews its own runs and
 //!   pending stops, marking those with activity since the last renewal; a host that
 //!   dies stops renewing, and its runs pass to the next owner.
@@ -174,10 +179,18 @@ impl<S: OutboxStore> Custody<S> {
     /// no stop worker here. Returns how many runs it adopted; a registry that could not
     /// be read is reported, and read again at the next renewal.
     pub(super) fn adopt_shared(&mut self, base: &SessionId, now: Millis) -> usize {
+        // What this host owes (an end, a stop's end) must be in the registry before it is
+        // read, or a run it ended would come back as one to adopt.
+        let flushed = self.flush(now);
         let Some(shared) = self.mirror.store.shared_runs() else {
             return 0;
         };
         let every = shared.renew_every();
+        if !flushed {
+            self.shared.adopting.insert(base.clone());
+            self.shared_renew_soon(every, now);
+            return 0;
+        }
         let scope = match shared.scope(base) {
             Ok(scope) => scope,
             Err(error) => {
@@ -284,21 +297,29 @@ impl<S: OutboxStore> Custody<S> {
     /// holds, or that may be reclaimed now, is reclaimed; one its host renewed meanwhile
     /// waits until the registry's new time.
     fn reclaim_adopted(&mut self, due: Vec<(SessionId, RunId)>, now: Millis) {
-        let Some(shared) = self.mirror.store.shared_runs() else {
-            return;
-        };
-        let every = shared.renew_every();
         let bases: BTreeSet<SessionId> = due.iter().map(|(s, _)| base_session(s)).collect();
         let mut scopes = BTreeMap::new();
         let mut failed = Vec::new();
-        for base in bases {
-            match shared.scope(&base) {
-                Ok(scope) => {
-                    scopes.insert(base, scope);
+        let every = match self.mirror.store.shared_runs() {
+            Some(shared) => {
+                for base in bases {
+                    match shared.scope(&base) {
+                        Ok(scope) => {
+                            scopes.insert(base, scope);
+                        }
+                        Err(error) => failed.push((base, error)),
+                    }
                 }
-                Err(error) => failed.push((base, error)),
+                shared.renew_every()
             }
-        }
+            None => {
+                // No registry any more: nothing holds these runs but custody.
+                for base in bases {
+                    scopes.insert(base, crate::runs::SharedScope::default());
+                }
+                Millis(u64::MAX)
+            }
+        };
         for (session, run) in due {
             let Some(scope) = scopes.get(&base_session(&session)) else {
                 // Unread: asked again a renewal later.
