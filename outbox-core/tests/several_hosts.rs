@@ -692,16 +692,7 @@ fn shared_run(db: &Arc<Mutex<Db>>, session: &str) -> Option<(RunId, &'static str
 // may be reclaimed: no activity for the stale limit and its host stopped renewing it.
 #[test]
 fn a_run_a_dead_host_left_holds_its_session_until_it_may_be_reclaimed() {
-    let db = Arc::new(Mutex::new(Db::default()));
-    lease(&db, "s1", "a");
-    let mut a = sharing("a", &db);
-    let t = at(&db, 1_000);
-    a.grant_scope(&s("s1"), t);
-    a.submit(submit_req("s1", "1", Controls::automatic()), t)
-        .unwrap();
-    let first = started(&effects(&mut a));
-    assert_eq!(first.len(), 1);
-    let run = first[0].1.clone();
+    let (db, mut a, run) = a_started_op_1();
     assert_eq!(shared_run(&db, "s1"), Some((run.clone(), "a")));
     a.submit(submit_req("s1", "2", Controls::automatic()), at(&db, 1_010))
         .unwrap();
@@ -871,14 +862,7 @@ fn a_stop_the_dead_host_began_is_resumed_by_the_new_owner() {
 // next renewal; until then nothing else is lost.
 #[test]
 fn an_end_the_shared_registry_missed_is_written_at_the_next_renewal() {
-    let db = Arc::new(Mutex::new(Db::default()));
-    lease(&db, "s1", "a");
-    let mut a = sharing("a", &db);
-    let t = at(&db, 1_000);
-    a.grant_scope(&s("s1"), t);
-    a.submit(submit_req("s1", "1", Controls::automatic()), t)
-        .unwrap();
-    let run = started(&effects(&mut a))[0].1.clone();
+    let (db, mut a, run) = a_started_op_1();
     db.lock().unwrap().runs.down = true;
     a.handle_run_ended(&s("s1"), &run, &[], at(&db, 1_100));
     let failed = effects(&mut a);
@@ -914,14 +898,7 @@ fn an_end_the_shared_registry_missed_is_written_at_the_next_renewal() {
 // any other host's run.
 #[test]
 fn a_scope_granted_again_to_its_last_host_waits_for_that_hosts_old_run() {
-    let db = Arc::new(Mutex::new(Db::default()));
-    lease(&db, "s1", "a");
-    let mut a = sharing("a", &db);
-    let t = at(&db, 1_000);
-    a.grant_scope(&s("s1"), t);
-    a.submit(submit_req("s1", "1", Controls::automatic()), t)
-        .unwrap();
-    let old = started(&effects(&mut a))[0].1.clone();
+    let (db, mut a, old) = a_started_op_1();
     assert!(a.release_scope(&s("s1"), "the lease lapsed", at(&db, 1_100)));
     effects(&mut a);
     // The lease comes back to `a`; op-1, out with nothing under way, is confirmed.
@@ -953,14 +930,7 @@ fn a_scope_granted_again_to_its_last_host_waits_for_that_hosts_old_run() {
 // time first read: custody asks the registry again and waits for the new time.
 #[test]
 fn an_adopted_run_its_host_renewed_meanwhile_is_asked_about_again() {
-    let db = Arc::new(Mutex::new(Db::default()));
-    lease(&db, "s1", "a");
-    let mut a = sharing("a", &db);
-    let t = at(&db, 1_000);
-    a.grant_scope(&s("s1"), t);
-    a.submit(submit_req("s1", "1", Controls::automatic()), t)
-        .unwrap();
-    let run = started(&effects(&mut a))[0].1.clone();
+    let (db, mut a, run) = a_started_op_1();
     lease(&db, "s1", "b");
     let mut b = sharing("b", &db);
     b.grant_scope(&s("s1"), at(&db, 2_000));
@@ -1040,14 +1010,7 @@ fn until(c: &mut Custody<Fenced>, db: &Arc<Mutex<Db>>, t: u64) -> Vec<Effect> {
 // registry is read, so the run this host ended is not adopted as a live one.
 #[test]
 fn a_run_this_host_ended_is_not_adopted_back_while_its_end_is_owed() {
-    let db = Arc::new(Mutex::new(Db::default()));
-    lease(&db, "s1", "a");
-    let mut a = sharing("a", &db);
-    let t = at(&db, 1_000);
-    a.grant_scope(&s("s1"), t);
-    a.submit(submit_req("s1", "1", Controls::automatic()), t)
-        .unwrap();
-    let run = started(&effects(&mut a))[0].1.clone();
+    let (db, mut a, run) = a_started_op_1();
     db.lock().unwrap().runs.down = true;
     a.handle_run_ended(&s("s1"), &run, &[], at(&db, 1_100));
     effects(&mut a);
@@ -1062,4 +1025,20 @@ fn a_run_this_host_ended_is_not_adopted_back_while_its_end_is_owed() {
         None,
         "the owed end was written first"
     );
+}
+
+/// A database, and host `a` sharing its runs, holding s1's lease, which at 1,000 started
+/// op-1's run (returned) and has it out with its agent.
+fn a_started_op_1() -> (Arc<Mutex<Db>>, Custody<Fenced>, RunId) {
+    let db = Arc::new(Mutex::new(Db::default()));
+    lease(&db, "s1", "a");
+    let mut a = sharing("a", &db);
+    let t = at(&db, 1_000);
+    a.grant_scope(&s("s1"), t);
+    a.submit(submit_req("s1", "1", Controls::automatic()), t)
+        .unwrap();
+    let first = started(&effects(&mut a));
+    assert_eq!(first.len(), 1, "op-1 starts a run: {first:?}");
+    let run = first[0].1.clone();
+    (db, a, run)
 }

@@ -230,6 +230,7 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
     // A progress line on stderr every few seconds while the workers run (a soak runs
     // for many minutes); stdout keeps only the report.
     let mut printed = Instant::now();
+    let mut progress_lost = 0u64;
     while !handles.iter().all(std::thread::JoinHandle::is_finished) {
         std::thread::sleep(std::time::Duration::from_millis(100));
         if printed.elapsed() >= PROGRESS_EVERY {
@@ -242,13 +243,17 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
             let secs = start.elapsed().as_secs_f64();
             let rate = done as f64 / secs.max(f64::EPSILON);
             let left = b.saturating_sub(a).saturating_sub(done) as f64 / rate.max(f64::EPSILON);
-            // A progress line that cannot be written loses nothing: the run and its
-            // verdict go on, and the next line tries again.
-            let _ = writeln!(
+            // A progress line that cannot be written stops nothing: the run goes on, the
+            // next line tries again, and the report says how many were lost.
+            if writeln!(
                 std::io::stderr(),
                 "progress: {done} of {} seeds, {rate:.0} seeds/s, {failing} failing, {secs:.0} s so far, about {left:.0} s left",
                 b.saturating_sub(a)
-            );
+            )
+            .is_err()
+            {
+                progress_lost += 1;
+            }
         }
     }
     for h in handles {
@@ -273,6 +278,9 @@ fn soak(args: &Args, a: u64, b: u64) -> ExitCode {
         args.jobs,
         seeds as f64 / secs.max(1e-9)
     );
+    if progress_lost > 0 {
+        sim::say!("{progress_lost} progress lines could not be written to stderr");
+    }
     sim::say!("faults injected: {}", summary(&counts));
     sim::say!(
         "the runs did: {} messages ({} delivered), {} approvals asked ({} decisions taken), \
