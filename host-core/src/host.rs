@@ -1022,7 +1022,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             self.open_target(session, now);
             let entries = self
                 .custody
-                .load_outbox(session)
+                .load_outbox(session, now)
                 .map_err(|error| LoadError::Outbox {
                     session: session.clone(),
                     error,

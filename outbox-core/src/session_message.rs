@@ -115,7 +115,6 @@ impl<S: OutboxStore> Custody<S> {
         call: SessionMessageCall,
         now: Millis,
     ) -> Result<ToolResult, StoreError> {
-        self.saw(now);
         let Some(recipient) = call.recipient.clone().filter(|r| self.session(r).is_some()) else {
             return Ok(ToolResult::Error {
                 message: UNKNOWN_SESSION_TEXT.to_owned(),
@@ -148,7 +147,7 @@ impl<S: OutboxStore> Custody<S> {
         request.prompt_text = Some(envelope(&call.product, &sender, &call.body));
         let here = self.scope_granted(&recipient);
         let position = if here {
-            self.place(&recipient, controls.intent, None)?
+            self.place(&recipient, controls.intent, None, now)?
         } else {
             // Served by another host (MH-04): its memory and runs are not here, so the
             // message goes after the recipient's saved queue, read from the store; the
@@ -201,7 +200,7 @@ impl<S: OutboxStore> Custody<S> {
         let claim = match claim {
             Ok(claim) => claim,
             Err(e) => {
-                self.forget(&recipient);
+                self.forget(&recipient, now);
                 return Err(e);
             }
         };

@@ -362,7 +362,7 @@ fn start_up_confirms_sending_entries_from_history() {
     let mut store = b.c.into_store();
     store.fail_ledger_reads = true;
     let mut c = custody(store, outbox_core::adapter::Capabilities::codex(), &["s1"]);
-    let loaded = c.load_outbox(&s("s1")).unwrap();
+    let loaded = c.load_outbox(&s("s1"), Millis(0)).unwrap();
     let e = loaded[0].entry().unwrap();
     assert_eq!(
         (e.state.status(), e.state.auto_drain(), e.state.error()),

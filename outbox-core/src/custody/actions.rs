@@ -34,7 +34,6 @@ impl<S: OutboxStore> Custody<S> {
         request: MessageRequest,
         now: Millis,
     ) -> Result<Receipt, ActionError> {
-        self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         let mut new = current.clone();
         new.operation_id = new_operation.clone();
@@ -54,12 +53,12 @@ impl<S: OutboxStore> Custody<S> {
                 })
             }
             Ok(false) => {
-                self.forget(session);
+                self.forget(session, now);
                 Err(ActionError::Blocked)
             }
             Err(StoreError::OperationTaken(_)) => Err(ActionError::OperationTaken),
             Err(e) => {
-                self.forget(session);
+                self.forget(session, now);
                 Err(e.into())
             }
         }
@@ -91,10 +90,9 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
-        self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         if let Err(e) = self.mirror.store.remove_entry(session, queue_id) {
-            self.forget(session);
+            self.forget(session, now);
             return Err(e.into());
         }
         self.mirror.remove(session, queue_id);
@@ -127,7 +125,6 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
-        self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         // Held because custody could not confirm whether the agent has it: the agent's
         // history is read once more before it is sent again (found: settled as sent;
@@ -142,7 +139,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             if let Some(state) = current.state.pause_for_reopen() {
                 let waiting = current.with_state(state);
-                self.read_after_replace(session, &current, waiting, ReadPurpose::UserSend)?;
+                self.read_after_replace(session, &current, waiting, ReadPurpose::UserSend, now)?;
             }
             return Ok(());
         }
@@ -169,8 +166,8 @@ impl<S: OutboxStore> Custody<S> {
         }
         self.interrupt_spent
             .remove(&(session.clone(), new.operation_id.clone()));
-        new.position = self.place(session, Intent::Automatic, Some(&current.queue_id))?;
-        if self.replace(session, current, new.clone())? {
+        new.position = self.place(session, Intent::Automatic, Some(&current.queue_id), now)?;
+        if self.replace(session, current, new.clone(), now)? {
             if new.session_message.is_some() {
                 self.set_delivery(&new.operation_id, RouteDelivery::Sent)?;
             }
@@ -205,11 +202,10 @@ impl<S: OutboxStore> Custody<S> {
         before: Option<&QueueId>,
         now: Millis,
     ) -> Result<(), ActionError> {
-        self.saw(now);
         let current = self.queued_entry(session, queue_id)?;
         let Some(b) = before else {
             let mut new = current.clone();
-            new.position = self.place(session, Intent::Enqueue, Some(queue_id))?;
+            new.position = self.place(session, Intent::Enqueue, Some(queue_id), now)?;
             return self.reorder_write(session, &current, new, now);
         };
         let target = self.queued_entry(session, b)?;
@@ -242,7 +238,7 @@ impl<S: OutboxStore> Custody<S> {
             .collect();
         let at = order.iter().position(|q| q == b).unwrap_or(order.len());
         order.insert(at, queue_id.clone());
-        self.renumber(session, &order)?;
+        self.renumber(session, &order, now)?;
         self.wake(session, now);
         Ok(())
     }
@@ -254,7 +250,7 @@ impl<S: OutboxStore> Custody<S> {
         new: OutboxEntry,
         now: Millis,
     ) -> Result<(), ActionError> {
-        if !self.replace(session, current, new)? {
+        if !self.replace(session, current, new, now)? {
             return Err(ActionError::Blocked);
         }
         self.wake(session, now);

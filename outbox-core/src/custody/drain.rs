@@ -22,7 +22,6 @@ impl<S: OutboxStore> Custody<S> {
     /// Wakes both drain lanes of a session. A lane that is busy records a follow-up that
     /// its finishing pass runs, so no wake-up is lost.
     pub fn wake(&mut self, session: &SessionId, now: Millis) {
-        self.saw(now);
         self.pass(session, LaneKind::Normal, now);
         self.pass(session, LaneKind::Steer, now);
     }
@@ -110,7 +109,7 @@ impl<S: OutboxStore> Custody<S> {
         if self.state(session)?.has_unaccepted_sending() {
             return Ok(());
         }
-        let Some(head) = self.next_drainable(session)? else {
+        let Some(head) = self.next_drainable(session, now)? else {
             return Ok(());
         };
         let Some((run_session, run)) = self.scope_run(session) else {
@@ -158,7 +157,7 @@ impl<S: OutboxStore> Custody<S> {
         {
             return Ok(());
         }
-        if self.hold_check(session, &head)?.is_some() {
+        if self.hold_check(session, &head, now)?.is_some() {
             return Ok(());
         }
         if head.session_message.is_some() {
@@ -176,7 +175,11 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     /// The first queued entry with auto-drain on that no hold rule keeps back.
-    fn next_drainable(&mut self, session: &SessionId) -> Result<Option<OutboxEntry>, StoreError> {
+    fn next_drainable(
+        &mut self,
+        session: &SessionId,
+        now: Millis,
+    ) -> Result<Option<OutboxEntry>, StoreError> {
         let mut checked: BTreeSet<QueueId> = BTreeSet::new();
         loop {
             let next = self
@@ -187,7 +190,7 @@ impl<S: OutboxStore> Custody<S> {
             let Some(e) = next else {
                 return Ok(None);
             };
-            if self.hold_check(session, &e)?.is_none() {
+            if self.hold_check(session, &e, now)?.is_none() {
                 return Ok(Some(e));
             }
             checked.insert(e.queue_id);
@@ -200,6 +203,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         e: &OutboxEntry,
+        now: Millis,
     ) -> Result<Option<String>, StoreError> {
         let Some(origin) = e.session_message.as_ref() else {
             return Ok(None);
@@ -215,7 +219,7 @@ impl<S: OutboxStore> Custody<S> {
             // Not queued: nothing for the drain to hold back.
             return Ok(Some(reason));
         };
-        if self.replace(session, e, e.with_state(held))? {
+        if self.replace(session, e, e.with_state(held), now)? {
             self.set_delivery(&e.operation_id, RouteDelivery::NeedsApproval)?;
         }
         Ok(Some(reason))
@@ -333,7 +337,7 @@ impl<S: OutboxStore> Custody<S> {
                 let confirming = head.state.mark_confirming();
                 if let Some(state) = confirming.filter(|_| !self.reading(session, &head)) {
                     let waiting = head.with_state(state);
-                    self.read_after_replace(session, &head, waiting, ReadPurpose::Confirm)?;
+                    self.read_after_replace(session, &head, waiting, ReadPurpose::Confirm, now)?;
                 }
                 return Ok(false);
             }
@@ -343,12 +347,12 @@ impl<S: OutboxStore> Custody<S> {
                 if l.acceptance.is_some() {
                     if let Some(state) = head.state.await_reopen_check() {
                         let waiting = head.with_state(state);
-                        self.read_after_replace(session, &head, waiting, ReadPurpose::Reopen)?;
+                        self.read_after_replace(session, &head, waiting, ReadPurpose::Reopen, now)?;
                     }
                     return Ok(false);
                 }
                 if let Some(r) = reopen(l, now) {
-                    self.write_ledger(&base, &head.operation_id, r.clone())?;
+                    self.write_ledger(&base, &head.operation_id, r.clone(), now)?;
                     current = Some(r);
                 }
             }
@@ -363,7 +367,8 @@ impl<S: OutboxStore> Custody<S> {
                 current.unwrap_or_else(|| LedgerRecord::new(LedgerStatus::Sending, now))
             }
         };
-        match self.replace_with_ledger(session, &head, sending.clone(), &base, record.clone()) {
+        match self.replace_with_ledger(session, &head, sending.clone(), &base, record.clone(), now)
+        {
             Ok(true) => {}
             Ok(false) => return Ok(false),
             Err(error) => {
@@ -371,13 +376,13 @@ impl<S: OutboxStore> Custody<S> {
                 // record (OB-07) when the entry itself can still be written; otherwise
                 // this is the seed's "failed sending write": nothing reached the agent
                 // (OB-09), and the entry waits for the user with the seed's text.
-                self.note_failure(session, Some(&head.operation_id), error, None);
+                self.note_failure(session, Some(&head.operation_id), error, None, now);
                 let kept = self.fallback.record(&base, &head.operation_id, record);
                 let in_memory = match kept {
-                    Ok(_) => match self.replace(session, &head, sending.clone()) {
+                    Ok(_) => match self.replace(session, &head, sending.clone(), now) {
                         Ok(written) => written,
                         Err(error) => {
-                            self.note_failure(session, Some(&head.operation_id), error, None);
+                            self.note_failure(session, Some(&head.operation_id), error, None, now);
                             false
                         }
                     },
@@ -385,7 +390,7 @@ impl<S: OutboxStore> Custody<S> {
                 };
                 if !in_memory {
                     let failed = head.state.hold(Some(SENDING_WRITE_FAILED_TEXT.to_owned()));
-                    self.replace(session, &head, head.with_state(failed))?;
+                    self.replace(session, &head, head.with_state(failed), now)?;
                     return Ok(false);
                 }
             }

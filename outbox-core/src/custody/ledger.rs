@@ -53,12 +53,13 @@ impl<S: OutboxStore> Custody<S> {
         base: &SessionId,
         op: &OperationId,
         record: LedgerRecord,
+        now: Millis,
     ) -> Result<(), StoreError> {
         match self.mirror.put_ledger(base, op, &record) {
             Ok(()) => Ok(()),
             Err(error) => match self.fallback.record(base, op, record) {
                 Ok(_) => {
-                    self.note_failure(base, Some(op), error, None);
+                    self.note_failure(base, Some(op), error, None, now);
                     Ok(())
                 }
                 Err(_) => Err(error),
@@ -75,11 +76,12 @@ impl<S: OutboxStore> Custody<S> {
         new: OutboxEntry,
         base: &SessionId,
         record: LedgerRecord,
+        now: Millis,
     ) -> Result<bool, StoreError> {
         let written = self
             .mirror
             .replace_with_ledger(session, expected, new, base, record);
-        self.forget_unless_written(session, written)
+        self.forget_unless_written(session, written, now)
     }
 
     /// The entry change `new`, with the ledger moved toward `proposed` in the same
@@ -90,11 +92,12 @@ impl<S: OutboxStore> Custody<S> {
         expected: &OutboxEntry,
         new: OutboxEntry,
         proposed: LedgerRecord,
+        now: Millis,
     ) -> Result<bool, StoreError> {
         let base = base_session(session);
         match self.ledger_after(&base, &new.operation_id, proposed)? {
-            Some(record) => self.replace_with_ledger(session, expected, new, &base, record),
-            None => self.replace(session, expected, new),
+            Some(record) => self.replace_with_ledger(session, expected, new, &base, record, now),
+            None => self.replace(session, expected, new, now),
         }
     }
 
@@ -104,9 +107,10 @@ impl<S: OutboxStore> Custody<S> {
         base: &SessionId,
         op: &OperationId,
         proposed: LedgerRecord,
+        now: Millis,
     ) -> Result<(), StoreError> {
         match self.ledger_after(base, op, proposed)? {
-            Some(record) => self.write_ledger(base, op, record),
+            Some(record) => self.write_ledger(base, op, record, now),
             None => Ok(()),
         }
     }
@@ -140,9 +144,9 @@ impl<S: OutboxStore> Custody<S> {
                 // proofs, that is a failure of its own the user must see.
                 if let Err(full) = self.fallback.record(&base, op, record) {
                     let error = StoreError::backend(full);
-                    self.note_failure(session, Some(op), error, None);
+                    self.note_failure(session, Some(op), error, None, now);
                 }
-                self.forget(session);
+                self.forget(session, now);
                 Err(e)
             }
         }
@@ -177,8 +181,9 @@ impl<S: OutboxStore> Custody<S> {
         op: Option<&OperationId>,
         error: StoreError,
         retry_at: Option<Millis>,
+        now: Millis,
     ) {
-        if self.lease_lost(&error, self.clock) {
+        if self.lease_lost(&error, now) {
             return;
         }
         self.stats.store_failures += 1;

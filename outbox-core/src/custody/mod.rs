@@ -674,9 +674,6 @@ pub struct Custody<S> {
     vetoes: BTreeSet<(SessionId, RunId)>,
     retries: Vec<(Millis, Work)>,
     failures: BTreeMap<SessionId, StoreFailure>,
-    /// The latest time custody was given: a repair after a failed write is due
-    /// [`STORE_RETRY`] after it.
-    clock: Millis,
     /// Runs the agent reports working that the registry does not hold (a run from
     /// before a restart, or one the registry let go), with their latest activity. What
     /// they accepted waits for their end, as with a registered run.
@@ -729,7 +726,6 @@ impl<S: OutboxStore> Custody<S> {
             vetoes: BTreeSet::new(),
             retries: Vec::new(),
             failures: BTreeMap::new(),
-            clock: Millis(0),
             foreign_runs: BTreeMap::new(),
             shared: shared::SharedMirror::default(),
             stats: CustodyStats::default(),
@@ -763,7 +759,6 @@ impl<S: OutboxStore> Custody<S> {
     /// drain. Without [`Custody::grant_only`] every scope is worked and this only reads
     /// the scope again.
     pub fn grant_scope(&mut self, session: &SessionId, now: Millis) {
-        self.saw(now);
         let base = crate::ids::base_session(session);
         if let Some(granted) = &mut self.granted {
             granted.insert(base.clone());
@@ -800,8 +795,7 @@ impl<S: OutboxStore> Custody<S> {
     /// ignored. False when the scope was not granted (nothing is done then). Without
     /// [`Custody::grant_only`] this only drops memory and work of the scope, which the
     /// next touch reads again.
-    pub fn release_scope(&mut self, session: &SessionId, reason: &str, now: Millis) -> bool {
-        self.saw(now);
+    pub fn release_scope(&mut self, session: &SessionId, reason: &str, _now: Millis) -> bool {
         let base = crate::ids::base_session(session);
         if let Some(granted) = &mut self.granted {
             if !granted.remove(&base) {
@@ -932,7 +926,6 @@ impl<S: OutboxStore> Custody<S> {
     /// start and a read of the active runs do first, for a host whose clock reached a
     /// stale run's deadline with nothing else happening.
     pub fn reclaim_stale_runs(&mut self, now: Millis) {
-        self.saw(now);
         for session in self.reclaim_stale(now) {
             self.wake_scope(&session, now);
         }
@@ -1010,7 +1003,6 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Handles every deadline that passed. Safe to call early or twice.
     pub fn handle_timeout(&mut self, now: Millis) {
-        self.saw(now);
         let expired: Vec<AttemptId> = self
             .in_flight
             .iter()
@@ -1075,20 +1067,19 @@ impl<S: OutboxStore> Custody<S> {
     /// Does `work`; on a store failure keeps it for [`STORE_RETRY`] later and tells the
     /// embedding. True when the work was done.
     fn run_work(&mut self, work: Work, now: Millis) -> bool {
-        self.saw(now);
         let result = match work.clone() {
             Work::Wake(session) => {
                 self.wake(&session, now);
                 Ok(())
             }
             Work::Repair(session) => self
-                .confirm_sending(&session)
+                .confirm_sending(&session, now)
                 .map(|()| self.wake(&session, now)),
             Work::Send(f, result) => self.apply_send_result(*f, result, now),
             Work::Read(p, read) => self.apply_history_read(*p, read, now),
             Work::TakeBack(t, op, result) => self.apply_take_back(*t, &op, result, now),
             Work::Proof(session, op) => self.apply_delivery_proof(&session, &op, now),
-            Work::RolledBack(session, op) => self.apply_rolled_back(&session, &op),
+            Work::RolledBack(session, op) => self.apply_rolled_back(&session, &op, now),
             Work::Settle {
                 session,
                 run,
@@ -1108,7 +1099,6 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Records a store failure met while doing `work`, and keeps the work for later.
     fn retry_later(&mut self, work: Work, error: StoreError, now: Millis) {
-        self.saw(now);
         if self.lease_lost(&error, now) {
             return;
         }
@@ -1118,7 +1108,7 @@ impl<S: OutboxStore> Custody<S> {
         // needs.
         let repairing = matches!(&work, Work::Repair(_));
         let retry_at = now.saturating_add(STORE_RETRY);
-        self.forget(&session);
+        self.forget(&session, now);
         let failure = StoreFailure {
             session: session.clone(),
             operation_id: work.operation().cloned(),
@@ -1131,11 +1121,6 @@ impl<S: OutboxStore> Custody<S> {
         if !waking && !repairing {
             self.retries.push((retry_at, work));
         }
-    }
-
-    /// Custody was given `now`: the clock a repair after a failed write is timed by.
-    pub(crate) fn saw(&mut self, now: Millis) {
-        self.clock = self.clock.max(now);
     }
 
     /// Ends `run` in the registry (and in the shared one); false when it was not the
@@ -1237,14 +1222,14 @@ impl<S: OutboxStore> Custody<S> {
     /// may be out in the store with nothing in flight. [`STORE_RETRY`] later the session
     /// is read again and every such entry is confirmed from the agent's history, as a
     /// restart does; it is never sent again blindly.
-    pub(crate) fn forget(&mut self, session: &SessionId) {
+    pub(crate) fn forget(&mut self, session: &SessionId, now: Millis) {
         self.mirror.forget(session);
         let scheduled = self
             .retries
             .iter()
             .any(|(_, r)| matches!(r, Work::Repair(s) if s == session));
         if !scheduled {
-            let at = self.clock.saturating_add(STORE_RETRY);
+            let at = now.saturating_add(STORE_RETRY);
             self.retries.push((at, Work::Repair(session.clone())));
         }
     }
@@ -1256,9 +1241,10 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         expected: &OutboxEntry,
         new: OutboxEntry,
+        now: Millis,
     ) -> Result<bool, StoreError> {
         let written = self.mirror.replace(session, expected, new);
-        self.forget_unless_written(session, written)
+        self.forget_unless_written(session, written, now)
     }
 
     /// A compare-and-set write the store did not take (it held something else, or
@@ -1267,9 +1253,10 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         written: Result<bool, StoreError>,
+        now: Millis,
     ) -> Result<bool, StoreError> {
         if !matches!(written, Ok(true)) {
-            self.forget(session);
+            self.forget(session, now);
         }
         written
     }

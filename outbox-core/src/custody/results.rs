@@ -70,14 +70,15 @@ impl<S: OutboxStore> Custody<S> {
                 match accepted {
                     Some((state, e)) => {
                         let new = e.with_state(state);
-                        let written = self.replace_recording(&session, &e, new.clone(), record)?;
+                        let written =
+                            self.replace_recording(&session, &e, new.clone(), record, now)?;
                         // The run ended before its acceptance arrived, so no run end will
                         // settle it: its history says now whether the run took it.
                         if written && run_gone {
                             self.read_history(&session, ReadPurpose::Settle, new);
                         }
                     }
-                    None => self.record_ledger(&base_session(&session), &op, record)?,
+                    None => self.record_ledger(&base_session(&session), &op, record, now)?,
                 }
             }
             SendResult::Deferred { reason } => {
@@ -86,7 +87,7 @@ impl<S: OutboxStore> Custody<S> {
                 }
                 let deferred = current.and_then(|e| Some((e.state.defer(reason)?, e)));
                 if let Some((state, e)) = deferred {
-                    self.replace(&session, &e, e.with_state(state))?;
+                    self.replace(&session, &e, e.with_state(state), now)?;
                 }
                 self.settle_unstarted(&session, started.as_ref(), now)?;
             }
@@ -95,7 +96,7 @@ impl<S: OutboxStore> Custody<S> {
                     self.end_run(&session, run, now);
                 }
                 let record = LedgerRecord::new(LedgerStatus::Canceled, now);
-                self.hold_recording(&session, current, &op, EntryState::cancel, record)?;
+                self.hold_recording(&session, current, &op, EntryState::cancel, record, now)?;
                 self.settle_unstarted(&session, started.as_ref(), now)?;
             }
             SendResult::ProvenUnadmitted { error } => {
@@ -104,7 +105,7 @@ impl<S: OutboxStore> Custody<S> {
                 }
                 let record = LedgerRecord::new(LedgerStatus::Failed, now);
                 let held = |s: &EntryState| s.hold(Some(error));
-                self.hold_recording(&session, current, &op, held, record)?;
+                self.hold_recording(&session, current, &op, held, record, now)?;
                 self.settle_unstarted(&session, started.as_ref(), now)?;
             }
             SendResult::AdmissionUncertain { .. } => {
@@ -124,7 +125,7 @@ impl<S: OutboxStore> Custody<S> {
                     .collect();
                 for o in moot {
                     self.note_rolled_back(&session, &o);
-                    self.apply_rolled_back(&session, &o)?;
+                    self.apply_rolled_back(&session, &o, now)?;
                 }
                 // Nothing reached the old thread: clear the link and send to a fresh one,
                 // as a new attempt.
@@ -163,13 +164,14 @@ impl<S: OutboxStore> Custody<S> {
         op: &OperationId,
         held: impl FnOnce(&EntryState) -> EntryState,
         record: LedgerRecord,
+        now: Millis,
     ) -> Result<(), StoreError> {
         match current {
             Some(e) => {
                 let held = e.with_state(held(&e.state));
-                self.replace_recording(session, &e, held, record)?;
+                self.replace_recording(session, &e, held, record, now)?;
             }
-            None => self.record_ledger(&base_session(session), op, record)?,
+            None => self.record_ledger(&base_session(session), op, record, now)?,
         }
         Ok(())
     }
@@ -228,13 +230,14 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         op: &OperationId,
+        now: Millis,
     ) -> Result<(), StoreError> {
         // A store that held another version than memory (`false`) is read again.
         for _ in 0..MAX_STALE_READS {
             let Some(e) = self.state(session)?.by_op(op).cloned() else {
                 break;
             };
-            if !e.request.rollback_before_send || self.replace(session, &e, e.rolled_back())? {
+            if !e.request.rollback_before_send || self.replace(session, &e, e.rolled_back(), now)? {
                 break;
             }
         }
@@ -282,10 +285,10 @@ impl<S: OutboxStore> Custody<S> {
                 // acceptance nothing applied is dropped, so the next send goes out.
                 if let Some(mut l) = self.ledger_of(&base, &op)? {
                     if let Some(r) = reopen(&l, now) {
-                        self.write_ledger(&base, &op, r)?;
+                        self.write_ledger(&base, &op, r, now)?;
                     } else if l.acceptance.take().is_some() {
                         l.updated_at = now;
-                        self.write_ledger(&base, &op, l)?;
+                        self.write_ledger(&base, &op, l, now)?;
                     }
                 }
                 if let Some(e) = current {
@@ -294,7 +297,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             (_, HistoryRead::Missing | HistoryRead::Unreadable) if waits_in_run => {
                 if let Some(e) = current.filter(|e| e.state.acceptance().is_none()) {
-                    self.hold_unconfirmed(&session, &e)?;
+                    self.hold_unconfirmed(&session, &e, now)?;
                 }
             }
             (ReadPurpose::Settle, HistoryRead::Missing) => {
@@ -305,7 +308,7 @@ impl<S: OutboxStore> Custody<S> {
                     Some(e) if e.state.acceptance().is_some() => {
                         self.settle_untaken(&session, &e, false, now)?;
                     }
-                    Some(e) => self.hold_unconfirmed(&session, &e)?,
+                    Some(e) => self.hold_unconfirmed(&session, &e, now)?,
                     None => {}
                 }
             }
@@ -313,12 +316,12 @@ impl<S: OutboxStore> Custody<S> {
                 // Readable and not there: whatever turn accepted it did not apply it.
                 self.drop_acceptance(&base, &op, now)?;
                 if let Some(e) = current {
-                    self.hold_unconfirmed(&session, &e)?;
+                    self.hold_unconfirmed(&session, &e, now)?;
                 }
             }
             (_, HistoryRead::Unreadable) => {
                 if let Some(e) = current {
-                    self.hold_unconfirmed(&session, &e)?;
+                    self.hold_unconfirmed(&session, &e, now)?;
                 }
             }
         }
@@ -400,8 +403,9 @@ impl<S: OutboxStore> Custody<S> {
         head: &OutboxEntry,
         waiting: OutboxEntry,
         purpose: ReadPurpose,
+        now: Millis,
     ) -> Result<(), StoreError> {
-        if self.replace(session, head, waiting.clone())? {
+        if self.replace(session, head, waiting.clone(), now)? {
             self.read_history(session, purpose, waiting);
         }
         Ok(())
@@ -411,6 +415,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         e: &OutboxEntry,
+        now: Millis,
     ) -> Result<(), StoreError> {
         // The reopen check is over: its wait shows no more.
         let state = match e.state.release() {
@@ -418,7 +423,7 @@ impl<S: OutboxStore> Custody<S> {
             _ => e.state.clone(),
         };
         let held = state.hold(Some(UNCONFIRMED_TEXT.to_owned()));
-        self.replace(session, e, e.with_state(held))?;
+        self.replace(session, e, e.with_state(held), now)?;
         Ok(())
     }
 
@@ -433,7 +438,7 @@ impl<S: OutboxStore> Custody<S> {
         if let Some(mut l) = self.ledger_of(base, op)? {
             if l.acceptance.take().is_some() {
                 l.updated_at = now;
-                self.write_ledger(base, op, l)?;
+                self.write_ledger(base, op, l, now)?;
             }
         }
         Ok(())
@@ -463,10 +468,10 @@ impl<S: OutboxStore> Custody<S> {
         let held = e.with_state(e.state.hold(Some(STOPPED_BEFORE_DELIVERY_TEXT.to_owned())));
         if reported {
             let record = LedgerRecord::new(LedgerStatus::Canceled, now);
-            self.replace_recording(session, e, held, record)?;
+            self.replace_recording(session, e, held, record, now)?;
         } else {
             self.drop_acceptance(&base, &e.operation_id, now)?;
-            self.replace(session, e, held)?;
+            self.replace(session, e, held, now)?;
         }
         Ok(())
     }
@@ -481,7 +486,6 @@ impl<S: OutboxStore> Custody<S> {
         untaken: &[OperationId],
         now: Millis,
     ) {
-        self.saw(now);
         self.end_run(session, run, now);
         self.foreign_runs.remove(&(session.clone(), run.clone()));
         self.settle_or_retry(session.clone(), run.clone(), untaken.to_vec(), now);
@@ -556,7 +560,7 @@ impl<S: OutboxStore> Custody<S> {
                     h.phase == HandoffPhase::Requested && &h.acceptance.run_id == run
                 });
             if detached {
-                self.dedicate(session, &e)?;
+                self.dedicate(session, &e, now)?;
                 continue;
             }
             // Only a sending entry holds an acceptance.
@@ -580,7 +584,6 @@ impl<S: OutboxStore> Custody<S> {
         run: crate::runs::ActiveRun,
         now: Millis,
     ) -> Result<(), crate::runs::RunError> {
-        self.saw(now);
         let restored = self.runs.active(session).is_none();
         self.runs.restore(session, run.clone())?;
         if restored {
@@ -594,7 +597,6 @@ impl<S: OutboxStore> Custody<S> {
     /// until it is silent for [`crate::runs::STALE_RUN_AFTER`]: a history read cannot
     /// see its pending input, so what it accepted waits for it.
     pub fn touch_run(&mut self, session: &SessionId, run: &RunId, now: Millis) {
-        self.saw(now);
         if self.run_active(session, run) {
             self.runs.touch(session, run, now);
             self.shared_touched(session, run);

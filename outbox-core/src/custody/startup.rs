@@ -15,14 +15,13 @@ impl<S: OutboxStore> Custody<S> {
     /// sending is confirmed from history (held with the unconfirmed text when the ledger
     /// cannot be read). Each outbox is read once here and kept in memory.
     pub fn start_up(&mut self, now: Millis) -> Result<(), StoreError> {
-        self.saw(now);
         let sessions: Vec<SessionId> = self.mirror.outbox_sessions()?.iter().cloned().collect();
         let sessions: Vec<SessionId> = sessions
             .into_iter()
             .filter(|s| self.scope_granted(s))
             .collect();
         for session in sessions {
-            self.confirm_sending(&session)?;
+            self.confirm_sending(&session, now)?;
             self.wake(&session, now);
         }
         Ok(())
@@ -30,10 +29,14 @@ impl<S: OutboxStore> Custody<S> {
 
     /// A client loads an outbox. With no drain and no run active, every entry still
     /// sending is confirmed from history.
-    pub fn load_outbox(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError> {
+    pub fn load_outbox(
+        &mut self,
+        session: &SessionId,
+        now: Millis,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
         let (normal, steer) = self.lane_busy(session);
         if !normal && !steer && self.scope_run(session).is_none() {
-            self.confirm_sending(session)?;
+            self.confirm_sending(session, now)?;
         }
         self.entries(session)
     }
@@ -43,7 +46,11 @@ impl<S: OutboxStore> Custody<S> {
     /// write), lets a detached stop and send now whose run is gone go on to its own
     /// turn, and asks again for a reopen check whose read is not pending. What a run
     /// that still works accepted waits for that run's end.
-    pub(super) fn confirm_sending(&mut self, session: &SessionId) -> Result<(), StoreError> {
+    pub(super) fn confirm_sending(
+        &mut self,
+        session: &SessionId,
+        now: Millis,
+    ) -> Result<(), StoreError> {
         let base = base_session(session);
         // A stop and send now whose take-back was confirmed waits for its run to stop;
         // when that run is gone (a restart drops every run), it goes on to its own turn.
@@ -65,7 +72,7 @@ impl<S: OutboxStore> Custody<S> {
                     .is_some_and(|a| a.run_id == h.acceptance.run_id)
             });
             if !run_active {
-                self.dedicate(session, &e)?;
+                self.dedicate(session, &e, now)?;
             }
         }
         let sending: Vec<OutboxEntry> = self.state(session)?.sending().cloned().collect();
@@ -79,8 +86,8 @@ impl<S: OutboxStore> Custody<S> {
             if let Err(error) = self.ledger_of(&base, &e.operation_id) {
                 // The seed's rule: an unreadable ledger holds the entry with the same
                 // text; the embedding learns why.
-                self.hold_unconfirmed(session, &e)?;
-                self.note_failure(session, Some(&e.operation_id), error, None);
+                self.hold_unconfirmed(session, &e, now)?;
+                self.note_failure(session, Some(&e.operation_id), error, None, now);
                 continue;
             }
             self.read_history(session, ReadPurpose::Confirm, e);

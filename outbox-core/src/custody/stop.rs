@@ -32,7 +32,7 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), StoreError> {
         if self.model_changed(session, &head) {
             let held = head.state.hold(Some(MODEL_CHANGED_TEXT.to_owned()));
-            self.replace(session, &head, head.with_state(held))?;
+            self.replace(session, &head, head.with_state(held), now)?;
             return Ok(());
         }
         self.interrupts.insert(
@@ -94,7 +94,6 @@ impl<S: OutboxStore> Custody<S> {
         caller: Option<CallerId>,
         now: Millis,
     ) {
-        self.saw(now);
         if !self.scope_granted(session) {
             // Another host serves the session: its run is that host's to stop.
             if let Some(c) = caller {
@@ -141,7 +140,6 @@ impl<S: OutboxStore> Custody<S> {
 
     /// The answer to [`Effect::StopRun`] `attempt`.
     pub fn handle_stop_result(&mut self, attempt: AttemptId, result: StopResult, now: Millis) {
-        self.saw(now);
         let Some(k) = self
             .stops
             .iter()
@@ -240,7 +238,6 @@ impl<S: OutboxStore> Custody<S> {
         queue_id: &QueueId,
         now: Millis,
     ) -> Result<(), ActionError> {
-        self.saw(now);
         let current = self.entry_by_queue(session, queue_id)?;
         // Only an accepted steer without a hand-off of its own can be requested, and
         // only while the turn that accepted it runs: the end of a run that is gone
@@ -258,7 +255,7 @@ impl<S: OutboxStore> Custody<S> {
             return Err(ActionError::ModelChanged);
         }
         let requested = current.with_state(handing_off);
-        if !self.replace(session, &current, requested.clone())? {
+        if !self.replace(session, &current, requested.clone(), now)? {
             return Err(ActionError::Blocked);
         }
         let attempt = self.next_attempt();
@@ -334,10 +331,15 @@ impl<S: OutboxStore> Custody<S> {
                         l
                     });
                 let written = match revoked {
-                    Some(l) => {
-                        self.replace_with_ledger(&session, &current, detached.clone(), &base, l)?
-                    }
-                    None => self.replace(&session, &current, detached.clone())?,
+                    Some(l) => self.replace_with_ledger(
+                        &session,
+                        &current,
+                        detached.clone(),
+                        &base,
+                        l,
+                        now,
+                    )?,
+                    None => self.replace(&session, &current, detached.clone(), now)?,
                 };
                 if !written {
                     return Ok(());
@@ -346,7 +348,7 @@ impl<S: OutboxStore> Custody<S> {
                 if self.runs.active(&session).is_some_and(|a| a.run_id == run) {
                     self.stop(&session, &run, None, now);
                 } else {
-                    self.dedicate(&session, &detached)?;
+                    self.dedicate(&session, &detached, now)?;
                     self.wake(&session, now);
                 }
             }
@@ -355,7 +357,7 @@ impl<S: OutboxStore> Custody<S> {
                     return Ok(());
                 };
                 let kept = current.with_state(kept);
-                let written = self.replace(&session, &current, kept.clone())?;
+                let written = self.replace(&session, &current, kept.clone(), now)?;
                 self.effects.push_back(Effect::HandoffRefused {
                     session: session.clone(),
                     operation_id: op.clone(),
@@ -376,6 +378,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         e: &OutboxEntry,
+        now: Millis,
     ) -> Result<(), StoreError> {
         // Only a queued entry with a hand-off mark is dedicated; one that is sending
         // stays with its attempt.
@@ -384,7 +387,7 @@ impl<S: OutboxStore> Custody<S> {
         };
         let mut dedicated = e.with_state(state);
         dedicated.controls = Controls::automatic();
-        self.replace(session, e, dedicated)?;
+        self.replace(session, e, dedicated, now)?;
         Ok(())
     }
 }

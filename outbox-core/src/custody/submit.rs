@@ -30,7 +30,6 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     fn submit_granted(&mut self, req: SubmitRequest, now: Millis) -> Result<Receipt, SubmitError> {
-        self.saw(now);
         let info = self
             .sessions
             .get(&req.session)
@@ -88,20 +87,20 @@ impl<S: OutboxStore> Custody<S> {
                     Ok(receipt(&req, false))
                 }
                 Ok(false) => {
-                    self.forget(&req.session);
+                    self.forget(&req.session, now);
                     Err(SubmitError::Conflict(ConflictKind::DifferentRequest))
                 }
                 Err(StoreError::OperationTaken(_)) => {
-                    self.forget(&req.session);
+                    self.forget(&req.session, now);
                     Err(SubmitError::Conflict(ConflictKind::DifferentRequest))
                 }
                 Err(e) => {
-                    self.forget(&req.session);
+                    self.forget(&req.session, now);
                     Err(e.into())
                 }
             };
         }
-        let position = self.place(&req.session, req.controls.intent, None)?;
+        let position = self.place(&req.session, req.controls.intent, None, now)?;
         let entry = OutboxEntry::queued(
             req.queue_id.clone(),
             req.operation_id.clone(),
@@ -118,7 +117,7 @@ impl<S: OutboxStore> Custody<S> {
                     // The hand-off could not be recorded with the claim: save the entry
                     // alone, and let the drain meet the failure (and the memory ledger).
                     Err(error) => {
-                        self.note_failure(&req.session, Some(&req.operation_id), error, None)
+                        self.note_failure(&req.session, Some(&req.operation_id), error, None, now)
                     }
                 }
             }
@@ -132,7 +131,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             Ok(Claim::Existing(existing)) => self.resubmit(req, existing, now),
             Err(e) => {
-                self.forget(&req.session);
+                self.forget(&req.session, now);
                 Err(e.into())
             }
         }
@@ -219,7 +218,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             Err(e) => {
                 self.end_run(&session, &run, now);
-                self.forget(&session);
+                self.forget(&session, now);
                 Err(e)
             }
         }
@@ -273,8 +272,9 @@ impl<S: OutboxStore> Custody<S> {
             if let Some(origin) = &mut updated.session_message {
                 origin.approved = true;
             }
-            updated.position = self.place(&req.session, new.intent, Some(&current.queue_id))?;
-            if self.replace(&req.session, &current, updated.clone())? {
+            updated.position =
+                self.place(&req.session, new.intent, Some(&current.queue_id), now)?;
+            if self.replace(&req.session, &current, updated.clone(), now)? {
                 if updated.session_message.is_some() {
                     self.set_delivery(&updated.operation_id, crate::store::RouteDelivery::Sent)?;
                 }
@@ -292,6 +292,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         intent: Intent,
         moving: Option<&QueueId>,
+        now: Millis,
     ) -> Result<i64, StoreError> {
         let state = self.state(session)?;
         let skip = moving
@@ -311,8 +312,8 @@ impl<S: OutboxStore> Custody<S> {
             _ => {
                 // No room: renumber the queue with wide gaps and place again.
                 let order: Vec<QueueId> = state.ordered().map(|e| e.queue_id.clone()).collect();
-                self.renumber(session, &order)?;
-                self.place(session, intent, moving)
+                self.renumber(session, &order, now)?;
+                self.place(session, intent, moving, now)
             }
         }
     }
@@ -323,6 +324,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         order: &[QueueId],
+        now: Millis,
     ) -> Result<(), StoreError> {
         let positions: Vec<(QueueId, i64)> = order
             .iter()
@@ -330,7 +332,7 @@ impl<S: OutboxStore> Custody<S> {
             .map(|(i, q)| (q.clone(), (i as i64 + 1).saturating_mul(POSITION_STEP)))
             .collect();
         if let Err(e) = self.mirror.store.set_positions(session, &positions) {
-            self.forget(session);
+            self.forget(session, now);
             return Err(e);
         }
         let renumbered: Vec<OutboxEntry> = {
