@@ -1020,13 +1020,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         let mut outboxes = Vec::with_capacity(sessions.len());
         for session in &sessions {
             self.open_target(session, now);
-            let entries = self
-                .custody
-                .load_outbox(session, now)
-                .map_err(|error| LoadError::Outbox {
-                    session: session.clone(),
-                    error,
-                })?;
+            let entries =
+                self.custody
+                    .load_outbox(session, now)
+                    .map_err(|error| LoadError::Outbox {
+                        session: session.clone(),
+                        error,
+                    })?;
             let outbox = entries
                 .iter()
                 .map(serde_json::to_value)

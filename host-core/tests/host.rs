@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::Flaky;
+use common::flaky;
 
 use std::collections::HashSet;
 
@@ -345,10 +345,10 @@ fn window_subscription(host: &mut Host<MemoryOutboxStore, impl OverlayStore + Cl
 // store refused sends nothing and says so; the next saved write is sent.
 #[test]
 fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
-    let mut host = host_with(Flaky::default(), source());
+    let mut host = host_with(flaky(), source());
     window_subscription(&mut host);
     let run = RunId::new("run-1").unwrap();
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     host.handle_agent(rows_input(vec![row("a", &run)]), Millis(10));
     host.handle_timeout(Millis(100));
     host.handle_timeout(Millis(100));
@@ -361,7 +361,7 @@ fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
     );
     assert!(!effects.iter().any(|e| matches!(e, Effect::Deliver(_))));
 
-    host.overlays().writes_off = false;
+    host.overlays().with_plan(|p| p.writes_off = false);
     host.handle_agent(rows_input(vec![row("b", &run)]), Millis(200));
     host.handle_timeout(Millis(300));
     let delivered: Vec<_> = drain(&mut host)
@@ -847,7 +847,7 @@ fn a_session_message_goes_through_the_host_and_its_delivery_republishes_the_send
 #[test]
 fn notices_read_as_lines_with_a_severity_and_the_host_counts_what_it_did() {
     use host_core::Severity;
-    let mut host = host_with(Flaky::default(), source());
+    let mut host = host_with(flaky(), source());
     window_subscription(&mut host);
     host.handle_client(
         ReplyTo(901),
@@ -860,7 +860,7 @@ fn notices_read_as_lines_with_a_severity_and_the_host_counts_what_it_did() {
     drain(&mut host);
     assert_eq!((host.stats().replays, host.stats().deliveries), (1, 0));
     let run = RunId::new("run-1").unwrap();
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     host.handle_agent(rows_input(vec![row("a", &run)]), Millis(10));
     let notice = drain(&mut host)
         .into_iter()
@@ -873,13 +873,14 @@ fn notices_read_as_lines_with_a_severity_and_the_host_counts_what_it_did() {
     assert_eq!(notice.session(), Some(&session()));
     let line = notice.to_string();
     assert!(
-        line.contains("were not saved (so not sent)") && line.contains("the disk is gone"),
+        line.contains("were not saved (so not sent)")
+            && line.contains("injected failure of update"),
         "{line}"
     );
     assert_eq!(host.stats().overlay_write_failures, 1);
     assert_eq!(host.stats().deliveries, 0, "nothing unsaved is sent");
 
-    host.overlays().writes_off = false;
+    host.overlays().with_plan(|p| p.writes_off = false);
     host.handle_timeout(Millis(1_010));
     let relayed: u64 = drain(&mut host)
         .iter()

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Flaky;
+use common::{flaky, flaky_over, take, Flaky};
 
 use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Notice};
 use host_core::{Reply, ReplyTo};
@@ -106,11 +106,7 @@ fn card(host: &mut Host<MemoryOutboxStore, Flaky>) -> Option<CardStatus> {
 // (cards never come back from history). The refused card is now written again.
 #[test]
 fn a_decided_card_the_store_refused_is_written_again() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_client(
         ReplyTo(1),
@@ -124,7 +120,7 @@ fn a_decided_card_the_store_refused_is_written_again() {
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Pending));
 
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     host.handle_agent(expired(), Millis(20));
     let effects = drain(&mut host);
     assert!(effects
@@ -140,7 +136,7 @@ fn a_decided_card_the_store_refused_is_written_again() {
     let again = host.poll_timeout().expect("still kept");
     assert!(again > retry);
 
-    host.overlays().writes_off = false;
+    host.overlays().with_plan(|p| p.writes_off = false);
     host.handle_timeout(again);
     let effects = drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Expired));
@@ -158,15 +154,11 @@ fn a_decided_card_the_store_refused_is_written_again() {
 // The new host knows the cards the overlay store kept.
 #[test]
 fn a_card_kept_across_a_restart_is_decided_by_the_agent_after_it() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask(), Millis(10));
     drain(&mut host);
-    let overlays = std::mem::take(host.overlays());
+    let overlays = take(host.overlays());
     drop(host);
 
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
@@ -206,18 +198,14 @@ fn a_card_kept_across_a_restart_is_decided_by_the_agent_after_it() {
 // waits for them.
 #[test]
 fn cards_the_store_could_not_read_at_start_are_read_again() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask(), Millis(10));
     drain(&mut host);
-    let mut overlays = std::mem::take(host.overlays());
+    let overlays = take(host.overlays());
     drop(host);
 
-    overlays.reads_off = true;
+    overlays.with_plan(|p| p.reads_off = true);
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
     host.start(Millis(1_000)).unwrap();
     let effects = drain(&mut host);
@@ -228,7 +216,7 @@ fn cards_the_store_could_not_read_at_start_are_read_again() {
     drain(&mut host);
     let retry = host.poll_timeout().expect("the cards are read again");
 
-    host.overlays().reads_off = false;
+    host.overlays().with_plan(|p| p.reads_off = false);
     host.handle_timeout(retry);
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Expired));
@@ -250,11 +238,7 @@ fn submit(n: u32, now: Millis) -> ClientRequest {
 // host now reclaims it when it turns stale.
 #[test]
 fn a_stale_run_is_reclaimed_when_it_turns_stale() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_client(ReplyTo(1), submit(1, Millis(10)), Millis(10));
     let first = drain(&mut host)
@@ -329,11 +313,7 @@ fn a_stale_run_is_reclaimed_when_it_turns_stale() {
 // never saw it (nothing reloads a quiet session). A refused row is written again.
 #[test]
 fn a_live_row_the_store_refused_is_written_again() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     let s = session();
     let target = TargetId::main(&s);
@@ -346,7 +326,7 @@ fn a_live_row_the_store_refused_is_written_again() {
         class: overlay_core::RowClass::Ordinary,
         run_id: None,
     };
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     host.handle_agent(
         AgentInput::Rows {
             session: s.clone(),
@@ -367,7 +347,7 @@ fn a_live_row_the_store_refused_is_written_again() {
         Millis(20),
     );
     drain(&mut host);
-    host.overlays().writes_off = false;
+    host.overlays().with_plan(|p| p.writes_off = false);
     host.handle_timeout(retry);
     drain(&mut host);
     let stored = host.overlays().inner.load(&s, &target).unwrap().unwrap();
@@ -391,7 +371,7 @@ fn run_ends_of_several_sessions_go_out_in_one_order() {
             });
             let mut host = Host::new(
                 MemoryOutboxStore::new(),
-                Flaky::default(),
+                flaky(),
                 HostConfig::new(HostKey::from_bytes([5; 32]), uuids),
             );
             let sessions: Vec<SessionId> = (0..8)
@@ -447,11 +427,7 @@ fn run_ends_of_several_sessions_go_out_in_one_order() {
 // session's relay interest, and the phone still there got no relay event again.
 #[test]
 fn a_phone_that_leaves_does_not_cut_off_the_other() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     let s = session();
     let join = || ClientRequest::Join {
@@ -489,11 +465,7 @@ fn a_phone_that_leaves_does_not_cut_off_the_other() {
 // let go because the user stopped it reached every client as failed. It ends aborted.
 #[test]
 fn a_stopped_run_ends_aborted_for_the_clients() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_client(ReplyTo(1), submit(1, Millis(10)), Millis(10));
     drain(&mut host);
@@ -577,11 +549,7 @@ fn ask_in(run: RunId) -> AgentInput {
 // decision again.
 #[test]
 fn a_decision_on_its_way_survives_a_restart_and_is_not_taken_twice() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask(), Millis(10));
     drain(&mut host);
@@ -591,7 +559,7 @@ fn a_decision_on_its_way_survives_a_restart_and_is_not_taken_twice() {
     assert_eq!(decisions_sent(&effects), vec![Decision::Accept]);
     // Saved before it went out: still pending, with the decision on its way.
     assert_eq!(card(&mut host), Some(CardStatus::Pending));
-    let overlays = std::mem::take(host.overlays());
+    let overlays = take(host.overlays());
     drop(host);
 
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
@@ -627,15 +595,11 @@ fn a_decision_on_its_way_survives_a_restart_and_is_not_taken_twice() {
 // request stays open for any device.
 #[test]
 fn a_decision_that_cannot_be_saved_is_not_sent() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask(), Millis(10));
     drain(&mut host);
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     let (to, req) = decide(1, Decision::Accept);
     host.handle_client(to, req, Millis(20));
     let effects = drain(&mut host);
@@ -647,7 +611,7 @@ fn a_decision_that_cannot_be_saved_is_not_sent() {
             reply: Reply::Approval(Err(host_core::ApprovalError::Unsaved(_))),
         }
     )));
-    host.overlays().writes_off = false;
+    host.overlays().with_plan(|p| p.writes_off = false);
     let (to, req) = decide(2, Decision::Decline);
     host.handle_client(to, req, Millis(30));
     assert_eq!(
@@ -661,11 +625,7 @@ fn a_decision_that_cannot_be_saved_is_not_sent() {
 // showed on its way, so a restart does not send it again.
 #[test]
 fn a_refused_decision_leaves_a_plain_pending_card() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask(), Millis(10));
     drain(&mut host);
@@ -678,7 +638,7 @@ fn a_refused_decision_leaves_a_plain_pending_card() {
     );
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Pending));
-    let overlays = std::mem::take(host.overlays());
+    let overlays = take(host.overlays());
     drop(host);
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
     host.start(Millis(1_000)).unwrap();
@@ -691,11 +651,7 @@ fn a_refused_decision_leaves_a_plain_pending_card() {
 // run no longer active.
 #[test]
 fn a_pending_card_expires_with_its_run() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask_in(run(1)), Millis(10));
     drain(&mut host);
@@ -712,20 +668,16 @@ fn a_pending_card_expires_with_its_run() {
     assert_eq!(card(&mut host), Some(CardStatus::Expired));
 
     // Across a restart: the expiry could not be saved, and the host died.
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask_in(run(2)), Millis(10));
     drain(&mut host);
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     host.handle_agent(expired(), Millis(20));
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Pending));
-    let mut overlays = std::mem::take(host.overlays());
-    overlays.writes_off = false;
+    let overlays = take(host.overlays());
+    overlays.with_plan(|p| p.writes_off = false);
     drop(host);
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
     host.start(Millis(1_000)).unwrap();
@@ -740,18 +692,14 @@ fn a_pending_card_expires_with_its_run() {
 // taken the decision before the run ended, so the decision is sent again first).
 #[test]
 fn a_decision_on_its_way_to_a_run_that_ended_expires_when_the_agent_refuses_it() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask_in(run(3)), Millis(10));
     drain(&mut host);
     let (to, req) = decide(1, Decision::Accept);
     host.handle_client(to, req, Millis(20));
     assert_eq!(decisions_sent(&drain(&mut host)), vec![Decision::Accept]);
-    let overlays = std::mem::take(host.overlays());
+    let overlays = take(host.overlays());
     drop(host);
 
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
@@ -782,11 +730,7 @@ fn a_decision_on_its_way_to_a_run_that_ended_expires_when_the_agent_refuses_it()
 // yields to what the agent took.
 #[test]
 fn a_saved_expired_card_yields_to_the_agents_decision_after_a_restart() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     host.handle_agent(ask_in(run(4)), Millis(10));
     drain(&mut host);
@@ -801,7 +745,7 @@ fn a_saved_expired_card_yields_to_the_agents_decision_after_a_restart() {
     );
     drain(&mut host);
     assert_eq!(card(&mut host), Some(CardStatus::Expired));
-    let overlays = std::mem::take(host.overlays());
+    let overlays = take(host.overlays());
     drop(host);
 
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::claude());
@@ -819,11 +763,7 @@ fn a_saved_expired_card_yields_to_the_agents_decision_after_a_restart() {
 /// The relay events' kinds while a run works and the agent asks twice, after phones
 /// joined with `protocols`.
 fn relay_kinds_after_joins(protocols: &[overlay_core::LiveProtocol]) -> Vec<String> {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::claude(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::claude());
     host.start(Millis(0)).unwrap();
     for (i, protocol) in protocols.iter().enumerate() {
         host.handle_client(
@@ -973,11 +913,7 @@ fn a_run_that_left_a_row(host: &mut Host<MemoryOutboxStore, Flaky>) -> RunId {
 // and written again.
 #[test]
 fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::codex(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::codex());
     host.start(Millis(0)).unwrap();
     host.handle_client(
         ReplyTo(100),
@@ -995,7 +931,7 @@ fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
 
     let (second, _) = submit_sent(&mut host, 2, Controls::replace_latest(), Millis(20));
     assert_ne!(second, first);
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     let op2 = OperationId::new("op-2").unwrap();
     host.handle_agent(
         AgentInput::RolledBack {
@@ -1013,7 +949,7 @@ fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
         vec!["r1".to_owned()],
         "not saved yet"
     );
-    host.overlays().writes_off = false;
+    host.overlays().with_plan(|p| p.writes_off = false);
     // Tried again a second later.
     let retry = Millis(1_021);
     assert!(host.poll_timeout().is_some_and(|t| t <= retry));
@@ -1054,16 +990,12 @@ fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
 // does the rewrite when the session's first target opens, and removes the row.
 #[test]
 fn a_refused_rewrite_survives_a_restart_in_the_journal() {
-    let mut host = host_over(
-        MemoryOutboxStore::new(),
-        Flaky::default(),
-        Capabilities::codex(),
-    );
+    let mut host = host_over(MemoryOutboxStore::new(), flaky(), Capabilities::codex());
     host.start(Millis(0)).unwrap();
     a_run_that_left_a_row(&mut host);
     let s = session();
     submit_sent(&mut host, 2, Controls::replace_latest(), Millis(20));
-    host.overlays().writes_off = true;
+    host.overlays().with_plan(|p| p.writes_off = true);
     host.handle_agent(
         AgentInput::RolledBack {
             session: s.clone(),
@@ -1083,10 +1015,7 @@ fn a_refused_rewrite_survives_a_restart_in_the_journal() {
     assert_eq!(main_overlay(&mut host).1, vec!["r1".to_owned()]);
 
     // The host dies before its retry; the next one opens the same stores.
-    let overlays = Flaky {
-        inner: host.overlays().inner.clone(),
-        ..Flaky::default()
-    };
+    let overlays = flaky_over(host.overlays().inner.clone());
     drop(host);
     // (The outbox plays no part in the rewrite.)
     let mut host = host_over(MemoryOutboxStore::new(), overlays, Capabilities::codex());

@@ -12,7 +12,6 @@ use outbox_core::entry::{Controls, EntryStatus, HandoffPhase, UNCONFIRMED_TEXT};
 
 use outbox_core::adapter::Capabilities;
 use outbox_core::ledger::LedgerStatus;
-use outbox_core::store::memory::MemoryOutboxStore;
 use outbox_core::store::OutboxStore;
 use timeline_core::time::Millis;
 
@@ -209,7 +208,10 @@ fn the_send_path_gives_up_after_31_seconds_as_uncertain() {
 fn a_failed_sending_write_is_proven_unadmitted_and_nothing_is_sent() {
     let mut b = Bench::codex(&["s1", "s2"]);
     b.agent.default = WhenUnscripted::Accept;
-    b.c.store().fail_ledger_writes = true;
+    b.c.store().with_plan(|p| {
+        p.only = LEDGER_WRITES.to_vec();
+        p.writes_off = true;
+    });
     // The store cannot write its ledger: the fallback holds the record and the send goes.
     b.submit("s1", "0", Controls::automatic());
     assert_eq!(b.agent.send_count(&op("op-0")), 1);
@@ -359,8 +361,11 @@ fn start_up_confirms_sending_entries_from_history() {
     let mut b = Bench::codex(&["s1"]);
     b.agent.default = WhenUnscripted::Accept;
     b.submit("s1", "1", Controls::automatic());
-    let mut store = b.c.into_store();
-    store.fail_ledger_reads = true;
+    let store = b.c.into_store();
+    store.with_plan(|p| {
+        p.only = vec!["ledger"];
+        p.reads_off = true;
+    });
     let mut c = custody(store, outbox_core::adapter::Capabilities::codex(), &["s1"]);
     let loaded = c.load_outbox(&s("s1"), Millis(0)).unwrap();
     let e = loaded[0].entry().unwrap();
@@ -651,7 +656,7 @@ fn a_replace_latest_rolls_back_once_whatever_follows() {
         // A restart reads the entry without its rollback.
         let store = std::mem::replace(
             &mut b.c,
-            custody(MemoryOutboxStore::new(), Capabilities::codex(), &[]),
+            custody(TestStore::default(), Capabilities::codex(), &[]),
         )
         .into_store();
         let mut c = custody(store, Capabilities::codex(), &["s1"]);
@@ -671,10 +676,10 @@ fn a_replace_latest_rolls_back_once_whatever_follows() {
 fn a_rollback_the_store_refused_to_record_is_not_asked_again() {
     let mut b = Bench::codex(&["s1"]);
     let first = replace_latest_sent(&mut b);
-    b.c.store().fail_writes = true;
+    b.c.store().with_plan(|p| p.writes_off = true);
     b.c.handle_rolled_back(&s("s1"), &op("op-1"), b.now);
     assert!(b.c.store_failure(&s("s1")).is_some(), "the failure is said");
-    b.c.store().fail_writes = false;
+    b.c.store().with_plan(|p| p.writes_off = false);
     // The deferral is written before the rollback's retry is due: the entry goes back
     // to the queue still saying rollback, and is sent again at once.
     b.c.handle_send_result(

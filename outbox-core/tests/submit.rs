@@ -416,7 +416,7 @@ fn an_undecodable_entry_is_blocked_not_dropped() {
         "{\"queueId\":\"q-bad\",\"status\":\"flying\"}",
     );
     let mut b = Bench {
-        c: custody(store, Capabilities::codex(), &["s1"]),
+        c: custody(TestStore::new(store), Capabilities::codex(), &["s1"]),
         ..Bench::codex(&[])
     };
     b.submit("s1", "1", Controls::automatic());
@@ -457,7 +457,11 @@ fn a_sent_proof_under_one_alias_removes_the_operation_everywhere() {
         store.claim(&s(session), &fp, &e).unwrap();
     }
     let mut b = Bench {
-        c: custody(store, Capabilities::codex(), &["s1", "s1::skills-agent"]),
+        c: custody(
+            TestStore::new(store),
+            Capabilities::codex(),
+            &["s1", "s1::skills-agent"],
+        ),
         ..Bench::codex(&[])
     };
     b.c.handle_delivery_proof(&s("s1::skills-agent"), &op("op-1"), b.now);

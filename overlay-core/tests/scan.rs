@@ -3,6 +3,7 @@
 
 mod common;
 
+use fixtures::failing::FailingOverlay;
 use std::collections::HashSet;
 
 use common::*;
@@ -203,59 +204,14 @@ fn a_partial_scan_settles_what_it_found() {
 }
 
 /// A store that fails every `update` after the first `ok` ones.
-struct FailAfter {
-    inner: MemoryOverlayStore,
-    ok: usize,
-}
-
-impl OverlayStore for FailAfter {
-    fn load(
-        &mut self,
-        s: &timeline_core::key::SessionId,
-        t: &TargetId,
-    ) -> Result<Option<overlay_core::store::StoredOverlay>, overlay_core::store::StoreError> {
-        self.inner.load(s, t)
-    }
-    fn compare_and_set(
-        &mut self,
-        s: &timeline_core::key::SessionId,
-        t: &TargetId,
-        expected: Option<u64>,
-        epoch: u64,
-        blocks: Vec<overlay_core::store::StoredBlock>,
-    ) -> Result<overlay_core::store::StoredOverlay, overlay_core::store::StoreError> {
-        self.inner.compare_and_set(s, t, expected, epoch, blocks)
-    }
-    fn update(
-        &mut self,
-        s: &timeline_core::key::SessionId,
-        t: &TargetId,
-        change: &Change,
-    ) -> Result<overlay_core::store::Update, overlay_core::store::StoreError> {
-        if self.ok == 0 {
-            return Err(overlay_core::store::StoreError::Unavailable(
-                "the disk is full".into(),
-            ));
-        }
-        self.ok -= 1;
-        self.inner.update(s, t, change)
-    }
-    fn delete(
-        &mut self,
-        s: &timeline_core::key::SessionId,
-        t: &TargetId,
-    ) -> Result<bool, overlay_core::store::StoreError> {
-        self.inner.delete(s, t)
-    }
-    fn targets(
-        &mut self,
-        s: &timeline_core::key::SessionId,
-    ) -> Result<Vec<TargetId>, overlay_core::store::StoreError> {
-        self.inner.targets(s)
-    }
-    fn current_revision(&mut self) -> Result<u64, overlay_core::store::StoreError> {
-        self.inner.current_revision()
-    }
+fn fail_after(inner: MemoryOverlayStore, ok: u64) -> FailingOverlay<MemoryOverlayStore> {
+    let store = FailingOverlay::new(inner);
+    store.with_plan(|p| {
+        p.only = vec!["update"];
+        p.pass_writes = ok;
+        p.writes_off = true;
+    });
+    store
 }
 
 // OV-06: a scan settles the exact keys of its run. A key that history holds but a row of
@@ -310,7 +266,7 @@ fn a_settlement_that_fails_midway_returns_what_it_saved() {
         .unwrap();
     }
     let found = run_keys(&mut inner, &s, &r).unwrap();
-    let mut store = FailAfter { inner, ok: 1 };
+    let mut store = fail_after(inner, 1);
     let err = settle_run(&mut store, &s, &r, &found).unwrap_err();
     assert_eq!(
         err.written.len(),
@@ -335,7 +291,7 @@ fn a_settlement_that_fails_midway_returns_what_it_saved() {
         Some(saved),
         "what comes back is what is stored"
     );
-    assert!(err.to_string().contains("the disk is full"));
+    assert!(err.to_string().contains("injected failure of update"));
 }
 
 // MH-01, OV-06: a scope let go forgets its scans and the effects not yet taken; other

@@ -6,13 +6,14 @@
 mod common;
 
 use common::*;
+use fixtures::failing::FailingOverlay;
 use overlay_core::overlay::Change;
 use overlay_core::source::{
     HistorySource, MemorySource, SourceError, SourceKind, SourcePage, SourcePosition,
 };
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::write;
-use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay, Update};
+use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock};
 use overlay_core::window::{
     anchored_window, latest_window, leaves_latest_window, older_page, reconcile_sessions,
     BuildError, OlderPageRequest, ReconcileSession, Target, WindowError,
@@ -907,50 +908,23 @@ fn with_no_current_run_a_window_settles_and_drops_only_the_compacting_marker() {
 
 /// A store that fails every `update` after the first `ok` ones (and then every read of
 /// the counter too, with `and_counter`).
-struct FailAfter {
+fn fail_after(
     inner: MemoryOverlayStore,
-    ok: usize,
+    ok: u64,
     and_counter: bool,
-}
-
-impl OverlayStore for FailAfter {
-    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, StoreError> {
-        self.inner.load(s, t)
-    }
-    fn compare_and_set(
-        &mut self,
-        s: &SessionId,
-        t: &TargetId,
-        expected: Option<u64>,
-        epoch: u64,
-        blocks: Vec<StoredBlock>,
-    ) -> Result<StoredOverlay, StoreError> {
-        self.inner.compare_and_set(s, t, expected, epoch, blocks)
-    }
-    fn update(
-        &mut self,
-        s: &SessionId,
-        t: &TargetId,
-        change: &Change,
-    ) -> Result<Update, StoreError> {
-        if self.ok == 0 {
-            return Err(StoreError::Unavailable("the disk is full".into()));
-        }
-        self.ok -= 1;
-        self.inner.update(s, t, change)
-    }
-    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, StoreError> {
-        self.inner.delete(s, t)
-    }
-    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, StoreError> {
-        self.inner.targets(s)
-    }
-    fn current_revision(&mut self) -> Result<u64, StoreError> {
-        if self.and_counter && self.ok == 0 {
-            return Err(StoreError::Unavailable("the disk is full".into()));
-        }
-        self.inner.current_revision()
-    }
+) -> FailingOverlay<MemoryOverlayStore> {
+    let store = FailingOverlay::new(inner);
+    store.with_plan(|p| {
+        p.only = if and_counter {
+            vec!["update", "current_revision"]
+        } else {
+            vec!["update"]
+        };
+        p.pass_writes = ok;
+        p.writes_off = true;
+        p.reads_off = true;
+    });
+    store
 }
 
 /// Checks that `failed` carries exactly the overlays `store` holds for `targets`, in
@@ -979,11 +953,7 @@ fn assert_saved(
 #[test]
 fn a_latest_window_that_fails_after_settling_returns_the_saved_snapshot() {
     let (s, t) = (session(), main_target());
-    let mut store = FailAfter {
-        inner: settling_store(),
-        ok: 1,
-        and_counter: true,
-    };
+    let mut store = fail_after(settling_store(), 1, true);
     let mut source = settling_source();
     let failed =
         latest_window(&mut store, &mut source, &host_key(), no_run(&s, &t), 12).unwrap_err();
@@ -992,7 +962,7 @@ fn a_latest_window_that_fails_after_settling_returns_the_saved_snapshot() {
         WindowError::Store(StoreError::Unavailable(_))
     ));
     assert_eq!(failed.error_code(), "HISTORY_UNAVAILABLE");
-    assert!(failed.to_string().contains("the disk is full"));
+    assert!(failed.to_string().contains("injected failure of"));
     assert_saved(&failed, &mut store.inner, &[(s, t)], 1);
 }
 
@@ -1054,11 +1024,7 @@ fn reconcile_request<'a>(
 fn a_reconcile_that_fails_on_a_later_session_returns_the_earlier_settlements() {
     let mut inner = MemoryOverlayStore::new();
     let targets: Vec<_> = (0..2).map(|i| reconcile_target(&mut inner, i)).collect();
-    let mut store = FailAfter {
-        inner,
-        ok: 1,
-        and_counter: false,
-    };
+    let mut store = fail_after(inner, 1, false);
     let mut sources = [settling_source(), settling_source()];
     let [first, second] = &mut sources;
     let reqs = vec![

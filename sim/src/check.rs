@@ -190,7 +190,7 @@ impl World {
     fn check_live_rows(&mut self) {
         let mut broken = Vec::new();
         {
-            let saved = lock(&self.stores.overlay_plan);
+            let saved = lock(&self.stores.saved);
             for (c, client) in self.clients.iter().enumerate() {
                 let t = &client.timeline;
                 let (Some((epoch, revision)), Some(target)) = (t.overlay_version(), t.target())
@@ -198,7 +198,7 @@ impl World {
                     continue;
                 };
                 let key = (client.session.clone(), target.clone(), epoch, revision);
-                match saved.saved.get(&key) {
+                match saved.get(&key) {
                     Some(d) if *d == overlay_digest(t.overlay_blocks()) => {}
                     // No overlay saved for the target: the host answers an empty one.
                     None if t.overlay_blocks().next().is_none() => {}

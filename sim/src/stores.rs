@@ -9,14 +9,15 @@
 //!   drops both and the next host opens the file again. A third connection reads for the
 //!   invariant checks.
 //!
-//! Outbox calls go through `fixtures::failing::FailingStore` (its `FaultPlan`), overlay
-//! and journal calls through [`FailingOverlay`] (its [`OverlayPlan`]); the world changes
-//! the plans while the host owns the stores.
+//! Outbox calls go through `fixtures::failing::FailingStore`, overlay and journal calls
+//! through `fixtures::failing::FailingOverlay` (each with its `FaultPlan`), and then
+//! through [`Recording`], which notes every overlay saved; the world changes the plans
+//! while the host owns the stores.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use fixtures::failing::{FailingStore, FaultPlan};
+use fixtures::failing::{FailingOverlay, FailingStore, FaultPlan};
 use outbox_core::entry::StoredEntry;
 use outbox_core::ids::{OperationId, SessionId};
 use outbox_core::ledger::LedgerRecord;
@@ -124,19 +125,9 @@ impl CleanupJournal for OverlayBackend {
     }
 }
 
-/// Which overlay calls fail.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OverlayPlan {
-    /// The next this many calls fail.
-    pub fail_next: u32,
-    /// Every write fails while set.
-    pub writes_off: bool,
-    /// Failures injected so far.
-    pub injected: u64,
-    /// Every overlay the store saved, by session, target, epoch and revision: the digest
-    /// of its rows in the form a client holds them ([`overlay_digest`]).
-    pub saved: BTreeMap<(SessionId, TargetId, u64, u64), u64>,
-}
+/// Every overlay the store saved, by session, target, epoch and revision: the digest of
+/// its rows in the form a client holds them ([`overlay_digest`]).
+pub type SavedOverlays = BTreeMap<(SessionId, TargetId, u64, u64), u64>;
 
 /// The digest of a client's rows of one overlay, in any order: each row's JSON, by key.
 pub fn overlay_digest<'a>(blocks: impl Iterator<Item = &'a timeline_core::Block>) -> u64 {
@@ -157,61 +148,32 @@ pub fn overlay_digest<'a>(blocks: impl Iterator<Item = &'a timeline_core::Block>
     digest
 }
 
-impl OverlayPlan {
-    fn fails(&mut self, write: bool) -> bool {
-        let fail = self.fail_next > 0 || (write && self.writes_off);
-        if self.fail_next > 0 {
-            self.fail_next -= 1;
-        }
-        if fail {
-            self.injected += 1;
-        }
-        fail
-    }
-
-    /// Stops every failure (the counter stays).
-    pub fn heal(&mut self) {
-        self.fail_next = 0;
-        self.writes_off = false;
-    }
-}
-
-/// An overlay store and cleanup journal that fails the calls its plan names with
-/// `StoreError::Unavailable`, changing nothing.
+/// An overlay store and cleanup journal that notes every overlay it saved
+/// ([`SavedOverlays`]), for the check that a client only ever shows a saved state. It
+/// fails nothing: the failing store wraps it, so only a write that went through is noted.
 #[derive(Debug)]
-pub struct FailingOverlay<S> {
+pub struct Recording<S> {
     inner: S,
-    plan: Arc<Mutex<OverlayPlan>>,
+    saved: Arc<Mutex<SavedOverlays>>,
 }
 
-impl<S> FailingOverlay<S> {
-    /// Wraps `inner` with the shared `plan`.
-    pub fn new(inner: S, plan: Arc<Mutex<OverlayPlan>>) -> Self {
-        FailingOverlay { inner, plan }
+impl<S> Recording<S> {
+    /// Wraps `inner`, noting into `saved`.
+    pub fn new(inner: S, saved: Arc<Mutex<SavedOverlays>>) -> Self {
+        Recording { inner, saved }
     }
 
     fn saved(&self, s: &SessionId, t: &TargetId, o: &timeline_core::wire::LiveOverlay) {
         let digest = overlay_digest(o.blocks.iter());
-        lock(&self.plan).saved.insert(
+        lock(&self.saved).insert(
             (s.clone(), t.clone(), o.settlement_epoch, o.revision),
             digest,
         );
     }
-
-    fn check(&self, write: bool, what: &str) -> Result<(), OverlayError> {
-        if lock(&self.plan).fails(write) {
-            Err(OverlayError::Unavailable(format!(
-                "injected failure of {what}"
-            )))
-        } else {
-            Ok(())
-        }
-    }
 }
 
-impl<S: OverlayStore> OverlayStore for FailingOverlay<S> {
+impl<S: OverlayStore> OverlayStore for Recording<S> {
     fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, OverlayError> {
-        self.check(false, "load")?;
         self.inner.load(s, t)
     }
     fn compare_and_set(
@@ -222,14 +184,12 @@ impl<S: OverlayStore> OverlayStore for FailingOverlay<S> {
         epoch: u64,
         blocks: Vec<StoredBlock>,
     ) -> Result<StoredOverlay, OverlayError> {
-        self.check(true, "compare_and_set")?;
         let stored = self.inner.compare_and_set(s, t, expected, epoch, blocks)?;
         let client = stored.client_form();
         self.saved(s, t, &client);
         Ok(stored)
     }
     fn update(&mut self, s: &SessionId, t: &TargetId, c: &Change) -> Result<Update, OverlayError> {
-        self.check(true, "update")?;
         let update = self.inner.update(s, t, c)?;
         if let Update::Written { stored, .. } = &update {
             let client = stored.client_form();
@@ -238,33 +198,27 @@ impl<S: OverlayStore> OverlayStore for FailingOverlay<S> {
         Ok(update)
     }
     fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, OverlayError> {
-        self.check(true, "delete")?;
         self.inner.delete(s, t)
     }
     fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, OverlayError> {
-        self.check(false, "targets")?;
         self.inner.targets(s)
     }
     fn current_revision(&mut self) -> Result<u64, OverlayError> {
-        self.check(false, "current_revision")?;
         self.inner.current_revision()
     }
 }
 
-impl<S: CleanupJournal> CleanupJournal for FailingOverlay<S> {
+impl<S: CleanupJournal> CleanupJournal for Recording<S> {
     fn add_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<(), OverlayError> {
-        self.check(true, "add_cleanup")?;
         self.inner.add_cleanup(s, r)
     }
     fn remove_cleanup(&mut self, s: &SessionId, r: &RunId) -> Result<bool, OverlayError> {
-        self.check(true, "remove_cleanup")?;
         self.inner.remove_cleanup(s, r)
     }
     fn pending_cleanups(
         &mut self,
         s: Option<&SessionId>,
     ) -> Result<Vec<(SessionId, RunId)>, OverlayError> {
-        self.check(false, "pending_cleanups")?;
         self.inner.pending_cleanups(s)
     }
 }
@@ -272,7 +226,7 @@ impl<S: CleanupJournal> CleanupJournal for FailingOverlay<S> {
 /// The outbox store a host owns.
 pub type HostOutbox = FailingStore<OutboxBackend>;
 /// The overlay store a host owns.
-pub type HostOverlays = FailingOverlay<OverlayBackend>;
+pub type HostOverlays = FailingOverlay<Recording<OverlayBackend>>;
 
 /// Which backend a run uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,7 +248,9 @@ pub struct Stores {
     /// The outbox fault plan of the current host.
     pub outbox_plan: Arc<Mutex<FaultPlan>>,
     /// The overlay fault plan (shared by every host).
-    pub overlay_plan: Arc<Mutex<OverlayPlan>>,
+    pub overlay_plan: Arc<Mutex<FaultPlan>>,
+    /// Every overlay the hosts saved.
+    pub saved: Arc<Mutex<SavedOverlays>>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -336,7 +292,8 @@ impl Stores {
             file,
             observer,
             outbox_plan: Arc::new(Mutex::new(FaultPlan::default())),
-            overlay_plan: Arc::new(Mutex::new(OverlayPlan::default())),
+            overlay_plan: Arc::new(Mutex::new(FaultPlan::default())),
+            saved: Arc::new(Mutex::new(SavedOverlays::new())),
         })
     }
 
@@ -374,7 +331,10 @@ impl Stores {
         self.outbox_plan = outbox.plan();
         Ok((
             outbox,
-            FailingOverlay::new(overlays, Arc::clone(&self.overlay_plan)),
+            FailingOverlay::with_shared_plan(
+                Recording::new(overlays, Arc::clone(&self.saved)),
+                Arc::clone(&self.overlay_plan),
+            ),
         ))
     }
 
@@ -428,7 +388,7 @@ impl Stores {
     }
 
     /// Sets one fault in the overlay plan.
-    pub fn overlay_fault(&mut self, f: impl FnOnce(&mut OverlayPlan)) {
+    pub fn overlay_fault(&mut self, f: impl FnOnce(&mut FaultPlan)) {
         f(&mut lock(&self.overlay_plan));
     }
 

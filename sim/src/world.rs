@@ -2078,7 +2078,7 @@ impl World {
         }
         if self.strike(FaultKind::OverlayStoreFail) {
             let how = self.rng.below(3);
-            let n = self.rng.range(1, 3) as u32;
+            let n = self.rng.range(1, 3);
             let ms = self.rng.range(500, 10_000);
             self.log(|| format!("overlay store fault {how} n={n}"));
             match how {

@@ -65,15 +65,6 @@ pub struct MemoryOutboxStore {
     routes: HashMap<OperationId, SessionMessageRoute>,
     /// The route of each (sender session, sender call).
     route_calls: HashMap<(SessionId, CallId), OperationId>,
-    /// When set, every write fails with `Unavailable` (to test the ledger fallback).
-    #[cfg(feature = "testing")]
-    pub fail_writes: bool,
-    /// When set, every ledger read fails with `Unavailable`.
-    #[cfg(feature = "testing")]
-    pub fail_ledger_reads: bool,
-    /// When set, every ledger write (and `confirm_sent`) fails with `Unavailable`.
-    #[cfg(feature = "testing")]
-    pub fail_ledger_writes: bool,
 }
 
 impl MemoryOutboxStore {
@@ -100,23 +91,6 @@ impl MemoryOutboxStore {
                 decoded: serde_json::from_str(json).ok(),
             },
         );
-    }
-
-    fn writable(&self) -> Result<(), StoreError> {
-        #[cfg(feature = "testing")]
-        if self.fail_writes {
-            return Err(StoreError::unavailable("writes are failing"));
-        }
-        Ok(())
-    }
-
-    fn ledger_writable(&self) -> Result<(), StoreError> {
-        self.writable()?;
-        #[cfg(feature = "testing")]
-        if self.fail_ledger_writes {
-            return Err(StoreError::unavailable("ledger writes are failing"));
-        }
-        Ok(())
     }
 
     fn write_entry(&mut self, session: &SessionId, entry: &OutboxEntry) {
@@ -217,7 +191,6 @@ impl OutboxStore for MemoryOutboxStore {
         {
             return Ok(Claim::Existing(existing.clone()));
         }
-        self.writable()?;
         self.claim_unchecked(session, fingerprint, entry)
     }
 
@@ -236,7 +209,6 @@ impl OutboxStore for MemoryOutboxStore {
             return Ok(Claim::Existing(existing.clone()));
         }
         // Both writes are checked before either is made: one transaction.
-        self.ledger_writable()?;
         let claim = self.claim_unchecked(session, fingerprint, entry)?;
         if claim == Claim::Claimed {
             self.ledger.insert(
@@ -265,7 +237,6 @@ impl OutboxStore for MemoryOutboxStore {
         {
             return Ok(RouteClaim::ExistingCall(existing.clone()));
         }
-        self.writable()?;
         if self
             .identities
             .contains_key(&(recipient.clone(), entry.operation_id.clone()))
@@ -324,7 +295,6 @@ impl OutboxStore for MemoryOutboxStore {
         expected: &OutboxEntry,
         new: &OutboxEntry,
     ) -> Result<bool, StoreError> {
-        self.writable()?;
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
@@ -340,7 +310,6 @@ impl OutboxStore for MemoryOutboxStore {
         ledger_session: &SessionId,
         record: &LedgerRecord,
     ) -> Result<bool, StoreError> {
-        self.ledger_writable()?;
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
@@ -359,7 +328,6 @@ impl OutboxStore for MemoryOutboxStore {
         fingerprint: &Digest256,
         new: &OutboxEntry,
     ) -> Result<bool, StoreError> {
-        self.writable()?;
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
@@ -385,7 +353,6 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         queue_id: &QueueId,
     ) -> Result<Option<OutboxEntry>, StoreError> {
-        self.writable()?;
         let Some(raw) = self.remove_raw(session, queue_id.as_str()) else {
             return Ok(None);
         };
@@ -400,7 +367,6 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         positions: &[(QueueId, i64)],
     ) -> Result<(), StoreError> {
-        self.writable()?;
         for (q, p) in positions {
             if let Some(mut e) = self.decoded(session, q) {
                 e.position = *p;
@@ -415,10 +381,6 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, StoreError> {
-        #[cfg(feature = "testing")]
-        if self.fail_ledger_reads {
-            return Err(StoreError::unavailable("ledger reads are failing"));
-        }
         Ok(self.ledger.get(&(session.clone(), op.clone())).cloned())
     }
 
@@ -428,7 +390,6 @@ impl OutboxStore for MemoryOutboxStore {
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), StoreError> {
-        self.ledger_writable()?;
         self.ledger
             .insert((session.clone(), op.clone()), record.clone());
         Ok(())
@@ -440,7 +401,6 @@ impl OutboxStore for MemoryOutboxStore {
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, StoreError> {
-        self.ledger_writable()?;
         let Some(base) = scope.first() else {
             return Ok(Vec::new());
         };
@@ -474,7 +434,6 @@ impl OutboxStore for MemoryOutboxStore {
         op: &OperationId,
         delivery: RouteDelivery,
     ) -> Result<(), StoreError> {
-        self.writable()?;
         if let Some(r) = self.routes.get_mut(op) {
             r.delivery = delivery;
         }

@@ -2,11 +2,13 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use fixtures::adapters::ScriptedAdapter;
+use fixtures::failing::FailingStore;
 use outbox_core::adapter::{AttemptId, Capabilities};
 use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
 use outbox_core::entry::{Controls, MessageRequest, OutboxEntry, Receipt};
 use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
 use outbox_core::store::memory::MemoryOutboxStore;
+use outbox_core::store::OutboxStore;
 use timeline_core::time::Millis;
 
 pub fn s(id: &str) -> SessionId {
@@ -27,11 +29,19 @@ pub fn uuids() -> Box<dyn FnMut() -> String + Send> {
     })
 }
 
-pub fn custody(
-    store: MemoryOutboxStore,
-    caps: Capabilities,
-    sessions: &[&str],
-) -> Custody<MemoryOutboxStore> {
+/// The store a [`Bench`] runs on: the memory store behind the failing wrapper, which
+/// fails nothing until a test changes its plan.
+pub type TestStore = FailingStore<MemoryOutboxStore>;
+
+/// The ledger's writes: the store methods that write a ledger row.
+pub const LEDGER_WRITES: [&str; 4] = [
+    "claim_sending",
+    "replace_entry_with_ledger",
+    "put_ledger",
+    "confirm_sent",
+];
+
+pub fn custody<S: OutboxStore>(store: S, caps: Capabilities, sessions: &[&str]) -> Custody<S> {
     let mut c = Custody::new(store, uuids());
     for id in sessions {
         c.set_session(&s(id), SessionInfo::new(caps));
@@ -55,7 +65,7 @@ pub fn submit_req(session: &str, n: &str, controls: Controls) -> SubmitRequest {
 
 /// A test bench: custody, a scripted adapter, and the effects meant for the embedding.
 pub struct Bench {
-    pub c: Custody<MemoryOutboxStore>,
+    pub c: Custody<TestStore>,
     pub agent: ScriptedAdapter,
     pub now: Millis,
     pub notes: Vec<Effect>,
@@ -66,7 +76,7 @@ pub struct Bench {
 impl Bench {
     pub fn codex(sessions: &[&str]) -> Bench {
         Bench {
-            c: custody(MemoryOutboxStore::new(), Capabilities::codex(), sessions),
+            c: custody(TestStore::default(), Capabilities::codex(), sessions),
             agent: ScriptedAdapter::codex(),
             now: Millis(1_000),
             notes: Vec::new(),
@@ -76,7 +86,7 @@ impl Bench {
 
     pub fn claude(sessions: &[&str]) -> Bench {
         Bench {
-            c: custody(MemoryOutboxStore::new(), Capabilities::claude(), sessions),
+            c: custody(TestStore::default(), Capabilities::claude(), sessions),
             agent: ScriptedAdapter::claude(),
             now: Millis(1_000),
             notes: Vec::new(),
