@@ -41,7 +41,7 @@ use host_core::{
     WriteFailure, WriteId,
 };
 use outbox_core::adapter::{
-    Capabilities, DetachResult, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
+    Capabilities, HistoryRead, SendKind, SendRequest, SendResult, StopResult, TakeBackResult,
 };
 use outbox_core::entry::Acceptance;
 use outbox_core::ids::{OperationId, RunId, SessionId, ThreadId, TurnId};
@@ -353,7 +353,7 @@ impl AcpAgent {
             } => self.stop(attempt, &session, now),
             AgentCall::TakeBack { attempt, .. } => self.input(AgentInput::TakeBack {
                 attempt,
-                result: DetachResult::NotDetached {
+                result: TakeBackResult::NotDetached {
                     reason: "an ACP agent takes no message into a running turn".into(),
                 },
             }),

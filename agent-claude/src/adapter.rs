@@ -25,8 +25,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use outbox_core::adapter::{
-    AgentAdapter, Capabilities, DetachResult, HistoryRead, SendKind, SendRequest, SendResult,
-    StopResult,
+    AgentAdapter, Capabilities, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
+    TakeBackResult,
 };
 use outbox_core::entry::Acceptance;
 use outbox_core::ids::{OperationId, RunId, SessionId};
@@ -499,8 +499,8 @@ impl AgentAdapter for ClaudeAdapter {
         _session: &SessionId,
         _op: &OperationId,
         _acceptance: &Acceptance,
-    ) -> DetachResult {
-        DetachResult::NotDetached {
+    ) -> TakeBackResult {
+        TakeBackResult::NotDetached {
             reason: "Claude Code cannot take back one queued message; stop the run instead"
                 .to_owned(),
         }

@@ -35,7 +35,7 @@ use host_core::{
     WriteFailure, WriteId,
 };
 use outbox_core::adapter::{
-    Capabilities, DetachResult, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
+    Capabilities, HistoryRead, SendKind, SendRequest, SendResult, StopResult, TakeBackResult,
 };
 use outbox_core::ids::{OperationId, RunId, SessionId};
 use outbox_core::AttemptId;
@@ -343,7 +343,7 @@ impl ClaudeAgent {
                         .values()
                         .map(|t| AgentInput::TakeBack {
                             attempt: t.attempt,
-                            result: DetachResult::NotDetached {
+                            result: TakeBackResult::NotDetached {
                                 reason: "The Claude run ended before it answered.".to_owned(),
                             },
                         })
@@ -509,7 +509,7 @@ impl ClaudeAgent {
         let id = self.id();
         let not = |reason: &str| AgentInput::TakeBack {
             attempt,
-            result: DetachResult::NotDetached {
+            result: TakeBackResult::NotDetached {
                 reason: reason.to_owned(),
             },
         };
@@ -631,9 +631,9 @@ impl ClaudeAgent {
         }
         if let Some(t) = live.take_backs.remove(id) {
             let result = if body["cancelled"] == true {
-                DetachResult::DetachedForReplay
+                TakeBackResult::DetachedForReplay
             } else {
-                DetachResult::NotDetached {
+                TakeBackResult::NotDetached {
                     reason: "Claude had already taken the message.".to_owned(),
                 }
             };
@@ -854,7 +854,7 @@ impl ClaudeAgent {
         for (_, t) in std::mem::take(&mut live.take_backs) {
             self.input(AgentInput::TakeBack {
                 attempt: t.attempt,
-                result: DetachResult::NotDetached {
+                result: TakeBackResult::NotDetached {
                     reason: "Claude ended before it answered.".to_owned(),
                 },
             });
@@ -1143,7 +1143,7 @@ impl Agent for ClaudeAgent {
                 if let Some(t) = live.take_backs.remove(&id) {
                     inputs.push(AgentInput::TakeBack {
                         attempt: t.attempt,
-                        result: DetachResult::NotDetached {
+                        result: TakeBackResult::NotDetached {
                             reason: "Claude did not answer in time.".to_owned(),
                         },
                     });

@@ -20,8 +20,8 @@ use agent_claude::file::transcript_path;
 use agent_claude::project::Output;
 use agent_claude::run::ResolveError;
 use outbox_core::adapter::{
-    AgentAdapter, AttemptId, DetachResult, HistoryRead, SendKind, SendRequest, SendResult,
-    StopResult,
+    AgentAdapter, AttemptId, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
+    TakeBackResult,
 };
 use outbox_core::entry::MessageRequest;
 use outbox_core::ids::{OperationId, RunId, SessionId};
@@ -375,7 +375,7 @@ fn failures_before_the_hand_off_are_proven_unadmitted() {
                 accepted_at: Millis(1),
             }
         ),
-        DetachResult::NotDetached { .. }
+        TakeBackResult::NotDetached { .. }
     ));
 }
 

@@ -7,7 +7,7 @@ use agent_claude::seam::{REPLY_DEADLINE, STOP_DEADLINE};
 use agent_claude::{ClaudeAgent, ClaudeConfig};
 use host_core::{Agent, AgentCall, AgentEffect, AgentInput, ProcessId, ProcessSpec, WriteFailure};
 use outbox_core::adapter::{
-    AttemptId, DetachResult, ProofKind, SendKind, SendRequest, SendResult, StopResult,
+    AttemptId, ProofKind, SendKind, SendRequest, SendResult, StopResult, TakeBackResult,
 };
 use outbox_core::{HistoryRead, MessageRequest, OperationId};
 use overlay_core::live::RunEventKind;
@@ -408,7 +408,7 @@ fn a_take_back_asks_claude_to_cancel_the_message_and_reports_what_it_did() {
         let inputs = r.take();
         let got = inputs.iter().find_map(|i| match i {
             AgentInput::TakeBack { result, .. } => {
-                Some(matches!(result, DetachResult::DetachedForReplay))
+                Some(matches!(result, TakeBackResult::DetachedForReplay))
             }
             _ => None,
         });

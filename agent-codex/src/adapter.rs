@@ -55,8 +55,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use outbox_core::adapter::{
-    AgentAdapter, Capabilities, DetachResult, HistoryRead, SendKind, SendRequest, SendResult,
-    StopResult,
+    AgentAdapter, Capabilities, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
+    TakeBackResult,
 };
 use outbox_core::entry::Acceptance;
 use timeline_core::key::{OperationId, RunId, SessionId};
@@ -720,8 +720,8 @@ impl AgentAdapter for CodexAdapter {
         _session: &SessionId,
         _op: &OperationId,
         _acceptance: &Acceptance,
-    ) -> DetachResult {
-        DetachResult::NotDetached {
+    ) -> TakeBackResult {
+        TakeBackResult::NotDetached {
             reason: "Codex cannot take accepted input back out of a running turn.".to_owned(),
         }
     }

@@ -43,7 +43,7 @@ use host_core::{
     WriteFailure, WriteId,
 };
 use outbox_core::adapter::{
-    Capabilities, DetachResult, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
+    Capabilities, HistoryRead, SendKind, SendRequest, SendResult, StopResult, TakeBackResult,
 };
 use overlay_core::live::RunEventKind;
 use overlay_core::store::StoredBlock;
@@ -485,7 +485,7 @@ impl CodexAgent {
             } => self.stop(attempt, &session, run),
             AgentCall::TakeBack { attempt, .. } => self.input(AgentInput::TakeBack {
                 attempt,
-                result: DetachResult::NotDetached {
+                result: TakeBackResult::NotDetached {
                     reason: "Codex cannot take accepted input back out of a running turn."
                         .to_owned(),
                 },
@@ -1379,7 +1379,7 @@ impl CodexAgent {
             }),
             AgentCall::TakeBack { attempt, .. } => self.input(AgentInput::TakeBack {
                 attempt,
-                result: DetachResult::NotDetached {
+                result: TakeBackResult::NotDetached {
                     reason: "Codex ended.".to_owned(),
                 },
             }),

@@ -12,7 +12,7 @@ use timeline_core::cursor::BoundaryToken;
 use timeline_core::key::{BlockKey, BlockType, TargetId};
 use timeline_core::order::SourceOrder;
 use timeline_core::time::Millis;
-use timeline_core::timeline::{ClientMode, Effect, Outcome, Timeline};
+use timeline_core::timeline::{ClientMode, Outcome, Timeline, TimelineEffect};
 use timeline_core::wire::{LiveOverlay, TimelineWindow};
 
 const OVERLAY_ROWS: usize = 50;
@@ -60,7 +60,7 @@ fn loaded(history: Vec<Block>, live: Vec<Block>) -> (Timeline, TargetId) {
     let target = TargetId::new("session").expect("non-blank");
     let mut t = Timeline::new(ClientMode::Desktop);
     t.open_target(target.clone(), Millis(0));
-    let Some(Effect::LoadLatestWindow { tag, .. }) = t.poll_effect() else {
+    let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = t.poll_effect() else {
         panic!("open asks for the latest window");
     };
     let w = TimelineWindow {

@@ -30,7 +30,7 @@ use timeline_core::cursor::BoundaryToken;
 use timeline_core::key::{BlockKey, BlockType, RunId, SessionId, TargetId};
 use timeline_core::order::SourceOrder;
 use timeline_core::time::Millis;
-use timeline_core::timeline::{ClientMode, Effect, Outcome, Timeline};
+use timeline_core::timeline::{ClientMode, Outcome, Timeline, TimelineEffect};
 use timeline_core::wire::{LiveOverlay, LivePatch, TimelineWindow};
 
 const OVERLAY_ROWS: u64 = 1_000;
@@ -64,7 +64,7 @@ fn run_event(kind: RunEventKind, session: &SessionId, at: u64) -> Payload {
 fn phone_at(target: &TargetId, overlay: LiveOverlay) -> Timeline {
     let mut phone = Timeline::new(ClientMode::Phone);
     phone.open_target(target.clone(), Millis(0));
-    let Some(Effect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
+    let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
         panic!("the open asks for a window")
     };
     let window = TimelineWindow {

@@ -74,9 +74,11 @@ impl BaselineOverlayStore {
         let k = (session.clone(), target.clone());
         let current = self.overlays.get(&k);
         if current.map(|o| o.revision) != expected {
-            return Err(WindowError::Store(overlay_core::store::StoreError::Stale {
-                current: current.cloned().map(Box::new),
-            }));
+            return Err(WindowError::Store(
+                overlay_core::store::OverlayError::Stale {
+                    current: current.cloned().map(Box::new),
+                },
+            ));
         }
         self.revision += 1;
         let stored = StoredOverlay {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use outbox_core::adapter::{Capabilities, SendKind, SendResult};
-use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
+use outbox_core::custody::{Custody, CustodyEffect, SessionInfo, SubmitRequest};
 use outbox_core::entry::{Acceptance, Controls, MessageRequest};
 use outbox_core::ids::{SessionId, ThreadId, TurnId};
 use outbox_core::store::OutboxStore;
@@ -51,7 +51,7 @@ pub fn one_cycle<S: OutboxStore>(
             now,
         )
         .expect("submit");
-    let Some(Effect::Send(req)) = custody.poll_effect() else {
+    let Some(CustodyEffect::Send(req)) = custody.poll_effect() else {
         panic!("the drain sends");
     };
     let SendKind::Start { run } = &req.kind else {

@@ -19,7 +19,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Reply, ReplyTo};
+use host_core::{
+    AgentCall, AgentInput, ClientRequest, Host, HostConfig, HostEffect, Reply, ReplyTo,
+};
 use outbox_core::adapter::SendKind;
 use outbox_core::entry::Acceptance;
 use outbox_core::ids::{ThreadId, TurnId};
@@ -33,7 +35,7 @@ use overlay_core::{RunEventKind, SourceError, SourceKind, StoredBlock, WindowId}
 use storage_postgres::PostgresStore;
 use storage_sqlite::SqliteStore;
 use timeline_core::rows::ApprovalKind;
-use timeline_core::timeline::Effect as Load;
+use timeline_core::timeline::TimelineEffect as Load;
 use timeline_core::{ApprovalRequest, Block, BlockKey, BlockType, BoundaryToken, ClientMode};
 use timeline_core::{Decision, HostKey, LiveOverlay, Millis, RunId, SessionId, SourceOrder};
 use timeline_core::{TargetId, Timeline};
@@ -70,14 +72,16 @@ fn drive<O: OutboxStore, V: OverlayStore + CleanupJournal>(w: &mut World<O, V>) 
     loop {
         while let Some(effect) = w.host.poll_effect() {
             match effect {
-                Effect::Agent(call) => {
+                HostEffect::Agent(call) => {
                     for input in w.agent.answer(call, w.now) {
                         w.host.handle_agent(input, w.now);
                     }
                 }
-                Effect::Deliver(delivery) => w.deliver(delivery),
-                Effect::Reply { to, reply } => w.reply(to, reply),
-                Effect::Notice(notice) => println!("  notice ({:?}): {notice}", notice.severity()),
+                HostEffect::Deliver(delivery) => w.deliver(delivery),
+                HostEffect::Reply { to, reply } => w.reply(to, reply),
+                HostEffect::Notice(notice) => {
+                    println!("  notice ({:?}): {notice}", notice.severity())
+                }
                 _ => {}
             }
         }

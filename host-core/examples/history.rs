@@ -11,10 +11,10 @@
 
 use std::path::Path;
 
-use host_core::{ClientRequest, Effect, Host, HostConfig, Reply, ReplyTo};
+use host_core::{ClientRequest, Host, HostConfig, HostEffect, Reply, ReplyTo};
 use outbox_core::{Capabilities, MemoryOutboxStore, SessionInfo};
 use overlay_core::{HistorySource, MemoryOverlayStore};
-use timeline_core::timeline::{Effect as Load, LoadFailure};
+use timeline_core::timeline::{LoadFailure, TimelineEffect as Load};
 use timeline_core::{ClientMode, HostKey, Millis, SessionId, TargetId, Timeline};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -109,7 +109,7 @@ fn serve(
         host.handle_client(ReplyTo(0), request, now);
         while let Some(effect) = host.poll_effect() {
             match effect {
-                Effect::Reply {
+                HostEffect::Reply {
                     reply: Reply::LatestWindow(w),
                     ..
                 } => {
@@ -122,7 +122,7 @@ fn serve(
                         now,
                     );
                 }
-                Effect::Reply {
+                HostEffect::Reply {
                     reply: Reply::OlderPage(p),
                     ..
                 } => {
@@ -131,7 +131,7 @@ fn serve(
                     }
                     desktop.handle_older_page(&tag, p.map_err(|_| LoadFailure::Unavailable), now);
                 }
-                Effect::Notice(n) => eprintln!("notice ({:?}): {n}", n.severity()),
+                HostEffect::Notice(n) => eprintln!("notice ({:?}): {n}", n.severity()),
                 _ => {}
             }
         }

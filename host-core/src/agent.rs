@@ -234,7 +234,7 @@ impl AgentCall {
 /// taken back, the decision did not reach an agent. `None` for calls that need no
 /// answer.
 pub fn unserved(call: AgentCall) -> Option<AgentInput> {
-    use outbox_core::adapter::{DetachResult, HistoryRead, SendResult, StopResult};
+    use outbox_core::adapter::{HistoryRead, SendResult, StopResult, TakeBackResult};
     let why = |session: &SessionId| format!("no agent serves session {session}");
     match call {
         AgentCall::Send(request) => Some(AgentInput::SendResult {
@@ -259,7 +259,7 @@ pub fn unserved(call: AgentCall) -> Option<AgentInput> {
             attempt, session, ..
         } => Some(AgentInput::TakeBack {
             attempt,
-            result: DetachResult::NotDetached {
+            result: TakeBackResult::NotDetached {
                 reason: why(&session),
             },
         }),

@@ -6,7 +6,7 @@ use outbox_core::adapter::SendKind;
 use outbox_core::custody::{self, Custody, SessionInfo};
 use outbox_core::ids::OperationId;
 use outbox_core::runs::STALE_RUN_AFTER;
-use outbox_core::store::{OutboxStore, StoreError as OutboxError};
+use outbox_core::store::{OutboxError, OutboxStore};
 use overlay_core::live::{Delivery, LiveHub, LiveProtocol, Payload, RelayOutcome};
 use overlay_core::live::{RunEvent, RunEventKind};
 use overlay_core::overlay::{Change, LiveSequencer};
@@ -14,7 +14,7 @@ use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState}
 use overlay_core::scan::{self, ExactScans, ScanEffect, ScanReport};
 use overlay_core::source::HistorySource;
 use overlay_core::store::{self as overlay_store, WriteResult};
-use overlay_core::store::{CleanupJournal, OverlayStore, StoreError as OverlayError};
+use overlay_core::store::{CleanupJournal, OverlayError, OverlayStore};
 use overlay_core::store::{RowClass, StoredBlock, StoredOverlay};
 use overlay_core::window::{self, BuildError, OlderPageRequest, Target};
 use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
@@ -24,7 +24,7 @@ use timeline_core::time::Millis;
 
 use crate::approvals::{ApprovalEffect, ApprovalId, Approvals};
 use crate::io::{
-    AgentCall, AgentInput, ClientRequest, Effect, LoadError, NewSessionError, Notice, Reply,
+    AgentCall, AgentInput, ClientRequest, HostEffect, LoadError, NewSessionError, Notice, Reply,
     ReplyTo, SessionSummary,
 };
 use crate::run_book::RunBook;
@@ -148,7 +148,7 @@ pub struct Host<O, V> {
     /// Operations whose user message the replay holds already, by session (RB-02).
     replayed: ReplayedSends,
     stats: HostStats,
-    effects: VecDeque<Effect>,
+    effects: VecDeque<HostEffect>,
 }
 
 /// Counters of what a host did, for diagnostics and metrics ([`Host::stats`]). Each
@@ -438,13 +438,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     decision,
                 } => self
                     .effects
-                    .push_back(Effect::Agent(AgentCall::ResolveApproval {
+                    .push_back(HostEffect::Agent(AgentCall::ResolveApproval {
                         session,
                         request,
                         decision,
                     })),
                 ApprovalEffect::Reply { to, reply } => {
-                    self.effects.push_back(Effect::Reply { to, reply })
+                    self.effects.push_back(HostEffect::Reply { to, reply })
                 }
                 ApprovalEffect::Stamp {
                     session,
@@ -468,7 +468,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         entry.sources.insert(TargetId::main(session), source);
     }
 
-    /// The embedder's answer to [`Effect::OpenSession`]: the session it made (and
+    /// The embedder's answer to [`HostEffect::OpenSession`]: the session it made (and
     /// added with [`Host::add_session`]), or why it made none. The client is answered
     /// [`Reply::SessionOpened`]; a session named but not added is
     /// [`NewSessionError::NotAdded`], never an answer that names a session nobody serves.
@@ -485,7 +485,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 Err(NewSessionError::NotAdded(session))
             }
         });
-        self.effects.push_back(Effect::Reply {
+        self.effects.push_back(HostEffect::Reply {
             to,
             reply: Reply::SessionOpened(result),
         });
@@ -552,7 +552,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
 
     /// Next effect to carry out.
     #[must_use]
-    pub fn poll_effect(&mut self) -> Option<Effect> {
+    pub fn poll_effect(&mut self) -> Option<HostEffect> {
         self.effects.pop_front()
     }
 
@@ -833,17 +833,18 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             ClientRequest::ListRuns => Some(Reply::Runs(self.custody.active_runs(now))),
             ClientRequest::ListSessions => Some(Reply::Sessions(self.session_summaries())),
             ClientRequest::NewSession(request) => {
-                self.effects.push_back(Effect::OpenSession { to, request });
+                self.effects
+                    .push_back(HostEffect::OpenSession { to, request });
                 None
             }
         };
         if let Some(reply) = reply {
-            self.effects.push_back(Effect::Reply { to, reply });
+            self.effects.push_back(HostEffect::Reply { to, reply });
         }
         self.pump(now);
     }
 
-    /// A delivery from [`Effect::Deliver`] was not carried out (the window or the relay
+    /// A delivery from [`HostEffect::Deliver`] was not carried out (the window or the relay
     /// was gone, the write failed), or its recipient refused it (a timeline answered a
     /// patch with `Ignored(BaseMismatch)`): the host forgets what that recipient holds,
     /// so its next `blocks` update is a whole snapshot instead of a patch on a base it
@@ -922,7 +923,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     },
                 };
                 self.effects
-                    .push_back(Effect::Agent(AgentCall::SessionMessageResult {
+                    .push_back(HostEffect::Agent(AgentCall::SessionMessageResult {
                         session,
                         call_id,
                         result,
@@ -1033,7 +1034,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| LoadError::Outbox {
                     session: session.clone(),
-                    error: outbox_core::store::StoreError::Corrupt {
+                    error: outbox_core::store::OutboxError::Corrupt {
                         what: "an outbox entry".to_owned(),
                         reason: e.to_string(),
                     },
@@ -1401,7 +1402,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             (self.hub.handle_payload(payload, now), session)
         {
             self.effects
-                .push_back(Effect::Notice(Notice::RelayRefused { session, error }));
+                .push_back(HostEffect::Notice(Notice::RelayRefused { session, error }));
         }
     }
 
@@ -1536,7 +1537,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     }
                     self.append_replay(&session, EventKind::Other, &json, now);
                 }
-                self.effects.push_back(Effect::Deliver(delivery));
+                self.effects.push_back(HostEffect::Deliver(delivery));
             }
             if !progressed {
                 break;
@@ -1544,8 +1545,8 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         }
     }
 
-    fn custody_effect(&mut self, effect: custody::Effect, now: Millis) {
-        use custody::Effect as C;
+    fn custody_effect(&mut self, effect: custody::CustodyEffect, now: Millis) {
+        use custody::CustodyEffect as C;
         let out = match effect {
             C::Send(req) => {
                 if let SendKind::Start { run } = &req.kind {
@@ -1565,27 +1566,27 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                         now,
                     );
                 }
-                Effect::Agent(AgentCall::Send(req))
+                HostEffect::Agent(AgentCall::Send(req))
             }
             C::ReadHistory {
                 attempt,
                 session,
                 operation_id,
                 proof,
-            } => Effect::Agent(AgentCall::ReadHistory {
+            } => HostEffect::Agent(AgentCall::ReadHistory {
                 attempt,
                 session,
                 operation_id,
                 proof,
             }),
-            C::StopRun {
+            C::Stop {
                 attempt,
                 session,
                 run,
             } => {
                 // A run custody lets go after a stop was stopped, not failed.
                 self.runs.stop_sent(&session, &run);
-                Effect::Agent(AgentCall::Stop {
+                HostEffect::Agent(AgentCall::Stop {
                     attempt,
                     session,
                     run,
@@ -1596,17 +1597,19 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 session,
                 operation_id,
                 acceptance,
-            } => Effect::Agent(AgentCall::TakeBack {
+            } => HostEffect::Agent(AgentCall::TakeBack {
                 attempt,
                 session,
                 operation_id,
                 acceptance,
             }),
-            C::StopAnswer { caller, answer } => Effect::Reply {
+            C::StopAnswer { caller, answer } => HostEffect::Reply {
                 to: ReplyTo(caller),
                 reply: Reply::Stop(answer),
             },
-            C::ClearThreadLink { session } => Effect::Agent(AgentCall::ClearThreadLink { session }),
+            C::ClearThreadLink { session } => {
+                HostEffect::Agent(AgentCall::ClearThreadLink { session })
+            }
             C::RouteDeliveryChanged {
                 operation_id,
                 sender_session,
@@ -1614,17 +1617,17 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 delivery,
             } => {
                 self.republish_sender_row(&sender_session, &sender_call_id, delivery, now);
-                Effect::Notice(Notice::RouteDeliveryChanged {
+                HostEffect::Notice(Notice::RouteDeliveryChanged {
                     operation_id,
                     sender_session,
                     delivery,
                 })
             }
-            C::HandoffRefused {
+            C::TakeBackRefused {
                 session,
                 operation_id,
                 reason,
-            } => Effect::Notice(Notice::HandoffRefused {
+            } => HostEffect::Notice(Notice::TakeBackRefused {
                 session,
                 operation_id,
                 reason,
@@ -1633,16 +1636,16 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 session,
                 operation_id,
                 error,
-            } => Effect::Notice(Notice::RunRefused {
+            } => HostEffect::Notice(Notice::RunRefused {
                 session,
                 operation_id,
                 error,
             }),
-            C::StoreFailed(failure) => Effect::Notice(Notice::OutboxStoreFailed(failure)),
+            C::StoreFailed(failure) => HostEffect::Notice(Notice::OutboxStoreFailed(failure)),
             C::ScopeReleased { session, reason } => {
-                Effect::Notice(Notice::SessionReleased { session, reason })
+                HostEffect::Notice(Notice::SessionReleased { session, reason })
             }
-            other => Effect::Notice(Notice::Unknown(format!("{other:?}"))),
+            other => HostEffect::Notice(Notice::Unknown(format!("{other:?}"))),
         };
         self.effects.push_back(out);
     }
@@ -1821,7 +1824,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 self.lost.insert(session.clone());
             }
         }
-        self.effects.push_back(Effect::Notice(notice));
+        self.effects.push_back(HostEffect::Notice(notice));
     }
 
     fn journal_failed(&mut self, session: &SessionId, run: &RunId, error: OverlayError) {

@@ -1,6 +1,6 @@
 //! What goes into a [`crate::Host`] and what comes out of it.
 
-use outbox_core::adapter::{AttemptId, DetachResult, HistoryRead, ProofKind, SendRequest};
+use outbox_core::adapter::{AttemptId, HistoryRead, ProofKind, SendRequest, TakeBackResult};
 use outbox_core::adapter::{SendResult, StopResult};
 use outbox_core::custody::{ActionError, StopAnswer, StoreFailure, SubmitError, SubmitRequest};
 use outbox_core::entry::{Acceptance, MessageRequest, Receipt};
@@ -10,7 +10,7 @@ use outbox_core::session_message::{SessionMessageCall, ToolResult};
 use outbox_core::store::RouteDelivery;
 use overlay_core::live::{Delivery, LiveProtocol, RelayError, RunEventKind, WindowId};
 use overlay_core::replay::ReplayChunk;
-use overlay_core::store::{StoreError as OverlayError, StoredBlock};
+use overlay_core::store::{OverlayError, StoredBlock};
 use overlay_core::window::WindowError;
 use timeline_core::anchor::Anchor;
 use timeline_core::cursor::BoundaryToken;
@@ -165,7 +165,7 @@ pub enum ClientRequest {
     /// `run.chatListSessions`: every session this host serves: [`Reply::Sessions`].
     ListSessions,
     /// `run.chatNewSession`: a new session, made by the embedder
-    /// ([`Effect::OpenSession`]): [`Reply::SessionOpened`].
+    /// ([`HostEffect::OpenSession`]): [`Reply::SessionOpened`].
     NewSession(NewSession),
 }
 
@@ -255,7 +255,7 @@ pub enum AgentInput {
         /// The attempt the call named.
         attempt: AttemptId,
         /// The result.
-        result: DetachResult,
+        result: TakeBackResult,
     },
     /// The agent's stream proved an operation delivered (Codex: the `userMessage` echo
     /// with its `clientId`; Claude: the replayed echo).
@@ -471,7 +471,7 @@ pub enum LoadError {
         /// The app session it concerns.
         session: SessionId,
         /// What the store said.
-        error: outbox_core::store::StoreError,
+        error: outbox_core::store::OutboxError,
     },
 }
 
@@ -628,7 +628,7 @@ pub enum Notice {
         error: RunError,
     },
     /// A take-back was refused: the entry stays with its run.
-    HandoffRefused {
+    TakeBackRefused {
         /// The app session it concerns.
         session: SessionId,
         /// The operation of the message.
@@ -692,7 +692,7 @@ impl Notice {
             Notice::RouteDeliveryChanged { .. } => Severity::Info,
             Notice::ScanGaveUp { .. }
             | Notice::RunRefused { .. }
-            | Notice::HandoffRefused { .. }
+            | Notice::TakeBackRefused { .. }
             | Notice::SessionReleased { .. } => Severity::Warning,
             Notice::OutboxStoreFailed(_)
             | Notice::OverlayWriteFailed { .. }
@@ -717,7 +717,7 @@ impl Notice {
             | Notice::ScanGaveUp { session, .. }
             | Notice::RelayRefused { session, .. }
             | Notice::RunRefused { session, .. }
-            | Notice::HandoffRefused { session, .. }
+            | Notice::TakeBackRefused { session, .. }
             | Notice::CardsUnread { session, .. }
             | Notice::SessionReleased { session, .. } => Some(session),
             Notice::RouteDeliveryChanged { sender_session, .. } => Some(sender_session),
@@ -807,7 +807,7 @@ impl std::fmt::Display for Notice {
                 f,
                 "no run was started in session {session} for operation {operation_id}: {error}"
             ),
-            Notice::HandoffRefused {
+            Notice::TakeBackRefused {
                 session,
                 operation_id,
                 reason,
@@ -845,7 +845,7 @@ impl std::fmt::Display for Notice {
 /// What the host wants done outside. Drain with [`crate::Host::poll_effect`].
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub enum Effect {
+pub enum HostEffect {
     /// Work for the agent of a session.
     Agent(AgentCall),
     /// Live delivery to a desktop window, the progress sink or the relay.

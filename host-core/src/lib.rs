@@ -15,14 +15,14 @@
 //! 1. Feed an input with the current time: [`Host::handle_client`] (a request from a
 //!    window or phone, with a [`ReplyTo`] of your choosing), [`Host::handle_agent`] (an
 //!    answer or event from an agent), or [`Host::handle_timeout`] when the deadline came.
-//! 2. Drain [`Host::poll_effect`] until it is empty, and carry out each [`Effect`]:
+//! 2. Drain [`Host::poll_effect`] until it is empty, and carry out each [`HostEffect`]:
 //!    call the agent ([`AgentCall`]; its answer comes back through step 1), deliver a
 //!    live event, send a [`Reply`] to the client that asked, show or log a [`Notice`].
 //! 3. Ask [`Host::poll_timeout`] for the next deadline (the earliest of every inner
 //!    machine) and wait for it or for the next input, whichever comes first. Go to 1.
 //!
 //! ```
-//! use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Reply, ReplyTo};
+//! use host_core::{AgentCall, AgentInput, ClientRequest, HostEffect, Host, HostConfig, Reply, ReplyTo};
 //! use outbox_core::{Capabilities, Controls, MemoryOutboxStore, MessageRequest, OperationId};
 //! use outbox_core::{QueueId, SendResult, SessionInfo, SubmitRequest};
 //! use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};
@@ -62,8 +62,8 @@
 //! let mut saved = false;
 //! while let Some(effect) = host.poll_effect() {
 //!     match effect {
-//!         Effect::Reply { to: ReplyTo(1), reply: Reply::Submitted(receipt) } => saved = receipt.is_ok(),
-//!         Effect::Agent(AgentCall::Send(request)) => {
+//!         HostEffect::Reply { to: ReplyTo(1), reply: Reply::Submitted(receipt) } => saved = receipt.is_ok(),
+//!         HostEffect::Agent(AgentCall::Send(request)) => {
 //!             // Hand it to the agent; here it answers at once.
 //!             let result = SendResult::Delivered;
 //!             host.handle_agent(AgentInput::SendResult { attempt: request.attempt, result }, now);
@@ -123,6 +123,6 @@ pub use host::{
     Host, HostConfig, HostStats, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS, REWRITE_JOURNAL_RUN,
 };
 pub use io::{
-    AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, LoadError, NewSession,
+    AgentCall, AgentInput, ApprovalError, ClientRequest, HostEffect, LoadError, NewSession,
     NewSessionError, Notice, Reply, ReplyTo, SessionSummary, Severity,
 };

@@ -8,8 +8,8 @@ use common::flaky;
 use std::collections::HashSet;
 
 use host_core::{
-    AgentCall, AgentInput, ApprovalError, ClientRequest, Effect, Host, HostConfig, Notice, Reply,
-    ReplyTo,
+    AgentCall, AgentInput, ApprovalError, ClientRequest, Host, HostConfig, HostEffect, Notice,
+    Reply, ReplyTo,
 };
 use outbox_core::store::OutboxStore;
 use outbox_core::{Capabilities, Controls, MemoryOutboxStore, MessageRequest, OperationId};
@@ -65,7 +65,9 @@ fn host() -> Host<MemoryOutboxStore, MemoryOverlayStore> {
     host_with(MemoryOverlayStore::new(), source())
 }
 
-fn drain<O: OutboxStore, V: OverlayStore + CleanupJournal>(host: &mut Host<O, V>) -> Vec<Effect> {
+fn drain<O: OutboxStore, V: OverlayStore + CleanupJournal>(
+    host: &mut Host<O, V>,
+) -> Vec<HostEffect> {
     std::iter::from_fn(|| host.poll_effect()).collect()
 }
 
@@ -85,7 +87,7 @@ fn join_text<O: OutboxStore, V: OverlayStore + CleanupJournal>(
     let replay = drain(host)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Reply {
+            HostEffect::Reply {
                 reply: Reply::Replay(chunks),
                 ..
             } => Some(chunks),
@@ -141,11 +143,11 @@ fn ask<O: OutboxStore, V: OverlayStore + CleanupJournal>(host: &mut Host<O, V>) 
 }
 
 fn approval_reply(
-    effects: &[Effect],
+    effects: &[HostEffect],
     to: ReplyTo,
 ) -> Option<Result<ApprovalResult, ApprovalError>> {
     effects.iter().find_map(|e| match e {
-        Effect::Reply {
+        HostEffect::Reply {
             to: t,
             reply: Reply::Approval(r),
         } if *t == to => Some(r.clone()),
@@ -183,12 +185,12 @@ fn an_approval_is_decided_once_across_devices() {
     let effects = drain(&mut host);
     let calls: Vec<_> = effects
         .iter()
-        .filter(|e| matches!(e, Effect::Agent(AgentCall::ResolveApproval { .. })))
+        .filter(|e| matches!(e, HostEffect::Agent(AgentCall::ResolveApproval { .. })))
         .collect();
     assert_eq!(calls.len(), 1, "one decision goes to the agent");
     assert!(matches!(
         calls[0],
-        Effect::Agent(AgentCall::ResolveApproval {
+        HostEffect::Agent(AgentCall::ResolveApproval {
             decision: Decision::Accept,
             ..
         })
@@ -251,12 +253,12 @@ fn a_decision_outside_the_allowed_list_or_for_no_request_is_refused() {
         approval_reply(&effects, ReplyTo(2)),
         Some(Err(ApprovalError::NotAllowed(Decision::AcceptForSession)))
     );
-    assert!(!effects.iter().any(|e| matches!(e, Effect::Agent(_))));
+    assert!(!effects.iter().any(|e| matches!(e, HostEffect::Agent(_))));
     // The refusal did not use up the request.
     host.handle_client(ReplyTo(3), decide(Decision::Decline), Millis(21));
     assert!(drain(&mut host)
         .iter()
-        .any(|e| matches!(e, Effect::Agent(AgentCall::ResolveApproval { .. }))));
+        .any(|e| matches!(e, HostEffect::Agent(AgentCall::ResolveApproval { .. }))));
 }
 
 // RW-06: a decision the agent did not take leaves the card pending for any device; a
@@ -311,7 +313,7 @@ fn submit(
     host: &mut Host<MemoryOutboxStore, impl OverlayStore + CleanupJournal>,
     n: u32,
     now: Millis,
-) -> Vec<Effect> {
+) -> Vec<HostEffect> {
     host.handle_client(
         ReplyTo(u64::from(n)),
         ClientRequest::Submit(SubmitRequest {
@@ -356,10 +358,10 @@ fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
     assert!(
         effects
             .iter()
-            .any(|e| matches!(e, Effect::Notice(Notice::OverlayWriteFailed { .. }))),
+            .any(|e| matches!(e, HostEffect::Notice(Notice::OverlayWriteFailed { .. }))),
         "{effects:?}"
     );
-    assert!(!effects.iter().any(|e| matches!(e, Effect::Deliver(_))));
+    assert!(!effects.iter().any(|e| matches!(e, HostEffect::Deliver(_))));
 
     host.overlays().with_plan(|p| p.writes_off = false);
     host.handle_agent(rows_input(vec![row("b", &run)]), Millis(200));
@@ -367,7 +369,7 @@ fn rows_the_store_refused_are_not_sent_and_the_failure_is_a_notice() {
     let delivered: Vec<_> = drain(&mut host)
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Deliver(Delivery::Window { payload, .. }) => Some(payload),
+            HostEffect::Deliver(Delivery::Window { payload, .. }) => Some(payload),
             _ => None,
         })
         .collect();
@@ -425,7 +427,7 @@ fn a_codex_run_end_settles_its_rows_found_in_history() {
     assert_eq!(stored.settlement_epoch, 1, "a settled row raises the epoch");
     assert!(effects
         .iter()
-        .any(|e| matches!(e, Effect::Notice(Notice::ScanGaveUp { .. }))));
+        .any(|e| matches!(e, HostEffect::Notice(Notice::ScanGaveUp { .. }))));
     assert_eq!(
         host.overlays().pending_cleanups(None).unwrap(),
         vec![(s.clone(), run.clone())],
@@ -479,13 +481,13 @@ fn runs_reach_the_progress_sink_and_the_deadline_is_the_earliest() {
     let send = effects
         .iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::Send(req)) => Some(req.clone()),
+            HostEffect::Agent(AgentCall::Send(req)) => Some(req.clone()),
             _ => None,
         })
         .expect("the message goes to the agent");
     assert!(effects.iter().any(|e| matches!(
         e,
-        Effect::Deliver(Delivery::Progress(ev)) if ev.event == RunEventKind::Started
+        HostEffect::Deliver(Delivery::Progress(ev)) if ev.event == RunEventKind::Started
     )));
     // Custody waits 31 s for the send; the deadline is never later than that.
     let deadline = host
@@ -518,7 +520,7 @@ fn runs_reach_the_progress_sink_and_the_deadline_is_the_earliest() {
     let effects = drain(&mut host);
     assert!(effects.iter().any(|e| matches!(
         e,
-        Effect::Deliver(Delivery::Progress(ev)) if ev.event == RunEventKind::Completed
+        HostEffect::Deliver(Delivery::Progress(ev)) if ev.event == RunEventKind::Completed
     )));
 }
 
@@ -533,7 +535,7 @@ fn late_and_repeated_answers_send_nothing_twice() {
         .filter(|e| {
             matches!(
                 e,
-                Effect::Reply {
+                HostEffect::Reply {
                     to: ReplyTo(1),
                     reply: Reply::Submitted(Ok(_))
                 }
@@ -544,7 +546,7 @@ fn late_and_repeated_answers_send_nothing_twice() {
     let send = effects
         .iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::Send(req)) => Some(req.clone()),
+            HostEffect::Agent(AgentCall::Send(req)) => Some(req.clone()),
             _ => None,
         })
         .unwrap();
@@ -569,7 +571,7 @@ fn late_and_repeated_answers_send_nothing_twice() {
         host.handle_timeout(Millis(t));
         sends += drain(&mut host)
             .iter()
-            .filter(|e| matches!(e, Effect::Agent(AgentCall::Send(_))))
+            .filter(|e| matches!(e, HostEffect::Agent(AgentCall::Send(_))))
             .count();
     }
     assert_eq!(sends, 1);
@@ -585,7 +587,7 @@ fn a_message_sent_again_is_recorded_once_in_the_replay() {
     let first = effects
         .iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::Send(req)) => Some(req.clone()),
+            HostEffect::Agent(AgentCall::Send(req)) => Some(req.clone()),
             _ => None,
         })
         .unwrap();
@@ -602,7 +604,7 @@ fn a_message_sent_again_is_recorded_once_in_the_replay() {
     let again = drain(&mut host)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::Send(req)) => Some(req),
+            HostEffect::Agent(AgentCall::Send(req)) => Some(req),
             _ => None,
         })
         .expect("a deferred send goes out again");
@@ -636,13 +638,13 @@ fn a_lost_patch_reported_to_the_host_makes_the_next_update_whole() {
     );
     drain(&mut host);
     let run = RunId::new("run-1").unwrap();
-    let window_deliveries = |effects: Vec<Effect>| -> Vec<Delivery> {
+    let window_deliveries = |effects: Vec<HostEffect>| -> Vec<Delivery> {
         effects
             .into_iter()
             .filter_map(|e| match e {
-                Effect::Deliver(d @ (Delivery::Window { .. } | Delivery::WindowPatch { .. })) => {
-                    Some(d)
-                }
+                HostEffect::Deliver(
+                    d @ (Delivery::Window { .. } | Delivery::WindowPatch { .. }),
+                ) => Some(d),
                 _ => None,
             })
             .collect()
@@ -697,7 +699,7 @@ fn reconcile_sessions_answers_through_the_host() {
         drain(host)
             .into_iter()
             .find_map(|e| match e {
-                Effect::Reply {
+                HostEffect::Reply {
                     to: ReplyTo(77),
                     reply: Reply::Reconciled(r),
                 } => Some(r),
@@ -802,7 +804,7 @@ fn a_session_message_goes_through_the_host_and_its_delivery_republishes_the_send
     let result = effects
         .iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::SessionMessageResult {
+            HostEffect::Agent(AgentCall::SessionMessageResult {
                 session,
                 call_id,
                 result,
@@ -865,7 +867,7 @@ fn notices_read_as_lines_with_a_severity_and_the_host_counts_what_it_did() {
     let notice = drain(&mut host)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Notice(n) => Some(n),
+            HostEffect::Notice(n) => Some(n),
             _ => None,
         })
         .expect("the refused write is said");
@@ -885,7 +887,7 @@ fn notices_read_as_lines_with_a_severity_and_the_host_counts_what_it_did() {
     let relayed: u64 = drain(&mut host)
         .iter()
         .filter_map(|e| match e {
-            Effect::Deliver(Delivery::Relay(r)) => {
+            HostEffect::Deliver(Delivery::Relay(r)) => {
                 Some(serde_json::to_string(&r.json).unwrap().len() as u64)
             }
             _ => None,
@@ -982,7 +984,7 @@ fn a_session_let_go_starts_its_replay_again_empty() {
     let sent = submit(&mut host, 1, Millis(1_000));
     assert!(sent
         .iter()
-        .any(|e| matches!(e, Effect::Agent(AgentCall::Send(_)))));
+        .any(|e| matches!(e, HostEffect::Agent(AgentCall::Send(_)))));
     let before = join_text(&mut host, Millis(1_100));
     assert!(before.contains(r#""type":"user_message""#), "{before}");
     host.release_session(&session(), "taken over", Millis(1_200));

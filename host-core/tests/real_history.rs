@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
-use host_core::{ClientRequest, Effect, Host, HostConfig, Reply, ReplyTo};
+use host_core::{ClientRequest, Host, HostConfig, HostEffect, Reply, ReplyTo};
 use outbox_core::{Capabilities, MemoryOutboxStore, SessionInfo};
 use overlay_core::{HistorySource, MemoryOverlayStore};
-use timeline_core::timeline::{Effect as Load, LoadFailure};
+use timeline_core::timeline::{LoadFailure, TimelineEffect as Load};
 use timeline_core::{BlockKey, ClientMode, HostKey, Millis, SessionId, TargetId, Timeline};
 
 /// Every row of the source, read back from the present to the start, in canonical order.
@@ -71,21 +71,21 @@ fn through_the_host(source: Box<dyn HistorySource + Send>, caps: Capabilities) -
             host.handle_client(ReplyTo(pages), request, Millis(0));
             while let Some(effect) = host.poll_effect() {
                 match effect {
-                    Effect::Reply {
+                    HostEffect::Reply {
                         reply: Reply::LatestWindow(w),
                         ..
                     } => {
                         let w = w.map_err(|_| LoadFailure::Unavailable);
                         desktop.handle_latest_window(&tag, w, Millis(0));
                     }
-                    Effect::Reply {
+                    HostEffect::Reply {
                         reply: Reply::OlderPage(p),
                         ..
                     } => {
                         let p = p.map_err(|_| LoadFailure::Unavailable);
                         desktop.handle_older_page(&tag, p, Millis(0));
                     }
-                    Effect::Notice(n) => panic!("unexpected notice {n:?}"),
+                    HostEffect::Notice(n) => panic!("unexpected notice {n:?}"),
                     _ => {}
                 }
             }

@@ -7,7 +7,7 @@ mod common;
 
 use common::{flaky, flaky_over, take, Flaky};
 
-use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Notice};
+use host_core::{AgentCall, AgentInput, ClientRequest, Host, HostConfig, HostEffect, Notice};
 use host_core::{Reply, ReplyTo};
 use outbox_core::adapter::SendResult;
 use outbox_core::{Capabilities, Controls, HistoryRead, MemoryOutboxStore, MessageRequest};
@@ -47,7 +47,7 @@ fn host_over(
     host
 }
 
-fn drain(host: &mut Host<MemoryOutboxStore, Flaky>) -> Vec<Effect> {
+fn drain(host: &mut Host<MemoryOutboxStore, Flaky>) -> Vec<HostEffect> {
     std::iter::from_fn(|| host.poll_effect()).collect()
 }
 
@@ -125,7 +125,7 @@ fn a_decided_card_the_store_refused_is_written_again() {
     let effects = drain(&mut host);
     assert!(effects
         .iter()
-        .any(|e| matches!(e, Effect::Notice(Notice::OverlayWriteFailed { .. }))));
+        .any(|e| matches!(e, HostEffect::Notice(Notice::OverlayWriteFailed { .. }))));
     assert_eq!(card(&mut host), Some(CardStatus::Pending), "not saved yet");
     let retry = host.poll_timeout().expect("the card is tried again");
     assert!(retry > Millis(20) && retry <= Millis(1_020), "{retry:?}");
@@ -143,7 +143,7 @@ fn a_decided_card_the_store_refused_is_written_again() {
     assert!(
         effects
             .iter()
-            .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_)))),
+            .any(|e| matches!(e, HostEffect::Deliver(overlay_core::Delivery::Relay(_)))),
         "the saved card is sent"
     );
     assert_eq!(host.poll_timeout(), None, "nothing left to retry");
@@ -183,14 +183,14 @@ fn a_card_kept_across_a_restart_is_decided_by_the_agent_after_it() {
     let effects = drain(&mut host);
     assert!(effects.iter().any(|e| matches!(
         e,
-        Effect::Reply {
+        HostEffect::Reply {
             to: ReplyTo(7),
             reply: Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved {
                 result: Some(ApprovalResult::ResolvedExternally)
             })),
         }
     )));
-    assert!(!effects.iter().any(|e| matches!(e, Effect::Agent(_))));
+    assert!(!effects.iter().any(|e| matches!(e, HostEffect::Agent(_))));
 }
 
 // RW-06, sim seed 24: at the restart the overlay store could not be read, so the cards
@@ -211,7 +211,7 @@ fn cards_the_store_could_not_read_at_start_are_read_again() {
     let effects = drain(&mut host);
     assert!(effects
         .iter()
-        .any(|e| matches!(e, Effect::Notice(Notice::CardsUnread { .. }))));
+        .any(|e| matches!(e, HostEffect::Notice(Notice::CardsUnread { .. }))));
     host.handle_agent(expired(), Millis(1_010));
     drain(&mut host);
     let retry = host.poll_timeout().expect("the cards are read again");
@@ -244,7 +244,7 @@ fn a_stale_run_is_reclaimed_when_it_turns_stale() {
     let first = drain(&mut host)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::Send(req)) => Some(req),
+            HostEffect::Agent(AgentCall::Send(req)) => Some(req),
             _ => None,
         })
         .expect("the first message goes out");
@@ -255,7 +255,7 @@ fn a_stale_run_is_reclaimed_when_it_turns_stale() {
     let read = drain(&mut host)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::ReadHistory { attempt, .. }) => Some(attempt),
+            HostEffect::Agent(AgentCall::ReadHistory { attempt, .. }) => Some(attempt),
             _ => None,
         })
         .expect("the history is read");
@@ -275,7 +275,7 @@ fn a_stale_run_is_reclaimed_when_it_turns_stale() {
     assert!(
         !effects
             .iter()
-            .any(|e| matches!(e, Effect::Agent(AgentCall::Send(_)))),
+            .any(|e| matches!(e, HostEffect::Agent(AgentCall::Send(_)))),
         "the second message waits for the run"
     );
     // Nothing else happens; the run turns stale and is reclaimed; the queue moves on.
@@ -284,7 +284,7 @@ fn a_stale_run_is_reclaimed_when_it_turns_stale() {
         let Some(at) = host.poll_timeout() else { break };
         host.handle_timeout(at);
         sent = drain(&mut host).into_iter().find_map(|e| match e {
-            Effect::Agent(AgentCall::Send(req)) => Some(req),
+            HostEffect::Agent(AgentCall::Send(req)) => Some(req),
             _ => None,
         });
         if sent.is_some() {
@@ -411,7 +411,7 @@ fn run_ends_of_several_sessions_go_out_in_one_order() {
                 let Some(at) = host.poll_timeout() else { break };
                 host.handle_timeout(at);
                 for e in drain(&mut host) {
-                    if let Effect::Deliver(overlay_core::Delivery::Progress(event)) = e {
+                    if let HostEffect::Deliver(overlay_core::Delivery::Progress(event)) = e {
                         ends.push(format!("{:?} {}", event.event, event.app_session_id));
                     }
                 }
@@ -445,7 +445,7 @@ fn a_phone_that_leaves_does_not_cut_off_the_other() {
     host.handle_agent(ask(), Millis(10));
     let relayed = drain(&mut host)
         .iter()
-        .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_))));
+        .any(|e| matches!(e, HostEffect::Deliver(overlay_core::Delivery::Relay(_))));
     assert!(relayed, "the phone still joined gets the card");
 
     host.handle_client(
@@ -457,7 +457,7 @@ fn a_phone_that_leaves_does_not_cut_off_the_other() {
     host.handle_agent(expired(), Millis(30));
     let relayed = drain(&mut host)
         .iter()
-        .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_))));
+        .any(|e| matches!(e, HostEffect::Deliver(overlay_core::Delivery::Relay(_))));
     assert!(!relayed, "no phone left: nothing goes to the relay");
 }
 
@@ -477,7 +477,7 @@ fn a_stopped_run_ends_aborted_for_the_clients() {
     let attempt = drain(&mut host)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::Stop { attempt, .. }) => Some(attempt),
+            HostEffect::Agent(AgentCall::Stop { attempt, .. }) => Some(attempt),
             _ => None,
         })
         .expect("the stop goes to the agent");
@@ -493,7 +493,7 @@ fn a_stopped_run_ends_aborted_for_the_clients() {
     let ends: Vec<overlay_core::RunEventKind> = drain(&mut host)
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Deliver(overlay_core::Delivery::Progress(event))
+            HostEffect::Deliver(overlay_core::Delivery::Progress(event))
                 if event.event != overlay_core::RunEventKind::Started =>
             {
                 Some(event.event)
@@ -517,11 +517,11 @@ fn decide(to: u64, decision: Decision) -> (ReplyTo, ClientRequest) {
     )
 }
 
-fn decisions_sent(effects: &[Effect]) -> Vec<Decision> {
+fn decisions_sent(effects: &[HostEffect]) -> Vec<Decision> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Agent(AgentCall::ResolveApproval { decision, .. }) => Some(*decision),
+            HostEffect::Agent(AgentCall::ResolveApproval { decision, .. }) => Some(*decision),
             _ => None,
         })
         .collect()
@@ -579,7 +579,7 @@ fn a_decision_on_its_way_survives_a_restart_and_is_not_taken_twice() {
     );
     assert!(effects.iter().any(|e| matches!(
         e,
-        Effect::Reply {
+        HostEffect::Reply {
             to: ReplyTo(2),
             reply: Reply::Approval(Err(host_core::ApprovalError::AlreadyResolved {
                 result: None
@@ -606,7 +606,7 @@ fn a_decision_that_cannot_be_saved_is_not_sent() {
     assert!(decisions_sent(&effects).is_empty());
     assert!(effects.iter().any(|e| matches!(
         e,
-        Effect::Reply {
+        HostEffect::Reply {
             to: ReplyTo(1),
             reply: Reply::Approval(Err(host_core::ApprovalError::Unsaved(_))),
         }
@@ -793,7 +793,7 @@ fn relay_kinds_after_joins(protocols: &[overlay_core::LiveProtocol]) -> Vec<Stri
             Millis(20 + u64::from(n)),
         );
         for e in drain(&mut host) {
-            if let Effect::Deliver(overlay_core::Delivery::Relay(event)) = e {
+            if let HostEffect::Deliver(overlay_core::Delivery::Relay(event)) = e {
                 kinds.push(event.json["event"].as_str().unwrap_or_default().to_owned());
             }
         }
@@ -864,7 +864,7 @@ fn submit_sent(
     drain(host)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Agent(AgentCall::Send(req)) => match req.kind {
+            HostEffect::Agent(AgentCall::Send(req)) => match req.kind {
                 outbox_core::adapter::SendKind::Start { run } => Some((run, req.attempt)),
                 _ => None,
             },
@@ -943,7 +943,7 @@ fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
     let effects = drain(&mut host);
     assert!(effects
         .iter()
-        .any(|e| matches!(e, Effect::Notice(Notice::HistoryRewriteFailed { .. }))));
+        .any(|e| matches!(e, HostEffect::Notice(Notice::HistoryRewriteFailed { .. }))));
     assert_eq!(
         main_overlay(&mut host).1,
         vec!["r1".to_owned()],
@@ -961,7 +961,7 @@ fn a_rolled_back_turn_leaves_the_overlay_and_the_clients_reload() {
     assert!(
         effects
             .iter()
-            .any(|e| matches!(e, Effect::Deliver(overlay_core::Delivery::Relay(_)))),
+            .any(|e| matches!(e, HostEffect::Deliver(overlay_core::Delivery::Relay(_)))),
         "the saved overlay is sent"
     );
     // A late row of the replaced run is not published; the new run's rows are.

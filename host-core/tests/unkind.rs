@@ -4,7 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Reply, ReplyTo};
+use host_core::{
+    AgentCall, AgentInput, ClientRequest, Host, HostConfig, HostEffect, Reply, ReplyTo,
+};
 use outbox_core::adapter::{AttemptId, SendKind};
 use outbox_core::entry::Acceptance;
 use outbox_core::ids::{ThreadId, TurnId};
@@ -168,15 +170,15 @@ proptest! {
             }
             while let Some(effect) = host.poll_effect() {
                 match effect {
-                    Effect::Agent(AgentCall::Send(req)) => {
+                    HostEffect::Agent(AgentCall::Send(req)) => {
                         let op = req.operation_id.clone();
                         prop_assert!(!sent.contains(&op) || resend_ok.remove(&op),
                             "{op} sent again without the agent saying it did not take it");
                         sent.insert(op);
                         pending.push(AgentCall::Send(req));
                     }
-                    Effect::Agent(call) => pending.push(call),
-                    Effect::Reply { to, reply } => {
+                    HostEffect::Agent(call) => pending.push(call),
+                    HostEffect::Reply { to, reply } => {
                         prop_assert!(asked.contains(&to), "a reply nobody asked for: {to:?} {reply:?}");
                         *answered.entry(to).or_default() += 1;
                         prop_assert!(answered[&to] == 1, "two replies to {to:?}");
@@ -189,15 +191,15 @@ proptest! {
             host.handle_timeout(now);
             while let Some(effect) = host.poll_effect() {
                 match effect {
-                    Effect::Agent(AgentCall::Send(req)) => {
+                    HostEffect::Agent(AgentCall::Send(req)) => {
                         let op = req.operation_id.clone();
                         prop_assert!(!sent.contains(&op) || resend_ok.remove(&op),
                             "{op} sent again without the agent saying it did not take it");
                         sent.insert(op);
                         pending.push(AgentCall::Send(req));
                     }
-                    Effect::Agent(call) => pending.push(call),
-                    Effect::Reply { to, .. } => {
+                    HostEffect::Agent(call) => pending.push(call),
+                    HostEffect::Reply { to, .. } => {
                         *answered.entry(to).or_default() += 1;
                         prop_assert!(answered[&to] == 1, "two replies to {to:?}");
                     }

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use host_core::{Agent, AgentEffect, ClientRequest, Effect, Host, HostConfig, ReplyTo};
+use host_core::{Agent, AgentEffect, ClientRequest, Host, HostConfig, HostEffect, ReplyTo};
 use host_runtime::Runtime;
 use outbox_core::adapter::Capabilities;
 use outbox_core::{
@@ -73,7 +73,7 @@ fn pure(n: u64) -> Duration {
             let mut quiet = true;
             while let Some(e) = host.poll_effect() {
                 quiet = false;
-                if let Effect::Agent(call) = e {
+                if let HostEffect::Agent(call) = e {
                     agent.handle_call(call, now);
                 }
             }

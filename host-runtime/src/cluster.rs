@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use host_wire::ServedBy;
-use outbox_core::store::StoreError;
+use outbox_core::store::OutboxError;
 use storage_postgres::hosts::{LeaseError, LeaseSet, SessionLease, Wake, WakeListener};
 use storage_postgres::{HostId, OpenError, PostgresStore};
 use timeline_core::key::SessionId;
@@ -214,7 +214,7 @@ pub enum ClusterError {
     Open(#[from] OpenError),
     /// The database refused or failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] OutboxError),
     /// A thread or its IO could not start.
     #[error("the cluster could not start: {0}")]
     Start(#[from] std::io::Error),
@@ -401,7 +401,7 @@ impl Keeper {
 
     /// Acquires the lease of `base` and grants it to the host; false when another host
     /// holds it.
-    fn take(&mut self, base: &SessionId) -> Result<bool, StoreError> {
+    fn take(&mut self, base: &SessionId) -> Result<bool, OutboxError> {
         let start = Instant::now();
         match self.store.acquire_session(&self.config.host, base) {
             Ok(lease) => {
@@ -414,12 +414,12 @@ impl Keeper {
                 Ok(true)
             }
             Err(LeaseError::Busy(_)) => Ok(false),
-            Err(LeaseError::Lost(lost)) => Err(StoreError::LeaseLost {
+            Err(LeaseError::Lost(lost)) => Err(OutboxError::LeaseLost {
                 message: lost.to_string(),
                 session: base.clone(),
             }),
             Err(LeaseError::Store(e)) => Err(e),
-            Err(other) => Err(StoreError::unavailable(other.to_string())),
+            Err(other) => Err(OutboxError::unavailable(other.to_string())),
         }
     }
 

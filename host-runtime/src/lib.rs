@@ -120,7 +120,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use host_core::{
-    Agent, AgentCall, AgentEffect, ClientRequest, Effect, Host, HostStats, Notice, ProcessId,
+    Agent, AgentCall, AgentEffect, ClientRequest, Host, HostEffect, HostStats, Notice, ProcessId,
     Reply, ReplyTo,
 };
 use outbox_core::OutboxStore;
@@ -872,23 +872,23 @@ where
         }
     }
 
-    fn host_effect(&mut self, effect: Effect) {
+    fn host_effect(&mut self, effect: HostEffect) {
         match effect {
-            Effect::Reply { to, reply } => {
+            HostEffect::Reply { to, reply } => {
                 if let Some(tx) = self.waiting.remove(&to.0) {
                     answer(tx, reply);
                 }
             }
-            Effect::Agent(call) => self.agent_call(call),
-            Effect::Deliver(delivery) => {
+            HostEffect::Agent(call) => self.agent_call(call),
+            HostEffect::Deliver(delivery) => {
                 self.stats.outputs += 1;
                 self.pending.push(Output::Deliver(delivery));
             }
-            Effect::Notice(notice) => {
+            HostEffect::Notice(notice) => {
                 self.stats.outputs += 1;
                 self.pending.push(Output::Notice(notice));
             }
-            Effect::OpenSession { to, request } => {
+            HostEffect::OpenSession { to, request } => {
                 let _span = debug_span!("new_session", to = to.0).entered();
                 let result = match self.maker.as_mut() {
                     None => Err(host_core::NewSessionError::NotOffered),

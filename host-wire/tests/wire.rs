@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use host_core::{
-    AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, NewSessionError, Reply, ReplyTo,
+    AgentCall, AgentInput, ClientRequest, Host, HostConfig, HostEffect, NewSessionError, Reply,
+    ReplyTo,
 };
 use host_wire::idempotency::{KEPT_FOR, MAX_KEYS};
 use host_wire::method::MAX_CURSOR_CHARS;
@@ -164,7 +165,7 @@ impl Rig {
     fn pump(&mut self) {
         while let Some(effect) = self.host.poll_effect() {
             match effect {
-                Effect::Reply { to, reply } => {
+                HostEffect::Reply { to, reply } => {
                     let (id, method) = self.waiting.remove(&to.0).expect("a reply to a request");
                     for frame in reply_frames(id, &reply) {
                         let value: serde_json::Value = serde_json::from_str(&frame).unwrap();
@@ -182,7 +183,7 @@ impl Rig {
                         self.out.push(frame);
                     }
                 }
-                Effect::Deliver(Delivery::Relay(event)) => {
+                HostEffect::Deliver(Delivery::Relay(event)) => {
                     let frame = relay_frame(&event);
                     let value: serde_json::Value = serde_json::from_str(&frame).unwrap();
                     assert_valid(&self.notification, &value, "a relay notification");
@@ -191,10 +192,10 @@ impl Rig {
                     assert_eq!(serde_json::to_value(&typed).unwrap(), event.json);
                     self.out.push(frame);
                 }
-                Effect::Agent(call) => self.calls.push(call),
+                HostEffect::Agent(call) => self.calls.push(call),
                 // The embedder: it makes a Codex session named for its title, names
                 // one it does not add when asked to, and refuses any other.
-                Effect::OpenSession { to, request } => {
+                HostEffect::OpenSession { to, request } => {
                     let result = match request.title.as_deref() {
                         Some("refuse") => Err(NewSessionError::Refused("no more sessions".into())),
                         Some("forget") => Ok(sid("never-added")),
@@ -638,7 +639,7 @@ fn every_error_variant_has_a_listed_code() {
     use outbox_core::custody::{ActionError, ConflictKind, SubmitError, ValidationError};
     use overlay_core::window::WindowError;
     use timeline_core::rows::Decision;
-    let store = || outbox_core::store::StoreError::Unavailable {
+    let store = || outbox_core::store::OutboxError::Unavailable {
         message: "down".into(),
         source: None,
     };
@@ -886,8 +887,8 @@ fn a_submit_repeated_under_its_key_is_one_message() {
                 let mut reply = None;
                 while let Some(effect) = rig.host.poll_effect() {
                     match effect {
-                        Effect::Reply { reply: r, .. } => reply = Some(r),
-                        Effect::Agent(call) => rig.calls.push(call),
+                        HostEffect::Reply { reply: r, .. } => reply = Some(r),
+                        HostEffect::Agent(call) => rig.calls.push(call),
                         _ => {}
                     }
                 }

@@ -2,7 +2,7 @@
 //! after an uncertain send, stop, take back an accepted steer), and what each agent can
 //! do, as data ([`Capabilities`]).
 //!
-//! The custody machine never calls an adapter: it returns [`crate::custody::Effect`]s
+//! The custody machine never calls an adapter: it returns [`crate::custody::CustodyEffect`]s
 //! and takes the adapter's answers through its `handle_*` methods. [`AgentAdapter`] is
 //! the synchronous shape of an adapter for embeddings and tests that answer at once;
 //! [`crate::custody::Custody::drive`] connects the two.
@@ -206,7 +206,7 @@ pub enum StopResult {
 /// The answer to taking back an accepted steer (`turn/detachPendingInputForReplay`,
 /// Claude's cancel).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DetachResult {
+pub enum TakeBackResult {
     /// Taken out of the run's pending input.
     DetachedForReplay,
     /// Taken out before.
@@ -234,7 +234,7 @@ pub trait AgentAdapter {
         session: &SessionId,
         op: &OperationId,
         acceptance: &Acceptance,
-    ) -> DetachResult;
+    ) -> TakeBackResult;
     /// True while the agent still works on `run` (a registered Codex turn, a live Claude
     /// host process): the stale reclaim leaves it alone.
     fn vetoes_reclaim(&self, session: &SessionId, run: &RunId) -> bool;

@@ -14,7 +14,7 @@
 //!
 //! | state | status | autoDrain | error, holdReason | acceptance | handoff |
 //! |---|---|---|---|---|---|
-//! | [`Ready`](EntryState::Ready): the drain sends it | queued | on | its [`Notice`] | none | its mark |
+//! | [`Ready`](EntryState::Ready): the drain sends it | queued | on | its [`EntryNotice`] | none | its mark |
 //! | [`Held`](EntryState::Held): it waits for the user | queued | off | its notice | none | its mark |
 //! | [`Sending`](EntryState::Sending): an attempt is out or its history read pending | sending | on | its notice | none | its mark |
 //! | [`Accepted`](EntryState::Accepted): a turn accepted it | sending | on | none | the turn | its mark |
@@ -23,7 +23,7 @@
 //! The persisted format is the seed's, unchanged: [`EntryState::wire`] gives the six
 //! fields of the table, and a saved combination outside it (an acceptance on a queued
 //! entry, an error on an accepted one, a sending entry with auto-drain off that is not
-//! the requested hand-off of its own turn) is an [`InvalidEntryState`], so the entry
+//! the requested `handoff` of its own turn) is an [`InvalidEntryState`], so the entry
 //! reads back blocked.
 //!
 //! # Transitions
@@ -41,7 +41,7 @@
 //! | [`mark_confirming`](EntryState::mark_confirming) | `Ready`, `Held` | `Sending`, notice kept | a turn accepted an earlier attempt: history first (OB-08) |
 //! | [`accept`](EntryState::accept) | `Sending`, `Accepted` | `Accepted` | an accepted steer or turn (OB-08) |
 //! | [`defer`](EntryState::defer) | `Sending` | `Ready` with the reason, `Held` for a dedicated replay | deferred (OB-08) |
-//! | [`hold`](EntryState::hold) | any | `Held` with the error, hold reason kept, acceptance dropped (and a `HandingOff`'s unconfirmed hand-off) | proven unadmitted, unconfirmed, model changed, failed sending write, stopped before delivery (OB-08, OB-09, OB-11, OB-15) |
+//! | [`hold`](EntryState::hold) | any | `Held` with the error, hold reason kept, acceptance dropped (and a `HandingOff`'s unconfirmed `handoff`) | proven unadmitted, unconfirmed, model changed, failed sending write, stopped before delivery (OB-08, OB-09, OB-11, OB-15) |
 //! | [`cancel`](EntryState::cancel) | any | `Held` with no error and [`CANCELED_TEXT`] as hold reason, acceptance dropped (as `hold`) | canceled (OB-08) |
 //! | [`pause_for_reopen`](EntryState::pause_for_reopen) | `Ready`, `Held` | `Held`, nothing else changed | an unconfirmed entry sent again reads history first (OB-08, OB-12) |
 //! | [`await_reopen_check`](EntryState::await_reopen_check) | `Ready`, `Held` | `Held` with [`REOPEN_CHECK_TEXT`] as hold reason, an error kept | the reopen check of a canceled send reads history (OB-12) |
@@ -74,7 +74,7 @@
 //!   send attempt starts. A dedicated replay that was held with an error (its run
 //!   stopped before the take-back was answered) shows it while it drains; an entry that
 //!   goes sending only to be confirmed from history keeps showing why it waited.
-//! - A hand-off mark stays with the entry after its stage. A `requested` mark on a queued
+//! - A `handoff` mark stays with the entry after its stage. A `requested` mark on a queued
 //!   entry means "dedicate it once run R is gone", whatever else happened to it since; a
 //!   `dedicated` mark makes a deferred send come back with auto-drain off and refuses a
 //!   second stop and send now.
@@ -381,7 +381,7 @@ impl Handoff {
         }
     }
 
-    /// The hand-off as a borrowed view.
+    /// The `handoff` as a borrowed view.
     pub fn as_ref(&self) -> HandoffRef<'_> {
         HandoffRef {
             phase: self.phase,
@@ -390,7 +390,7 @@ impl Handoff {
     }
 }
 
-/// A hand-off seen through an [`EntryState`]: its stage and the turn it concerns. It
+/// A `handoff` seen through an [`EntryState`]: its stage and the turn it concerns. It
 /// encodes exactly as [`Handoff`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename = "Handoff", rename_all = "camelCase")]
@@ -442,14 +442,14 @@ pub enum EntryStatus {
 /// What an entry shows the user about why it waits (OB-05, OB-08): an error, a hold
 /// reason, both or neither.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Notice {
+pub struct EntryNotice {
     /// Why it waits, as an error for the user.
     pub error: Option<String>,
     /// Why it waits, held on purpose (or why the agent deferred it).
     pub hold_reason: Option<String>,
 }
 
-impl Notice {
+impl EntryNotice {
     /// True when the entry shows nothing.
     pub fn is_empty(&self) -> bool {
         self.error.is_none() && self.hold_reason.is_none()
@@ -464,7 +464,7 @@ pub enum EntryState {
     /// the agent deferred the last attempt.
     Ready {
         /// What it shows.
-        notice: Notice,
+        notice: EntryNotice,
         /// The stop-and-send-now mark it carries.
         handoff: Option<Handoff>,
     },
@@ -473,7 +473,7 @@ pub enum EntryState {
     /// was taken back from to settle.
     Held {
         /// What it shows.
-        notice: Notice,
+        notice: EntryNotice,
         /// The stop-and-send-now mark it carries.
         handoff: Option<Handoff>,
     },
@@ -481,7 +481,7 @@ pub enum EntryState {
     /// agent's history is read to confirm it.
     Sending {
         /// What it shows (only while it is confirmed from history).
-        notice: Notice,
+        notice: EntryNotice,
         /// The stop-and-send-now mark it carries.
         handoff: Option<Handoff>,
     },
@@ -567,7 +567,7 @@ impl TryFrom<StateFields> for EntryState {
     type Error = InvalidEntryState;
 
     fn try_from(f: StateFields) -> Result<EntryState, InvalidEntryState> {
-        let notice = Notice {
+        let notice = EntryNotice {
             error: f.error,
             hold_reason: f.hold_reason,
         };
@@ -609,7 +609,7 @@ impl EntryState {
     /// A new entry as submit saves it: queued, auto-drain on, nothing shown (OB-03).
     pub fn queued() -> EntryState {
         EntryState::Ready {
-            notice: Notice::default(),
+            notice: EntryNotice::default(),
             handoff: None,
         }
     }
@@ -618,7 +618,7 @@ impl EntryState {
     /// the rule's `reason` (OB-16).
     pub fn waiting_for_approval(reason: String) -> EntryState {
         EntryState::Held {
-            notice: Notice {
+            notice: EntryNotice {
                 error: None,
                 hold_reason: Some(reason),
             },
@@ -662,7 +662,7 @@ impl EntryState {
     }
 
     /// What it shows, for the states that show something.
-    pub fn notice(&self) -> Option<&Notice> {
+    pub fn notice(&self) -> Option<&EntryNotice> {
         match self {
             EntryState::Ready { notice, .. }
             | EntryState::Held { notice, .. }
@@ -718,7 +718,7 @@ impl EntryState {
     }
 
     /// The notice and mark of a queued state.
-    fn queued_parts(&self) -> Option<(&Notice, &Option<Handoff>)> {
+    fn queued_parts(&self) -> Option<(&EntryNotice, &Option<Handoff>)> {
         match self {
             EntryState::Ready { notice, handoff } | EntryState::Held { notice, handoff } => {
                 Some((notice, handoff))
@@ -736,7 +736,7 @@ impl EntryState {
     pub fn hold_for_approval(&self, reason: String) -> Option<EntryState> {
         let (notice, handoff) = self.queued_parts()?;
         Some(EntryState::Held {
-            notice: Notice {
+            notice: EntryNotice {
                 error: notice.error.clone(),
                 hold_reason: Some(reason),
             },
@@ -750,7 +750,7 @@ impl EntryState {
     pub fn mark_sending(&self) -> Option<EntryState> {
         let (_, handoff) = self.queued_parts()?;
         Some(EntryState::Sending {
-            notice: Notice::default(),
+            notice: EntryNotice::default(),
             handoff: handoff.clone(),
         })
     }
@@ -790,7 +790,7 @@ impl EntryState {
         let EntryState::Sending { notice, handoff } = self else {
             return None;
         };
-        let notice = Notice {
+        let notice = EntryNotice {
             error: notice.error.clone(),
             hold_reason: Some(reason),
         };
@@ -809,14 +809,14 @@ impl EntryState {
     /// proven unadmitted attempt, an unconfirmed send, a changed model, a failed sending
     /// write, a steer its run did not take. A hold reason and the stop-and-send-now mark
     /// stay; a queued entry holds no acceptance, so what a turn accepted stays only in the
-    /// ledger (the reopen check reads it there). A hand-off still waiting for its
+    /// ledger (the reopen check reads it there). A `handoff` still waiting for its
     /// take-back (`HandingOff`) leaves without a mark: a `requested` mark on a queued
     /// entry means the agent confirmed the detach, and only that lets the message go to
     /// a turn of its own by itself (OB-13). Applies to every state.
     pub fn hold(&self, error: Option<String>) -> EntryState {
         let (hold_reason, handoff) = self.kept_when_held();
         EntryState::Held {
-            notice: Notice { error, hold_reason },
+            notice: EntryNotice { error, hold_reason },
             handoff,
         }
     }
@@ -828,7 +828,7 @@ impl EntryState {
     pub fn cancel(&self) -> EntryState {
         let (_, handoff) = self.kept_when_held();
         EntryState::Held {
-            notice: Notice {
+            notice: EntryNotice {
                 error: None,
                 hold_reason: Some(CANCELED_TEXT.to_owned()),
             },
@@ -836,7 +836,7 @@ impl EntryState {
         }
     }
 
-    /// What an entry held for the user keeps: its hold reason and its mark. A hand-off
+    /// What an entry held for the user keeps: its hold reason and its mark. A `handoff`
     /// whose take-back the agent never confirmed keeps none (OB-13).
     fn kept_when_held(&self) -> (Option<String>, Option<Handoff>) {
         match self {
@@ -867,7 +867,7 @@ impl EntryState {
     pub fn await_reopen_check(&self) -> Option<EntryState> {
         let (notice, handoff) = self.queued_parts()?;
         Some(EntryState::Held {
-            notice: Notice {
+            notice: EntryNotice {
                 error: notice.error.clone(),
                 hold_reason: Some(REOPEN_CHECK_TEXT.to_owned()),
             },
@@ -880,7 +880,7 @@ impl EntryState {
     pub fn release(&self) -> Option<EntryState> {
         let (_, handoff) = self.queued_parts()?;
         Some(EntryState::Ready {
-            notice: Notice::default(),
+            notice: EntryNotice::default(),
             handoff: handoff.clone(),
         })
     }
@@ -918,7 +918,7 @@ impl EntryState {
             return None;
         };
         Some(EntryState::Held {
-            notice: Notice::default(),
+            notice: EntryNotice::default(),
             handoff: Some(Handoff::requested(acceptance.clone())),
         })
     }

@@ -314,11 +314,14 @@ pub trait SharedRuns {
         &mut self,
         session: &SessionId,
         run: &ActiveRun,
-    ) -> Result<Result<(), RunError>, crate::store::StoreError>;
+    ) -> Result<Result<(), RunError>, crate::store::OutboxError>;
 
     /// Ends `run` of `session`, whichever host started it.
-    fn end_run(&mut self, session: &SessionId, run: &RunId)
-        -> Result<(), crate::store::StoreError>;
+    fn end_run(
+        &mut self,
+        session: &SessionId,
+        run: &RunId,
+    ) -> Result<(), crate::store::OutboxError>;
 
     /// Records that the session message `op` joined `run` of `session` (the run's
     /// `last_session_message`, which a host that adopts the run continues from).
@@ -327,7 +330,7 @@ pub trait SharedRuns {
         session: &SessionId,
         run: &RunId,
         op: &OperationId,
-    ) -> Result<(), crate::store::StoreError>;
+    ) -> Result<(), crate::store::OutboxError>;
 
     /// Renews this host's claim on `runs` (a run listed with `true` had activity since
     /// the last renewal) and on the pending cancellations `stops`; a claim of this host's
@@ -336,7 +339,7 @@ pub trait SharedRuns {
         &mut self,
         runs: &[(SessionId, RunId, bool)],
         stops: &[(SessionId, RunId)],
-    ) -> Result<(), crate::store::StoreError>;
+    ) -> Result<(), crate::store::OutboxError>;
 
     /// How often [`SharedRuns::renew`] must be called for the claims to hold.
     fn renew_every(&self) -> Millis;
@@ -346,17 +349,17 @@ pub trait SharedRuns {
         &mut self,
         session: &SessionId,
         run: &RunId,
-    ) -> Result<(), crate::store::StoreError>;
+    ) -> Result<(), crate::store::OutboxError>;
 
     /// Clears a pending cancellation of `run`, whichever host began it.
     fn end_cancellation(
         &mut self,
         session: &SessionId,
         run: &RunId,
-    ) -> Result<(), crate::store::StoreError>;
+    ) -> Result<(), crate::store::OutboxError>;
 
     /// The active runs and pending cancellations of the scope whose base is `base`.
-    fn scope(&mut self, base: &SessionId) -> Result<SharedScope, crate::store::StoreError>;
+    fn scope(&mut self, base: &SessionId) -> Result<SharedScope, crate::store::OutboxError>;
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::entry::{
 use crate::envelope::{envelope, EnvelopeSender};
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
-use crate::store::{OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute, StoreError};
+use crate::store::{OutboxError, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute};
 
 /// The prefix of session-message operation and queue IDs.
 pub use crate::envelope::SESSION_MESSAGE_PREFIX;
@@ -114,7 +114,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         call: SessionMessageCall,
         now: Millis,
-    ) -> Result<ToolResult, StoreError> {
+    ) -> Result<ToolResult, OutboxError> {
         let Some(recipient) = call.recipient.clone().filter(|r| self.session(r).is_some()) else {
             return Ok(ToolResult::Error {
                 message: UNKNOWN_SESSION_TEXT.to_owned(),
@@ -229,7 +229,7 @@ impl<S: OutboxStore> Custody<S> {
 
     /// The exchange of a call: a run that a session message started or joined continues
     /// its exchange with hop + 1; any other run starts a new exchange at hop 1.
-    fn exchange_of(&mut self, call: &SessionMessageCall) -> Result<(String, u32), StoreError> {
+    fn exchange_of(&mut self, call: &SessionMessageCall) -> Result<(String, u32), OutboxError> {
         let active = self.runs().active(&call.sender_session).cloned();
         let joined = active.filter(|a| Some(&a.run_id) == call.sender_run.as_ref());
         if let Some(run) = joined {

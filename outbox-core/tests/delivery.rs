@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use fixtures::adapters::{Step, WhenUnscripted};
 use outbox_core::adapter::{HistoryRead, SendResult};
-use outbox_core::custody::{Custody, Effect, SENDING_WRITE_FAILED_TEXT};
+use outbox_core::custody::{Custody, CustodyEffect, SENDING_WRITE_FAILED_TEXT};
 use outbox_core::entry::{Controls, EntryStatus, HandoffPhase, UNCONFIRMED_TEXT};
 
 use outbox_core::adapter::Capabilities;
@@ -64,12 +64,12 @@ fn deferred_goes_back_with_auto_drain_on() {
     let run = b.active_run("s1").unwrap();
     b.c.submit(submit_req("s1", "1", Controls::steer(run.clone())), b.now)
         .unwrap();
-    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Send(req)) = b.c.poll_effect() else {
         panic!()
     };
     // While the steer is in flight the run is being stopped; the host defers the steer.
     b.c.stop(&s("s1"), &run, None, b.now);
-    let Some(Effect::StopRun { attempt: stop, .. }) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Stop { attempt: stop, .. }) = b.c.poll_effect() else {
         panic!()
     };
     b.c.handle_send_result(
@@ -178,14 +178,14 @@ fn the_send_path_gives_up_after_31_seconds_as_uncertain() {
     let mut b = Bench::codex(&["s1"]);
     b.c.submit(submit_req("s1", "1", Controls::automatic()), Millis(0))
         .unwrap();
-    let Some(Effect::Send(send)) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Send(send)) = b.c.poll_effect() else {
         panic!()
     };
     assert_eq!(b.c.poll_timeout(), Some(Millis(31_000)));
     b.c.handle_timeout(Millis(30_999));
     assert!(b.c.poll_effect().is_none());
     b.c.handle_timeout(Millis(31_000));
-    let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+    let effects: Vec<CustodyEffect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
     assert_eq!(effects.len(), 1);
     let read = history_read(&effects, "s1", "op-1").expect("the history read");
     // The late reply after the deadline changes nothing.
@@ -244,12 +244,12 @@ fn a_late_result_never_overwrites_a_newer_decision() {
     let mut b = Bench::codex(&["s1"]);
     b.c.submit(submit_req("s1", "1", Controls::automatic()), b.now)
         .unwrap();
-    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Send(req)) = b.c.poll_effect() else {
         panic!()
     };
     // The deadline passes; the read finds nothing; the entry is held for the user.
     b.c.handle_timeout(b.now.saturating_add(Millis(31_000)));
-    let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+    let effects: Vec<CustodyEffect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
     let read = history_read(&effects, "s1", "op-1").expect("the history read");
     b.c.handle_history_read(read, HistoryRead::Missing, b.now);
     let held = b.entry("s1", "1").unwrap();
@@ -270,7 +270,7 @@ fn a_wake_up_while_busy_is_not_lost() {
     let mut b = Bench::codex(&["s1"]);
     b.c.submit(submit_req("s1", "1", Controls::automatic()), b.now)
         .unwrap();
-    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Send(req)) = b.c.poll_effect() else {
         panic!()
     };
     assert_eq!(b.c.lane_busy(&s("s1")), (true, false));
@@ -283,7 +283,7 @@ fn a_wake_up_while_busy_is_not_lost() {
         SendResult::ProvenUnadmitted { error: "x".into() },
         b.now,
     );
-    let Some(Effect::Send(next)) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Send(next)) = b.c.poll_effect() else {
         panic!("the follow-up pass sent the next entry")
     };
     assert_eq!(next.operation_id, op("op-2"));
@@ -339,14 +339,14 @@ fn start_up_confirms_sending_entries_from_history() {
     .into_store();
     let mut c: Custody<_> = custody(store, outbox_core::adapter::Capabilities::codex(), &["s1"]);
     c.start_up(b.now).unwrap();
-    let effects: Vec<Effect> = std::iter::from_fn(|| c.poll_effect()).collect();
+    let effects: Vec<CustodyEffect> = std::iter::from_fn(|| c.poll_effect()).collect();
     let read = history_read(&effects, "s1", "op-1").expect("the history read");
     assert!(
-        matches!(&effects[0], Effect::ReadHistory { .. }),
+        matches!(&effects[0], CustodyEffect::ReadHistory { .. }),
         "the read comes first"
     );
     // The accepted entry does not hold the queue: the entry behind it starts.
-    let Some(Effect::Send(next)) = effects.get(1) else {
+    let Some(CustodyEffect::Send(next)) = effects.get(1) else {
         panic!("{effects:?}")
     };
     assert_eq!(next.operation_id, op("op-2"));
@@ -387,7 +387,7 @@ fn reopening_a_canceled_accepted_operation_reads_history_first() {
         assert_eq!(ledger(&mut b, "1"), Some(LedgerStatus::Canceled));
         // The user sends it again: the history read comes first.
         b.c.send_now(&s("s1"), &q("q-1"), b.now).unwrap();
-        let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+        let effects: Vec<CustodyEffect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
         let attempt = history_read(&effects, "s1", "op-1").expect("the history read");
         b.c.handle_history_read(attempt, read, b.now);
         b.drive();
@@ -471,7 +471,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     b.submit("s1", "1", Controls::steer(run.clone()));
     b.agent
         .detaches
-        .push_back(outbox_core::adapter::DetachResult::NotDetached {
+        .push_back(outbox_core::adapter::TakeBackResult::NotDetached {
             reason: "already started".into(),
         });
     b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
@@ -481,7 +481,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     assert!(b
         .notes
         .iter()
-        .any(|n| matches!(n, Effect::HandoffRefused { .. })));
+        .any(|n| matches!(n, CustodyEffect::TakeBackRefused { .. })));
 
     // Already sent in the ledger: nothing is replayed.
     let mut b = Bench::codex(&["s1"]);
@@ -490,14 +490,14 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     let run = b.active_run("s1").unwrap();
     b.submit("s1", "1", Controls::steer(run));
     b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
-    let Some(Effect::TakeBack { attempt, .. }) = b.c.poll_effect() else {
+    let Some(CustodyEffect::TakeBack { attempt, .. }) = b.c.poll_effect() else {
         panic!()
     };
     // The echo arrives before the detach answer.
     b.c.handle_delivery_proof(&s("s1"), &op("op-1"), b.now);
     b.c.handle_take_back(
         attempt,
-        outbox_core::adapter::DetachResult::DetachedForReplay,
+        outbox_core::adapter::TakeBackResult::DetachedForReplay,
         b.now,
     );
     b.drive();
@@ -520,7 +520,7 @@ fn replace_latest_rolls_back_and_recovers_from_a_gone_thread() {
     assert!(b.agent.sends[1].fresh_thread && !b.agent.sends[1].rollback_before_send);
     assert!(b
         .notes
-        .contains(&Effect::ClearThreadLink { session: s("s1") }));
+        .contains(&CustodyEffect::ClearThreadLink { session: s("s1") }));
     assert!(
         b.entry("s1", "1").is_none(),
         "delivered to the fresh thread"
@@ -545,10 +545,10 @@ fn a_resent_steer_carries_no_acceptance_of_its_earlier_attempt() {
     );
     // Sent again: the history read says missing, then the new attempt goes out.
     b.c.send_now(&s("s1"), &q("q-1"), b.now).unwrap();
-    let effects: Vec<Effect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
+    let effects: Vec<CustodyEffect> = std::iter::from_fn(|| b.c.poll_effect()).collect();
     let read = history_read(&effects, "s1", "op-1").expect("the reopen check reads first");
     b.c.handle_history_read(read, HistoryRead::Missing, b.now);
-    let Some(Effect::Send(send)) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Send(send)) = b.c.poll_effect() else {
         panic!("sent again")
     };
     assert_eq!(send.operation_id, op("op-1"));
@@ -561,7 +561,7 @@ fn a_resent_steer_carries_no_acceptance_of_its_earlier_attempt() {
     b.c.submit(submit_req("s1", "2", Controls::automatic()), b.now)
         .unwrap();
     assert!(
-        std::iter::from_fn(|| b.c.poll_effect()).all(|e| !matches!(e, Effect::Send(_))),
+        std::iter::from_fn(|| b.c.poll_effect()).all(|e| !matches!(e, CustodyEffect::Send(_))),
         "nothing else is sent while the attempt is unanswered"
     );
 }
@@ -599,7 +599,7 @@ fn replace_latest_sent(b: &mut Bench) -> outbox_core::adapter::SendRequest {
         .effects()
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Send(r) => Some(r),
+            CustodyEffect::Send(r) => Some(r),
             _ => None,
         })
         .collect();
@@ -610,7 +610,7 @@ fn replace_latest_sent(b: &mut Bench) -> outbox_core::adapter::SendRequest {
 
 fn next_send(b: &mut Bench) -> Option<outbox_core::adapter::SendRequest> {
     b.effects().into_iter().find_map(|e| match e {
-        Effect::Send(r) => Some(r),
+        CustodyEffect::Send(r) => Some(r),
         _ => None,
     })
 }

@@ -7,8 +7,8 @@
 
 use fixtures::strategies::{acceptance, entry_state, handoff};
 use outbox_core::entry::{
-    Acceptance, Controls, EntryState, EntryStatus, Handoff, HandoffPhase, InvalidEntryState,
-    MessageRequest, Notice, OutboxEntry, SessionMessageOrigin, StateFields, StoredEntry,
+    Acceptance, Controls, EntryNotice, EntryState, EntryStatus, Handoff, HandoffPhase,
+    InvalidEntryState, MessageRequest, OutboxEntry, SessionMessageOrigin, StateFields, StoredEntry,
     CANCELED_TEXT, REOPEN_CHECK_TEXT,
 };
 use outbox_core::ids::{OperationId, QueueId, SessionId};
@@ -62,7 +62,7 @@ struct Flags {
 /// What the code before the state wrote for each state: the table of the module docs,
 /// written out here on its own so a mistake in `EntryState::wire` cannot hide.
 fn flags_of(state: &EntryState) -> Flags {
-    let queued = |auto_drain, n: &Notice, h: &Option<Handoff>| Flags {
+    let queued = |auto_drain, n: &EntryNotice, h: &Option<Handoff>| Flags {
         status: LegacyStatus::Queued,
         auto_drain,
         error: n.error.clone(),
@@ -358,7 +358,7 @@ proptest! {
             matches!(state, EntryState::Sending { .. } | EntryState::Accepted { .. })
         );
         if let Some(accepted) = accepted {
-            if state.notice().is_none_or(Notice::is_empty) {
+            if state.notice().is_none_or(EntryNotice::is_empty) {
                 prop_assert_eq!(flags_of(&accepted), edit(&f, |f| f.acceptance = Some(a.clone())));
             }
         }
@@ -556,7 +556,7 @@ fn an_entry_no_state_has_shows_blocked_and_the_queue_drains_around_it() {
         outbox_core::custody::SessionInfo::new(outbox_core::adapter::Capabilities::codex()),
     );
     c.wake(&session, Millis(1));
-    let Some(outbox_core::custody::Effect::Send(send)) = c.poll_effect() else {
+    let Some(outbox_core::custody::CustodyEffect::Send(send)) = c.poll_effect() else {
         panic!("the entry behind it is sent")
     };
     assert_eq!(send.operation_id.as_str(), "op-2");
@@ -581,7 +581,7 @@ fn saved_stages_read_back_as_their_states() {
     assert_eq!(
         read(r#"{"status":"queued","autoDrain":true,"holdReason":"the run settles"}"#),
         EntryState::Ready {
-            notice: Notice {
+            notice: EntryNotice {
                 error: None,
                 hold_reason: Some("the run settles".into())
             },
@@ -615,7 +615,7 @@ fn saved_stages_read_back_as_their_states() {
             r#"{{"status":"queued","autoDrain":true,"handoff":{{"phase":"dedicated","acceptance":{t}}}}}"#
         )),
         EntryState::Ready {
-            notice: Notice::default(),
+            notice: EntryNotice::default(),
             handoff: Some(Handoff::dedicated(turn(1)))
         }
     );

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::*;
 use fixtures::adapters::{ScriptedAdapter, Step as AgentStep, WhenUnscripted};
 use outbox_core::adapter::{AgentAdapter, Capabilities, SendResult, StopResult};
-use outbox_core::custody::{ActionError, Custody, Effect, SubmitError};
+use outbox_core::custody::{ActionError, Custody, CustodyEffect, SubmitError};
 use outbox_core::entry::{Controls, UNCONFIRMED_TEXT};
 use outbox_core::ids::{OperationId, SessionId};
 use outbox_core::ledger::LedgerStatus;
@@ -102,7 +102,7 @@ impl World {
     fn drive(&mut self) -> Result<(), TestCaseError> {
         while let Some(e) = self.c.poll_effect() {
             match e {
-                Effect::Send(req) => {
+                CustodyEffect::Send(req) => {
                     prop_assert!(
                         !self.c.runs().cancellation_pending(&req.session),
                         "a send while a cancellation is pending"
@@ -123,7 +123,7 @@ impl World {
                     }
                     self.c.handle_send_result(req.attempt, result, self.now);
                 }
-                Effect::ReadHistory {
+                CustodyEffect::ReadHistory {
                     attempt,
                     session,
                     operation_id,
@@ -132,7 +132,7 @@ impl World {
                     let read = self.agent.read_history(&session, &operation_id);
                     self.c.handle_history_read(attempt, read, self.now);
                 }
-                Effect::StopRun {
+                CustodyEffect::Stop {
                     attempt,
                     session,
                     run,
@@ -140,14 +140,14 @@ impl World {
                     let r = self.agent.stop(&session, &run);
                     self.c.handle_stop_result(attempt, r, self.now);
                 }
-                Effect::TakeBack {
+                CustodyEffect::TakeBack {
                     attempt,
                     session,
                     operation_id,
                     acceptance,
                 } => {
                     let r = self.agent.take_back(&session, &operation_id, &acceptance);
-                    if matches!(r, outbox_core::adapter::DetachResult::DetachedForReplay) {
+                    if matches!(r, outbox_core::adapter::TakeBackResult::DetachedForReplay) {
                         self.detached.insert(operation_id.clone());
                     }
                     self.c.handle_take_back(attempt, r, self.now);

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use fixtures::adapters::WhenUnscripted;
 use outbox_core::adapter::{AgentKind, Capabilities, SendKind};
-use outbox_core::custody::{Effect, SessionInfo};
+use outbox_core::custody::{CustodyEffect, SessionInfo};
 use outbox_core::entry::{AccessLevel, Controls, Intent, SendMode};
 use outbox_core::envelope::{
     decode_envelope, envelope, first_line, parse_envelope, read_session_message, EnvelopeError,
@@ -59,7 +59,7 @@ fn an_idle_recipient_queues_the_message_and_a_run_starts() {
         .unwrap();
     assert_eq!(r, ToolResult::Queued);
     let sent = b.c.poll_effect();
-    let Some(Effect::Send(req)) = sent else {
+    let Some(CustodyEffect::Send(req)) = sent else {
         panic!("{sent:?}")
     };
     assert!(req.operation_id.as_str().starts_with("session-message-"));
@@ -151,7 +151,7 @@ fn a_recipient_with_higher_access_holds_the_message_until_approved() {
                 assert_eq!(b.agent.sends.len(), 1);
                 assert!(b.notes.iter().any(|n| matches!(
                     n,
-                    Effect::RouteDeliveryChanged {
+                    CustodyEffect::RouteDeliveryChanged {
                         delivery: RouteDelivery::Sent,
                         ..
                     }
@@ -188,7 +188,7 @@ fn unconfirmed_access_holds_and_the_rule_is_checked_again_before_draining() {
     b.submit("b", "run", Controls::automatic());
     let run = b.active_run("b").unwrap();
     b.c.stop(&s("b"), &run, None, b.now);
-    let Some(Effect::StopRun { attempt, .. }) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Stop { attempt, .. }) = b.c.poll_effect() else {
         panic!()
     };
     let r =
@@ -347,7 +347,7 @@ fn removing_a_session_message_declines_it() {
     );
     assert!(b.notes.iter().any(|n| matches!(
         n,
-        Effect::RouteDeliveryChanged {
+        CustodyEffect::RouteDeliveryChanged {
             operation_id,
             sender_session,
             delivery: RouteDelivery::Declined,
@@ -741,7 +741,7 @@ fn the_session_message_prefix_is_shared() {
         b.now,
     )
     .unwrap();
-    let Some(Effect::Send(req)) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Send(req)) = b.c.poll_effect() else {
         panic!("sent")
     };
     assert!(req

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use outbox_core::adapter::{Capabilities, HistoryRead};
-use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitError};
+use outbox_core::custody::{Custody, CustodyEffect, SessionInfo, SubmitError};
 use outbox_core::entry::{Controls, OutboxEntry, StoredEntry};
 use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::RunId;
@@ -23,7 +23,7 @@ use outbox_core::runs::{
 };
 use outbox_core::store::memory::MemoryOutboxStore;
 use outbox_core::store::{
-    Claim, Identity, OutboxStore, RouteClaim, SessionMessageRoute, StoreError, StoreErrorKind,
+    Claim, Identity, OutboxError, OutboxStore, RouteClaim, SessionMessageRoute, StoreErrorKind,
 };
 use timeline_core::time::Millis;
 
@@ -65,12 +65,12 @@ impl SharedRuns for Fenced {
         &mut self,
         session: &SessionId,
         run: &ActiveRun,
-    ) -> Result<Result<(), RunError>, StoreError> {
+    ) -> Result<Result<(), RunError>, OutboxError> {
         let host = self.host;
         let mut db = self.db.lock().unwrap();
         let t = &mut db.runs;
         if t.down {
-            return Err(StoreError::unavailable("the registry is down"));
+            return Err(OutboxError::unavailable("the registry is down"));
         }
         let base = base_session(session);
         if t.stops
@@ -90,10 +90,10 @@ impl SharedRuns for Fenced {
             .insert(session.clone(), (run.clone(), host, now, now + LEASE));
         Ok(Ok(()))
     }
-    fn end_run(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError> {
+    fn end_run(&mut self, session: &SessionId, run: &RunId) -> Result<(), OutboxError> {
         let mut db = self.db.lock().unwrap();
         if db.runs.down {
-            return Err(StoreError::unavailable("the registry is down"));
+            return Err(OutboxError::unavailable("the registry is down"));
         }
         if db
             .runs
@@ -110,10 +110,10 @@ impl SharedRuns for Fenced {
         session: &SessionId,
         run: &RunId,
         op: &OperationId,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let mut db = self.db.lock().unwrap();
         if db.runs.down {
-            return Err(StoreError::unavailable("the registry is down"));
+            return Err(OutboxError::unavailable("the registry is down"));
         }
         if let Some(a) = db.runs.active.get_mut(session) {
             if a.0.run_id == *run {
@@ -126,12 +126,12 @@ impl SharedRuns for Fenced {
         &mut self,
         runs: &[(SessionId, RunId, bool)],
         _stops: &[(SessionId, RunId)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let host = self.host;
         let mut db = self.db.lock().unwrap();
         let t = &mut db.runs;
         if t.down {
-            return Err(StoreError::unavailable("the registry is down"));
+            return Err(OutboxError::unavailable("the registry is down"));
         }
         let now = t.now;
         for (session, run, touched) in runs {
@@ -149,25 +149,25 @@ impl SharedRuns for Fenced {
     fn renew_every(&self) -> Millis {
         Millis(LEASE / 3)
     }
-    fn begin_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError> {
+    fn begin_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), OutboxError> {
         let mut db = self.db.lock().unwrap();
         if db.runs.down {
-            return Err(StoreError::unavailable("the registry is down"));
+            return Err(OutboxError::unavailable("the registry is down"));
         }
         db.runs
             .stops
             .insert((session.clone(), run.clone()), self.host);
         Ok(())
     }
-    fn end_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError> {
+    fn end_cancellation(&mut self, session: &SessionId, run: &RunId) -> Result<(), OutboxError> {
         let mut db = self.db.lock().unwrap();
         if db.runs.down {
-            return Err(StoreError::unavailable("the registry is down"));
+            return Err(OutboxError::unavailable("the registry is down"));
         }
         db.runs.stops.remove(&(session.clone(), run.clone()));
         Ok(())
     }
-    fn scope(&mut self, base: &SessionId) -> Result<SharedScope, StoreError> {
+    fn scope(&mut self, base: &SessionId) -> Result<SharedScope, OutboxError> {
         let host = self.host;
         let db = self.db.lock().unwrap();
         let t = &db.runs;
@@ -204,13 +204,13 @@ impl Fenced {
     fn write<T>(
         &mut self,
         session: &SessionId,
-        f: impl FnOnce(&mut MemoryOutboxStore) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+        f: impl FnOnce(&mut MemoryOutboxStore) -> Result<T, OutboxError>,
+    ) -> Result<T, OutboxError> {
         let mut db = self.db.lock().unwrap();
         let base = base_session(session);
         if db.holders.get(&base) != Some(&self.host) {
             db.refused += 1;
-            return Err(StoreError::LeaseLost {
+            return Err(OutboxError::LeaseLost {
                 message: format!("host {} does not hold session {base}", self.host),
                 session: base,
             });
@@ -235,7 +235,7 @@ impl OutboxStore for Fenced {
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, OutboxError> {
         self.write(session, |s| s.claim(session, fingerprint, entry))
     }
     fn claim_session_message(
@@ -244,20 +244,20 @@ impl OutboxStore for Fenced {
         fingerprint: &Digest256,
         entry: &OutboxEntry,
         route: &SessionMessageRoute,
-    ) -> Result<RouteClaim, StoreError> {
+    ) -> Result<RouteClaim, OutboxError> {
         self.read(|s| s.claim_session_message(recipient, fingerprint, entry, route))
     }
     fn identity(
         &mut self,
         session: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<Identity>, StoreError> {
+    ) -> Result<Option<Identity>, OutboxError> {
         self.read(|s| s.identity(session, op))
     }
-    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError> {
+    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, OutboxError> {
         self.read(|s| s.entries(session))
     }
-    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, StoreError> {
+    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, OutboxError> {
         self.read(|s| s.outbox_sessions())
     }
     fn replace_entry(
@@ -265,7 +265,7 @@ impl OutboxStore for Fenced {
         session: &SessionId,
         expected: &OutboxEntry,
         new: &OutboxEntry,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         self.write(session, |s| s.replace_entry(session, expected, new))
     }
     fn rekey_entry(
@@ -274,7 +274,7 @@ impl OutboxStore for Fenced {
         expected: &OutboxEntry,
         fingerprint: &Digest256,
         new: &OutboxEntry,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         self.write(session, |s| {
             s.rekey_entry(session, expected, fingerprint, new)
         })
@@ -283,21 +283,21 @@ impl OutboxStore for Fenced {
         &mut self,
         session: &SessionId,
         queue_id: &QueueId,
-    ) -> Result<Option<OutboxEntry>, StoreError> {
+    ) -> Result<Option<OutboxEntry>, OutboxError> {
         self.write(session, |s| s.remove_entry(session, queue_id))
     }
     fn set_positions(
         &mut self,
         session: &SessionId,
         positions: &[(QueueId, i64)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         self.write(session, |s| s.set_positions(session, positions))
     }
     fn ledger(
         &mut self,
         session: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<LedgerRecord>, StoreError> {
+    ) -> Result<Option<LedgerRecord>, OutboxError> {
         self.read(|s| s.ledger(session, op))
     }
     fn put_ledger(
@@ -305,7 +305,7 @@ impl OutboxStore for Fenced {
         session: &SessionId,
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         self.write(session, |s| s.put_ledger(session, op, record))
     }
     fn confirm_sent(
@@ -313,18 +313,18 @@ impl OutboxStore for Fenced {
         scope: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<Vec<(SessionId, QueueId)>, StoreError> {
+    ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
         let first = scope.first().cloned().unwrap_or_else(|| s("none"));
         self.write(&first, |s| s.confirm_sent(scope, op, record))
     }
-    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, StoreError> {
+    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, OutboxError> {
         self.read(|s| s.route(op))
     }
     fn set_route_delivery(
         &mut self,
         op: &OperationId,
         delivery: outbox_core::store::RouteDelivery,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         self.read(|s| s.set_route_delivery(op, delivery))
     }
 }
@@ -353,7 +353,7 @@ fn host_with(name: &'static str, db: &Arc<Mutex<Db>>, shared: bool) -> Custody<F
     c
 }
 
-fn effects(c: &mut Custody<Fenced>) -> Vec<Effect> {
+fn effects(c: &mut Custody<Fenced>) -> Vec<CustodyEffect> {
     std::iter::from_fn(|| c.poll_effect()).collect()
 }
 
@@ -392,7 +392,7 @@ fn a_scope_not_granted_is_refused_with_a_typed_error_and_nothing_is_written() {
         .unwrap();
     assert!(effects(&mut a)
         .iter()
-        .any(|e| matches!(e, Effect::Send(r) if r.operation_id == op("op-1"))));
+        .any(|e| matches!(e, CustodyEffect::Send(r) if r.operation_id == op("op-1"))));
 }
 
 // MH-01, MH-05: host `a` hands a message to its agent, then loses the lease to `b` (a
@@ -412,7 +412,7 @@ fn a_lost_lease_lets_the_scope_go_and_the_new_owner_confirms_from_history() {
     let send = effects(&mut a)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Send(r) => Some(r),
+            CustodyEffect::Send(r) => Some(r),
             _ => None,
         })
         .expect("handed to the agent");
@@ -421,15 +421,17 @@ fn a_lost_lease_lets_the_scope_go_and_the_new_owner_confirms_from_history() {
     lease(&db, "s1", "b");
     let refused_before = db.lock().unwrap().refused;
     a.handle_delivery_proof(&s("s1"), &op("op-1"), Millis(1_100));
-    let released: Vec<Effect> = effects(&mut a);
+    let released: Vec<CustodyEffect> = effects(&mut a);
     assert!(
-        released
-            .iter()
-            .any(|e| matches!(e, Effect::ScopeReleased { session, .. } if *session == s("s1"))),
+        released.iter().any(
+            |e| matches!(e, CustodyEffect::ScopeReleased { session, .. } if *session == s("s1"))
+        ),
         "{released:?}"
     );
     assert!(
-        !released.iter().any(|e| matches!(e, Effect::StoreFailed(_))),
+        !released
+            .iter()
+            .any(|e| matches!(e, CustodyEffect::StoreFailed(_))),
         "a lost lease is not a store failure to retry: {released:?}"
     );
     assert!(db.lock().unwrap().refused > refused_before);
@@ -446,9 +448,9 @@ fn a_lost_lease_lets_the_scope_go_and_the_new_owner_confirms_from_history() {
     // from the agent's history, never sent.
     let mut b = host("b", &db);
     b.grant_scope(&s("s1"), Millis(2_000));
-    let taken: Vec<Effect> = effects(&mut b);
+    let taken: Vec<CustodyEffect> = effects(&mut b);
     assert!(
-        !taken.iter().any(|e| matches!(e, Effect::Send(_))),
+        !taken.iter().any(|e| matches!(e, CustodyEffect::Send(_))),
         "{taken:?}"
     );
     let attempt = history_read(&taken, "s1", "op-1").expect("an uncertain-delivery read");
@@ -498,7 +500,7 @@ fn a_queued_message_drains_once_on_the_host_that_takes_the_scope_over() {
     let sent_by_a: Vec<OperationId> = effects(&mut a)
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Send(r) => Some(r.operation_id),
+            CustodyEffect::Send(r) => Some(r.operation_id),
             _ => None,
         })
         .collect();
@@ -513,7 +515,7 @@ fn a_queued_message_drains_once_on_the_host_that_takes_the_scope_over() {
     b.grant_scope(&s("s1"), Millis(20_000));
     let taken = effects(&mut b);
     assert!(
-        !taken.iter().any(|e| matches!(e, Effect::Send(_))),
+        !taken.iter().any(|e| matches!(e, CustodyEffect::Send(_))),
         "{taken:?}"
     );
     let attempt = history_read(&taken, "s1", "op-1").expect("the first is confirmed");
@@ -521,7 +523,7 @@ fn a_queued_message_drains_once_on_the_host_that_takes_the_scope_over() {
     let sends: Vec<OperationId> = effects(&mut b)
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Send(r) => Some(r.operation_id),
+            CustodyEffect::Send(r) => Some(r.operation_id),
             _ => None,
         })
         .collect();
@@ -547,7 +549,7 @@ fn a_release_drops_the_scope_and_a_second_release_does_nothing() {
     assert!(a.release_scope(&s("s1"), "handed over", Millis(1_010)));
     assert_eq!(
         effects(&mut a),
-        vec![Effect::ScopeReleased {
+        vec![CustodyEffect::ScopeReleased {
             session: s("s1"),
             reason: "handed over".into()
         }]
@@ -588,7 +590,7 @@ fn a_session_message_to_a_scope_served_elsewhere_is_saved_for_its_owner() {
     let (in_flight, run) = effects(&mut b)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Send(r) => match r.kind {
+            CustodyEffect::Send(r) => match r.kind {
                 outbox_core::adapter::SendKind::Start { run } => Some((r.attempt, run)),
                 outbox_core::adapter::SendKind::Steer { .. } => None,
             },
@@ -615,7 +617,9 @@ fn a_session_message_to_a_scope_served_elsewhere_is_saved_for_its_owner() {
         .unwrap();
     assert_eq!(result, ToolResult::Queued);
     assert!(
-        !effects(&mut a).iter().any(|e| matches!(e, Effect::Send(_))),
+        !effects(&mut a)
+            .iter()
+            .any(|e| matches!(e, CustodyEffect::Send(_))),
         "the sender's host sends nothing for another host's session"
     );
     let saved = db.lock().unwrap().store.entries(&s("s2")).unwrap();
@@ -651,7 +655,7 @@ fn a_session_message_to_a_scope_served_elsewhere_is_saved_for_its_owner() {
     let sent: Vec<OperationId> = effects(&mut b)
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Send(r) => Some(r.operation_id),
+            CustodyEffect::Send(r) => Some(r.operation_id),
             _ => None,
         })
         .collect();
@@ -663,11 +667,11 @@ fn at(db: &Arc<Mutex<Db>>, now: u64) -> Millis {
     Millis(now)
 }
 
-fn started(effects: &[Effect]) -> Vec<(OperationId, RunId)> {
+fn started(effects: &[CustodyEffect]) -> Vec<(OperationId, RunId)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Send(r) => match &r.kind {
+            CustodyEffect::Send(r) => match &r.kind {
                 outbox_core::adapter::SendKind::Start { run } => {
                     Some((r.operation_id.clone(), run.clone()))
                 }
@@ -803,7 +807,7 @@ fn a_stop_the_dead_host_began_is_resumed_by_the_new_owner() {
     let (send, run) = effects(&mut a)
         .into_iter()
         .find_map(|e| match e {
-            Effect::Send(r) => match r.kind {
+            CustodyEffect::Send(r) => match r.kind {
                 outbox_core::adapter::SendKind::Start { run } => Some((r.attempt, run)),
                 outbox_core::adapter::SendKind::Steer { .. } => None,
             },
@@ -820,7 +824,7 @@ fn a_stop_the_dead_host_began_is_resumed_by_the_new_owner() {
     a.stop(&s("s1"), &run, None, at(&db, 1_003));
     assert!(effects(&mut a)
         .iter()
-        .any(|e| matches!(e, Effect::StopRun { run: r, .. } if *r == run)));
+        .any(|e| matches!(e, CustodyEffect::Stop { run: r, .. } if *r == run)));
     assert!(db
         .lock()
         .unwrap()
@@ -836,7 +840,7 @@ fn a_stop_the_dead_host_began_is_resumed_by_the_new_owner() {
     let attempt = taken
         .iter()
         .find_map(|e| match e {
-            Effect::StopRun {
+            CustodyEffect::Stop {
                 attempt, run: r, ..
             } if *r == run => Some(*attempt),
             _ => None,
@@ -869,7 +873,7 @@ fn an_end_the_shared_registry_missed_is_written_at_the_next_renewal() {
     assert!(
         failed
             .iter()
-            .any(|e| matches!(e, Effect::StoreFailed(f) if f.session == s("s1"))),
+            .any(|e| matches!(e, CustodyEffect::StoreFailed(f) if f.session == s("s1"))),
         "{failed:?}"
     );
     assert!(a.runs().active(&s("s1")).is_none());
@@ -879,7 +883,7 @@ fn an_end_the_shared_registry_missed_is_written_at_the_next_renewal() {
     a.handle_timeout(at(&db, due.as_u64()));
     assert!(effects(&mut a)
         .iter()
-        .any(|e| matches!(e, Effect::StoreFailed(_))));
+        .any(|e| matches!(e, CustodyEffect::StoreFailed(_))));
     assert_eq!(shared_run(&db, "s1").map(|r| r.0), Some(run));
     db.lock().unwrap().runs.down = false;
     let due = a.poll_timeout().expect("the owed end keeps a renewal due");
@@ -982,7 +986,9 @@ fn owed_writes_reach_the_registry_before_the_next_start() {
     a.handle_run_ended(&s("s1"), &old, &[], at(&db, 1_010));
     let failed = effects(&mut a);
     assert!(
-        failed.iter().any(|e| matches!(e, Effect::StoreFailed(_))),
+        failed
+            .iter()
+            .any(|e| matches!(e, CustodyEffect::StoreFailed(_))),
         "{failed:?}"
     );
     db.lock().unwrap().runs.down = false;
@@ -994,7 +1000,7 @@ fn owed_writes_reach_the_registry_before_the_next_start() {
 }
 
 /// Handles every deadline of `c` up to `t`, in order; the effects they had.
-fn until(c: &mut Custody<Fenced>, db: &Arc<Mutex<Db>>, t: u64) -> Vec<Effect> {
+fn until(c: &mut Custody<Fenced>, db: &Arc<Mutex<Db>>, t: u64) -> Vec<CustodyEffect> {
     let mut out = Vec::new();
     let mut steps = 0;
     while let Some(due) = c.poll_timeout().filter(|d| d.as_u64() <= t) {

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use common::{op, q, s, submit_req, uuids};
 use fixtures::failing::{FailingStore, FaultPlan};
 use outbox_core::adapter::{
-    AttemptId, Capabilities, DetachResult, HistoryRead, SendKind, SendRequest, SendResult,
-    StopResult,
+    AttemptId, Capabilities, HistoryRead, SendKind, SendRequest, SendResult, StopResult,
+    TakeBackResult,
 };
-use outbox_core::custody::{ActionError, Custody, Effect, SessionInfo, STORE_RETRY};
+use outbox_core::custody::{ActionError, Custody, CustodyEffect, SessionInfo, STORE_RETRY};
 use outbox_core::entry::{
     Acceptance, Controls, EntryState, HandoffPhase, OutboxEntry, CANCELED_TEXT, REOPEN_CHECK_TEXT,
     STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
@@ -32,7 +32,7 @@ struct Rig {
     c: Custody<FailingStore<MemoryOutboxStore>>,
     plan: Arc<Mutex<FaultPlan>>,
     now: Millis,
-    effects: Vec<Effect>,
+    effects: Vec<CustodyEffect>,
 }
 
 impl Rig {
@@ -82,10 +82,12 @@ impl Rig {
         let at = self
             .effects
             .iter()
-            .rposition(|e| matches!(e, Effect::Send(r) if r.operation_id == op(&format!("op-{n}"))))
+            .rposition(
+                |e| matches!(e, CustodyEffect::Send(r) if r.operation_id == op(&format!("op-{n}"))),
+            )
             .unwrap_or_else(|| panic!("op-{n} was sent: {:?}", self.effects));
         match self.effects.remove(at) {
-            Effect::Send(r) => r,
+            CustodyEffect::Send(r) => r,
             _ => unreachable!("a send was found"),
         }
     }
@@ -93,17 +95,19 @@ impl Rig {
     fn sends(&self, n: &str) -> usize {
         self.effects
             .iter()
-            .filter(|e| matches!(e, Effect::Send(r) if r.operation_id == op(&format!("op-{n}"))))
+            .filter(
+                |e| matches!(e, CustodyEffect::Send(r) if r.operation_id == op(&format!("op-{n}"))),
+            )
             .count()
     }
 
     /// Takes the history read of `n` asked for so far, if any.
     fn take_read(&mut self, n: &str) -> Option<AttemptId> {
         let at = self.effects.iter().position(|e| {
-            matches!(e, Effect::ReadHistory { operation_id, .. } if operation_id == &op(&format!("op-{n}")))
+            matches!(e, CustodyEffect::ReadHistory { operation_id, .. } if operation_id == &op(&format!("op-{n}")))
         })?;
         match self.effects.remove(at) {
-            Effect::ReadHistory { attempt, .. } => Some(attempt),
+            CustodyEffect::ReadHistory { attempt, .. } => Some(attempt),
             _ => unreachable!("a read was found"),
         }
     }
@@ -191,7 +195,7 @@ impl Rig {
         self.effects
             .iter()
             .find_map(|e| match e {
-                Effect::TakeBack {
+                CustodyEffect::TakeBack {
                     attempt,
                     operation_id,
                     ..
@@ -367,7 +371,7 @@ fn an_acceptance_after_its_run_ended_is_settled_from_history() {
         .effects
         .iter()
         .find_map(|e| match e {
-            Effect::StopRun { attempt, .. } => Some(*attempt),
+            CustodyEffect::Stop { attempt, .. } => Some(*attempt),
             _ => None,
         })
         .unwrap();
@@ -410,7 +414,7 @@ fn stop_and_send_now_refuses_a_steer_whose_run_ended() {
     assert!(!r
         .effects
         .iter()
-        .any(|e| matches!(e, Effect::TakeBack { .. })));
+        .any(|e| matches!(e, CustodyEffect::TakeBack { .. })));
     r.read(read, HistoryRead::Missing);
     assert_eq!(
         r.entry("2").unwrap().state.error(),
@@ -482,7 +486,7 @@ fn stop_and_send_now_without_a_confirmed_detach_is_held_at_the_run_end() {
             "reported {reported}: not sent after a restart"
         );
         // The take-back's late answer changes nothing.
-        r.c.handle_take_back(take_back, DetachResult::DetachedForReplay, r.now);
+        r.c.handle_take_back(take_back, TakeBackResult::DetachedForReplay, r.now);
         r.collect();
         assert_eq!(r.sends("2"), 0);
         // The user's send goes once, as its own turn (a canceled record that a turn
@@ -508,14 +512,14 @@ fn a_confirmed_detach_goes_on_when_the_run_ends_first() {
     let run = r.running("1");
     r.accepted_steer("2", &run);
     let take_back = r.stop_and_send_now("2");
-    r.c.handle_take_back(take_back, DetachResult::DetachedForReplay, r.now);
+    r.c.handle_take_back(take_back, TakeBackResult::DetachedForReplay, r.now);
     r.collect();
     assert_eq!(r.sends("2"), 0, "it waits for run R to settle");
     let stop = r
         .effects
         .iter()
         .find_map(|e| match e {
-            Effect::StopRun { attempt, .. } => Some(*attempt),
+            CustodyEffect::Stop { attempt, .. } => Some(*attempt),
             _ => None,
         })
         .expect("run R is stopped");

@@ -7,11 +7,11 @@ mod common;
 use common::*;
 use fixtures::adapters::WhenUnscripted;
 use outbox_core::adapter::{AttemptId, StopResult};
-use outbox_core::custody::{Effect, SessionInfo, StopAnswer, MODEL_CHANGED_TEXT};
+use outbox_core::custody::{CustodyEffect, SessionInfo, StopAnswer, MODEL_CHANGED_TEXT};
 use outbox_core::entry::{Controls, EntryStatus, STOPPED_BEFORE_DELIVERY_TEXT};
 use timeline_core::time::Millis;
 
-fn effects(b: &mut Bench) -> Vec<Effect> {
+fn effects(b: &mut Bench) -> Vec<CustodyEffect> {
     b.effects()
 }
 
@@ -32,7 +32,7 @@ fn callers_share_one_worker_and_get_still_settling_after_5_seconds() {
     let e = effects(&mut b);
     assert_eq!(
         e,
-        [Effect::StopRun {
+        [CustodyEffect::Stop {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
@@ -43,7 +43,7 @@ fn callers_share_one_worker_and_get_still_settling_after_5_seconds() {
     b.c.handle_timeout(t0.saturating_add(Millis(5_000)));
     assert_eq!(
         effects(&mut b),
-        [Effect::StopAnswer {
+        [CustodyEffect::StopAnswer {
             caller: 1,
             answer: StopAnswer::StillSettling
         }]
@@ -53,11 +53,11 @@ fn callers_share_one_worker_and_get_still_settling_after_5_seconds() {
         .unwrap();
     assert!(effects(&mut b)
         .iter()
-        .all(|e| !matches!(e, Effect::Send(_))));
+        .all(|e| !matches!(e, CustodyEffect::Send(_))));
     b.c.handle_timeout(t0.saturating_add(Millis(6_000)));
     assert_eq!(
         effects(&mut b),
-        [Effect::StopAnswer {
+        [CustodyEffect::StopAnswer {
             caller: 2,
             answer: StopAnswer::StillSettling
         }]
@@ -85,14 +85,14 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
         StopResult::Stopped { untaken: vec![] },
         t0,
     );
-    assert!(effects(&mut b).contains(&Effect::StopAnswer {
+    assert!(effects(&mut b).contains(&CustodyEffect::StopAnswer {
         caller: 1,
         answer: StopAnswer::Stopped
     }));
     b.c.stop(&s("s1"), &run, Some(2), t0.saturating_add(Millis(59_999)));
     assert_eq!(
         effects(&mut b),
-        [Effect::StopAnswer {
+        [CustodyEffect::StopAnswer {
             caller: 2,
             answer: StopAnswer::Stopped
         }]
@@ -101,7 +101,7 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     b.c.stop(&s("s1"), &run, Some(3), t0.saturating_add(Millis(60_000)));
     assert_eq!(
         effects(&mut b),
-        [Effect::StopRun {
+        [CustodyEffect::Stop {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
@@ -120,7 +120,7 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
         },
         b.now,
     );
-    assert!(effects(&mut b).contains(&Effect::StopAnswer {
+    assert!(effects(&mut b).contains(&CustodyEffect::StopAnswer {
         caller: 1,
         answer: StopAnswer::Failed("turn not found".into())
     }));
@@ -132,7 +132,7 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     b.c.stop(&s("s1"), &run, Some(2), b.now);
     assert_eq!(
         effects(&mut b),
-        [Effect::StopRun {
+        [CustodyEffect::Stop {
             attempt: AttemptId(0),
             session: s("s1"),
             run
@@ -156,7 +156,7 @@ fn a_crashed_stop_attempt_is_retried_after_250_ms() {
     b.c.handle_timeout(t0.saturating_add(Millis(250)));
     assert_eq!(
         effects(&mut b),
-        [Effect::StopRun {
+        [CustodyEffect::Stop {
             attempt: AttemptId(0),
             session: s("s1"),
             run
@@ -210,7 +210,7 @@ fn an_interrupt_stops_the_run_and_starts_once_it_left_the_registry() {
         .unwrap();
     assert_eq!(
         effects(&mut b),
-        [Effect::StopRun {
+        [CustodyEffect::Stop {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
@@ -224,7 +224,7 @@ fn an_interrupt_stops_the_run_and_starts_once_it_left_the_registry() {
     let retry = effects(&mut b);
     assert_eq!(
         retry,
-        [Effect::StopRun {
+        [CustodyEffect::Stop {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
@@ -270,7 +270,7 @@ fn an_interrupt_that_meets_a_newer_turn_or_a_slow_stop_stays_queued() {
     let t0 = b.now;
     b.c.submit(submit_req("s1", "int", Controls::interrupt()), t0)
         .unwrap();
-    assert!(effects(&mut b).contains(&Effect::StopRun {
+    assert!(effects(&mut b).contains(&CustodyEffect::Stop {
         attempt: AttemptId(0),
         session: s("s1"),
         run,

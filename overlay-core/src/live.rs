@@ -100,7 +100,7 @@ use timeline_core::policy::MAX_EXACT_INTEGER;
 use timeline_core::time::Millis;
 use timeline_core::wire::{LiveOverlay, LivePatch};
 
-use crate::store::{OverlayStore, StoreError};
+use crate::store::{OverlayError, OverlayStore};
 
 /// How long a snapshot waits for a newer one before a window gets it.
 pub const COALESCE_WINDOW: Millis = Millis(50);
@@ -450,7 +450,7 @@ impl LiveHub {
         window: WindowId,
         session: &SessionId,
         target: &TargetId,
-    ) -> Result<Subscription, StoreError> {
+    ) -> Result<Subscription, OverlayError> {
         self.subscribe_with(store, window, session, target, LiveProtocol::Snapshots)
     }
 
@@ -464,7 +464,7 @@ impl LiveHub {
         session: &SessionId,
         target: &TargetId,
         protocol: LiveProtocol,
-    ) -> Result<Subscription, StoreError> {
+    ) -> Result<Subscription, OverlayError> {
         let saved = store
             .load(session, target)?
             .map(|o| Arc::new(o.client_form()));

@@ -34,7 +34,7 @@ use timeline_core::key::{BlockKey, RunId, SessionId, TargetId};
 use timeline_core::time::Millis;
 
 use crate::overlay::Change;
-use crate::store::{self, OverlayStore, RowClass, StoreError, StoredOverlay};
+use crate::store::{self, OverlayError, OverlayStore, RowClass, StoredOverlay};
 
 /// Scans in all.
 pub const SCAN_ATTEMPTS: u32 = 3;
@@ -282,7 +282,7 @@ pub fn run_keys<S: OverlayStore + ?Sized>(
     store: &mut S,
     session: &SessionId,
     run: &RunId,
-) -> Result<HashSet<BlockKey>, StoreError> {
+) -> Result<HashSet<BlockKey>, OverlayError> {
     let mut keys = HashSet::new();
     for target in store.targets(session)? {
         if let Some(o) = store.load(session, &target)? {
@@ -305,7 +305,7 @@ pub fn run_keys<S: OverlayStore + ?Sized>(
 pub struct SettleError {
     /// What the store said.
     #[source]
-    pub error: StoreError,
+    pub error: OverlayError,
     /// The snapshots stored before the failure, with their targets, for the live sinks.
     pub written: Vec<(TargetId, StoredOverlay)>,
 }
@@ -334,7 +334,7 @@ fn settle_targets<S: OverlayStore + ?Sized>(
     run: &RunId,
     found: &HashSet<BlockKey>,
     written: &mut Vec<(TargetId, StoredOverlay)>,
-) -> Result<bool, StoreError> {
+) -> Result<bool, OverlayError> {
     for target in store.targets(session)? {
         // The run's keys in this target that history holds: the exact keys of that run.
         let own: HashSet<BlockKey> = match store.load(session, &target)? {

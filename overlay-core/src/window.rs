@@ -80,7 +80,7 @@ use timeline_core::wire::{
 use crate::overlay::Change;
 use crate::source::{HistorySource, SourceError, SourceItem, SourceKind, SourcePosition};
 use crate::store::{self, WriteResult};
-use crate::store::{OverlayStore, RowClass, Snapshot, StoreError, StoredBlock, StoredOverlay};
+use crate::store::{OverlayError, OverlayStore, RowClass, Snapshot, StoredBlock, StoredOverlay};
 
 /// Source pages one older-page request may read before it answers.
 pub const MAX_SOURCE_READS_PER_PAGE: usize = 4;
@@ -105,7 +105,7 @@ pub enum WindowError {
     Source(#[from] SourceError),
     /// The overlay store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] OverlayError),
     /// The answer would pass 8 MiB.
     #[error("timeline snapshot too large ({bytes} bytes)")]
     TooLarge {
@@ -467,7 +467,7 @@ fn settle_against<S: OverlayStore + ?Sized>(
     t: Target<'_>,
     rows: &[Block],
     settled: &mut Option<StoredOverlay>,
-) -> Result<SettledOverlay, StoreError> {
+) -> Result<SettledOverlay, OverlayError> {
     let history_keys: HashSet<BlockKey> = rows.iter().map(Block::key).collect();
     // `Change::LatestWindow` is the seed's table, with or without a current run: one
     // atomic write.

@@ -15,7 +15,7 @@ use fixtures::naive_overlay::{self, Op, Reference};
 use overlay_core::overlay::Change;
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::{write, WriteResult};
-use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay};
+use overlay_core::store::{OverlayError, OverlayStore, RowClass, StoredBlock, StoredOverlay};
 use proptest::prelude::*;
 use timeline_core::key::{SessionId, TargetId};
 
@@ -25,7 +25,7 @@ use timeline_core::key::{SessionId, TargetId};
 struct DefaultLoop(MemoryOverlayStore);
 
 impl OverlayStore for DefaultLoop {
-    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, StoreError> {
+    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, OverlayError> {
         self.0.load(s, t)
     }
     fn compare_and_set(
@@ -35,16 +35,16 @@ impl OverlayStore for DefaultLoop {
         expected: Option<u64>,
         epoch: u64,
         blocks: Vec<StoredBlock>,
-    ) -> Result<StoredOverlay, StoreError> {
+    ) -> Result<StoredOverlay, OverlayError> {
         self.0.compare_and_set(s, t, expected, epoch, blocks)
     }
-    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, StoreError> {
+    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, OverlayError> {
         self.0.delete(s, t)
     }
-    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, StoreError> {
+    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, OverlayError> {
         self.0.targets(s)
     }
-    fn current_revision(&mut self) -> Result<u64, StoreError> {
+    fn current_revision(&mut self) -> Result<u64, OverlayError> {
         self.0.current_revision()
     }
 }

@@ -560,7 +560,7 @@ fn a_signal_that_goes_out_drops_the_older_held_signal() {
 // everything from the next snapshot.
 #[test]
 fn a_client_that_missed_events_recovers_from_the_next_saved_snapshot() {
-    use timeline_core::timeline::{ClientMode, Effect, Origin, Timeline};
+    use timeline_core::timeline::{ClientMode, Origin, Timeline, TimelineEffect};
     use timeline_core::wire::TimelineWindow;
     let (s, t) = (session(), main_target());
     let mut store = MemoryOverlayStore::new();
@@ -568,7 +568,7 @@ fn a_client_that_missed_events_recovers_from_the_next_saved_snapshot() {
     hub.set_phone_interest(&s, true);
     let mut phone = Timeline::new(ClientMode::Phone);
     phone.open_target(t.clone(), Millis(0));
-    let Some(Effect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
+    let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
         panic!()
     };
     let w = TimelineWindow {
@@ -624,7 +624,9 @@ fn a_client_that_missed_events_recovers_from_the_next_saved_snapshot() {
 use overlay_core::store::{OverlayStore, StoredBlock};
 use proptest::prelude::*;
 use timeline_core::block::Block;
-use timeline_core::timeline::{ClientMode, Effect, IgnoreReason, Origin, Outcome, Timeline};
+use timeline_core::timeline::{
+    ClientMode, IgnoreReason, Origin, Outcome, Timeline, TimelineEffect,
+};
 use timeline_core::wire::{LivePatch, TimelineWindow};
 
 /// Writes `rows` to the main target and emits the saved snapshot; returns it.
@@ -671,7 +673,7 @@ fn relay_blocks(ds: &[Delivery]) -> Vec<(String, serde_json::Value)> {
 fn phone_at(overlay: LiveOverlay, mode: ClientMode) -> Timeline {
     let mut phone = Timeline::new(mode);
     phone.open_target(main_target(), Millis(0));
-    let Some(Effect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
+    let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
         panic!()
     };
     let w = TimelineWindow {
@@ -1208,7 +1210,7 @@ fn feed(
         assert_eq!(rows_of(phone), before, "{outcome:?}");
     }
     while let Some(e) = phone.poll_effect() {
-        if let Effect::LoadLatestWindow { tag, .. } = e {
+        if let TimelineEffect::LoadLatestWindow { tag, .. } = e {
             let o = store
                 .load(&session(), &main_target())
                 .unwrap()

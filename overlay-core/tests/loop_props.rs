@@ -27,7 +27,7 @@ use overlay_core::window::{latest_window, older_page, OlderPageRequest, Target};
 use proptest::prelude::*;
 use timeline_core::key::{BlockKey, SessionId, TargetId};
 use timeline_core::time::Millis;
-use timeline_core::timeline::{ClientMode, Effect, Origin, RequestTag, Timeline};
+use timeline_core::timeline::{ClientMode, Origin, RequestTag, Timeline, TimelineEffect};
 use timeline_core::wire::{LiveOverlay, OlderPage, TimelineWindow};
 
 #[derive(Clone, Debug)]
@@ -143,7 +143,7 @@ impl World {
     fn serve(&mut self, c: usize) {
         while let Some(e) = self.clients[c].t.poll_effect() {
             match e {
-                Effect::LoadLatestWindow { tag, page_size, .. } => {
+                TimelineEffect::LoadLatestWindow { tag, page_size, .. } => {
                     let target = Target {
                         session: &self.s,
                         target: &self.target,
@@ -163,7 +163,7 @@ impl World {
                     }
                     self.clients[c].windows.push((tag, built.window));
                 }
-                Effect::LoadOlderPage {
+                TimelineEffect::LoadOlderPage {
                     tag,
                     cursor,
                     page_size,
@@ -177,7 +177,7 @@ impl World {
                     let page = older_page(&mut self.source, &host_key(), req).unwrap();
                     self.clients[c].pages.push((tag, page));
                 }
-                Effect::StopPaging { .. } => {}
+                TimelineEffect::StopPaging { .. } => {}
                 other => panic!("{other:?}"),
             }
         }

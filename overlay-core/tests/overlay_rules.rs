@@ -9,7 +9,7 @@ use common::*;
 use overlay_core::overlay::{apply, Change, LiveSequencer};
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::{write, WriteResult};
-use overlay_core::store::{OverlayRows, OverlayStore, RowClass, StoreError, FORMAT_VERSION};
+use overlay_core::store::{OverlayError, OverlayRows, OverlayStore, RowClass, FORMAT_VERSION};
 use proptest::prelude::*;
 use timeline_core::key::TargetId;
 use timeline_core::order::SourceOrder;
@@ -63,7 +63,7 @@ fn a_stale_writer_retries_against_current_state_and_never_overwrites() {
     let err = store
         .compare_and_set(&session(), &main_target(), Some(first.revision), 0, vec![])
         .unwrap_err();
-    let StoreError::Stale { current } = err else {
+    let OverlayError::Stale { current } = err else {
         panic!()
     };
     assert_eq!(
@@ -129,7 +129,7 @@ fn the_revision_counter_stops_at_the_exact_integer_limit() {
         &main_target(),
         &Change::Publish(vec![live("b", 2, "run-1")]),
     );
-    assert_eq!(past, Err(StoreError::RevisionExhausted));
+    assert_eq!(past, Err(OverlayError::RevisionExhausted));
     // Nothing was half-written.
     assert_eq!(
         store
@@ -419,7 +419,7 @@ impl OverlayStore for Racing {
         &mut self,
         s: &timeline_core::key::SessionId,
         t: &TargetId,
-    ) -> Result<Option<overlay_core::store::StoredOverlay>, StoreError> {
+    ) -> Result<Option<overlay_core::store::StoredOverlay>, OverlayError> {
         self.inner.load(s, t)
     }
     fn compare_and_set(
@@ -429,7 +429,7 @@ impl OverlayStore for Racing {
         expected: Option<u64>,
         epoch: u64,
         blocks: Vec<overlay_core::store::StoredBlock>,
-    ) -> Result<overlay_core::store::StoredOverlay, StoreError> {
+    ) -> Result<overlay_core::store::StoredOverlay, OverlayError> {
         if self.races > 0 {
             self.races -= 1;
             let id = format!("other-{}", self.races);
@@ -447,13 +447,16 @@ impl OverlayStore for Racing {
         &mut self,
         s: &timeline_core::key::SessionId,
         t: &TargetId,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OverlayError> {
         self.inner.delete(s, t)
     }
-    fn targets(&mut self, s: &timeline_core::key::SessionId) -> Result<Vec<TargetId>, StoreError> {
+    fn targets(
+        &mut self,
+        s: &timeline_core::key::SessionId,
+    ) -> Result<Vec<TargetId>, OverlayError> {
         self.inner.targets(s)
     }
-    fn current_revision(&mut self) -> Result<u64, StoreError> {
+    fn current_revision(&mut self) -> Result<u64, OverlayError> {
         self.inner.current_revision()
     }
 }
@@ -496,7 +499,7 @@ fn the_write_loop_reapplies_its_change_after_losing_a_race() {
         &main_target(),
         &Change::Publish(vec![live("mine", 1, "run-1")]),
     );
-    assert!(matches!(err, Err(StoreError::Unavailable(_))));
+    assert!(matches!(err, Err(OverlayError::Unavailable(_))));
 }
 
 /// Publishes `a`, `b`, `c`, settles `a` and `b` (epoch 2), deletes the target and writes

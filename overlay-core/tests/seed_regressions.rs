@@ -12,7 +12,9 @@ use overlay_core::store::write;
 use overlay_core::store::{OverlayStore, RowClass};
 use overlay_core::window::{latest_window, Target};
 use timeline_core::time::Millis;
-use timeline_core::timeline::{ClientMode, Effect, IgnoreReason, Origin, Outcome, Timeline};
+use timeline_core::timeline::{
+    ClientMode, IgnoreReason, Origin, Outcome, Timeline, TimelineEffect,
+};
 use timeline_core::wire::LiveOverlay;
 
 /// Seed case 2: live content moves into history and an empty overlay with a newer epoch
@@ -40,7 +42,7 @@ fn seed_case_2_live_rows_moved_into_history_never_reappear() {
 
     let mut phone = Timeline::new(ClientMode::Phone);
     phone.open_target(t.clone(), Millis(0));
-    let Some(Effect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
+    let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
         panic!()
     };
     let w = latest_window(&mut store, &mut source, &host_key(), target, 12).unwrap();
@@ -60,7 +62,7 @@ fn seed_case_2_live_rows_moved_into_history_never_reappear() {
         Outcome::ReloadRequired(_)
     ));
     assert_eq!(phone.row(&reply("a")).unwrap().origin, Origin::Live);
-    let Some(Effect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
+    let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = phone.poll_effect() else {
         panic!()
     };
     let w = latest_window(&mut store, &mut source, &host_key(), target, 12).unwrap();

@@ -13,7 +13,7 @@ use overlay_core::source::{
 };
 use overlay_core::store::memory::MemoryOverlayStore;
 use overlay_core::store::write;
-use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock};
+use overlay_core::store::{OverlayError, OverlayStore, RowClass, StoredBlock};
 use overlay_core::window::{
     anchored_window, latest_window, leaves_latest_window, older_page, reconcile_sessions,
     BuildError, OlderPageRequest, ReconcileSession, Target, WindowError,
@@ -959,7 +959,7 @@ fn a_latest_window_that_fails_after_settling_returns_the_saved_snapshot() {
         latest_window(&mut store, &mut source, &host_key(), no_run(&s, &t), 12).unwrap_err();
     assert!(matches!(
         failed.error,
-        WindowError::Store(StoreError::Unavailable(_))
+        WindowError::Store(OverlayError::Unavailable(_))
     ));
     assert_eq!(failed.error_code(), "HISTORY_UNAVAILABLE");
     assert!(failed.to_string().contains("injected failure of"));

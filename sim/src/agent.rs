@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use host_core::{AgentCall, AgentInput};
-use outbox_core::adapter::{DetachResult, HistoryRead, SendKind, SendResult, StopResult};
+use outbox_core::adapter::{HistoryRead, SendKind, SendResult, StopResult, TakeBackResult};
 use outbox_core::entry::{Acceptance, AccessLevel};
 use outbox_core::ids::{CallId, ThreadId, TurnId};
 use outbox_core::session_message::SessionMessageCall;
@@ -942,12 +942,12 @@ impl Agent {
                             t.pending.remove(i);
                         }
                         s.detached.insert(operation_id.clone());
-                        DetachResult::DetachedForReplay
+                        TakeBackResult::DetachedForReplay
                     }
                     None if s.detached.contains(&operation_id) && !s.saved(&operation_id) => {
-                        DetachResult::AlreadyDetachedForReplay
+                        TakeBackResult::AlreadyDetachedForReplay
                     }
-                    None => DetachResult::NotDetached {
+                    None => TakeBackResult::NotDetached {
                         reason: "the turn took it or is gone".into(),
                     },
                 };

@@ -23,14 +23,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use host_core::ReplyTo;
-use host_core::{AgentCall, AgentInput, ClientRequest, Effect, Host, HostConfig, Notice, Reply};
-use outbox_core::adapter::{DetachResult, HistoryRead, SendResult, StopResult};
+use host_core::{
+    AgentCall, AgentInput, ClientRequest, Host, HostConfig, HostEffect, Notice, Reply,
+};
+use outbox_core::adapter::{HistoryRead, SendResult, StopResult, TakeBackResult};
 use outbox_core::entry::{Controls, Intent, MessageRequest};
 use outbox_core::ids::QueueId;
 use outbox_core::{Capabilities, SessionInfo, SubmitRequest};
 use overlay_core::live::{Delivery, LiveProtocol, Payload};
 use timeline_core::anchor::Anchor;
-use timeline_core::timeline::{Effect as Load, LoadState, RequestTag};
+use timeline_core::timeline::{LoadState, RequestTag, TimelineEffect as Load};
 use timeline_core::wire::{LiveOverlay, LivePatch};
 use timeline_core::{BlockKey, HostKey, Millis, OperationId, PendingSend, SessionId, TargetId};
 
@@ -931,7 +933,7 @@ impl World {
     pub(crate) fn pump(&mut self) {
         loop {
             let mut progressed = false;
-            let effects: Vec<Effect> =
+            let effects: Vec<HostEffect> =
                 std::iter::from_fn(|| self.host.as_mut().and_then(Host::poll_effect)).collect();
             for effect in canonical(effects) {
                 progressed = true;
@@ -949,9 +951,9 @@ impl World {
         }
     }
 
-    fn host_effect(&mut self, effect: Effect) {
+    fn host_effect(&mut self, effect: HostEffect) {
         match effect {
-            Effect::Agent(call) => {
+            HostEffect::Agent(call) => {
                 self.note_call(&call);
                 let line = call_line(&call);
                 self.log(|| format!("host → agent {line}"));
@@ -976,8 +978,8 @@ impl World {
                 let incarnation = self.incarnation;
                 self.net.send(at, Event::ToAgent { call, incarnation });
             }
-            Effect::Deliver(delivery) => self.route_delivery(delivery),
-            Effect::Reply { to, reply } => {
+            HostEffect::Deliver(delivery) => self.route_delivery(delivery),
+            HostEffect::Reply { to, reply } => {
                 let n = self.replies.entry(to.0).or_default();
                 *n += 1;
                 if *n > 1 {
@@ -1009,7 +1011,7 @@ impl World {
                     },
                 );
             }
-            Effect::Notice(notice) => {
+            HostEffect::Notice(notice) => {
                 let line = format!("{notice:?}");
                 self.log(|| format!("notice {}", clip(&line, 200)));
                 match notice {
@@ -1144,7 +1146,7 @@ impl World {
             }
             AgentInput::TakeBack {
                 attempt,
-                result: DetachResult::DetachedForReplay | DetachResult::AlreadyDetachedForReplay,
+                result: TakeBackResult::DetachedForReplay | TakeBackResult::AlreadyDetachedForReplay,
             } => self.attempts.get(&attempt.0).cloned().into_iter().collect(),
             AgentInput::StopResult {
                 result: StopResult::Stopped { untaken },
@@ -1522,7 +1524,7 @@ impl World {
                             }
                             AgentInput::TakeBack { attempt, .. } => Some(AgentInput::TakeBack {
                                 attempt,
-                                result: DetachResult::NotDetached {
+                                result: TakeBackResult::NotDetached {
                                     reason: "the agent did not answer".into(),
                                 },
                             }),
@@ -1927,9 +1929,9 @@ impl World {
         let Some(host) = self.host.as_mut() else {
             return;
         };
-        let effects: Vec<Effect> = std::iter::from_fn(|| host.poll_effect()).collect();
+        let effects: Vec<HostEffect> = std::iter::from_fn(|| host.poll_effect()).collect();
         if let Some(call) = effects.iter().find_map(|e| match e {
-            Effect::Agent(call) => Some(call.clone()),
+            HostEffect::Agent(call) => Some(call.clone()),
             _ => None,
         }) {
             self.violate(
@@ -2315,9 +2317,9 @@ fn relay_version(json: &serde_json::Value) -> Option<(u64, u64)> {
 /// of a `HashMap`, which differs between runs; the deliveries of different sessions go
 /// to different phones, so this order means nothing, but it must be the same for a seed
 /// to replay bit for bit.
-fn canonical(mut effects: Vec<Effect>) -> Vec<Effect> {
-    let relay_session = |e: &Effect| match e {
-        Effect::Deliver(Delivery::Relay(r)) => Some(r.session.clone()),
+fn canonical(mut effects: Vec<HostEffect>) -> Vec<HostEffect> {
+    let relay_session = |e: &HostEffect| match e {
+        HostEffect::Deliver(Delivery::Relay(r)) => Some(r.session.clone()),
         _ => None,
     };
     let mut i = 0;

@@ -8,11 +8,11 @@ use std::error::Error as _;
 ///
 /// Its [`source`](std::error::Error::source) is the driver's own error, for a report
 /// of the whole chain; the type behind it is not part of this crate's API. The outbox's
-/// [`Unavailable`](outbox_core::store::StoreError::Unavailable) errors carry a
+/// [`Unavailable`](outbox_core::store::OutboxError::Unavailable) errors carry a
 /// `DatabaseError` as their source:
 ///
 /// ```no_run
-/// # fn f(err: outbox_core::store::StoreError) {
+/// # fn f(err: outbox_core::store::OutboxError) {
 /// use std::error::Error as _;
 /// use storage_postgres::DatabaseError;
 ///
@@ -128,9 +128,9 @@ pub(crate) fn pg_message(e: &postgres::Error) -> String {
 
 /// The outbox's error for a failure of the server or the connection, with a
 /// [`DatabaseError`] as its source.
-pub(crate) fn ob(e: postgres::Error) -> outbox_core::store::StoreError {
+pub(crate) fn ob(e: postgres::Error) -> outbox_core::store::OutboxError {
     let e = DatabaseError::from_driver(e);
-    outbox_core::store::StoreError::Unavailable {
+    outbox_core::store::OutboxError::Unavailable {
         message: e.message().to_owned(),
         source: Some(std::sync::Arc::new(e)),
     }

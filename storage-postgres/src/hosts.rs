@@ -45,7 +45,7 @@ use outbox_core::ids::{base_session, OperationId, RunId, SessionId};
 use outbox_core::runs::{
     ActiveRun, RunError, SharedCancellation, SharedRun, SharedScope, STALE_RUN_AFTER,
 };
-use outbox_core::store::StoreError as OutboxError;
+use outbox_core::store::OutboxError;
 use postgres::{GenericClient, Row};
 use timeline_core::time::Millis;
 
@@ -188,11 +188,11 @@ impl LeaseSet {
         held
     }
     /// Stops writing under the lease of the scope of `session`: the stores sharing this
-    /// set refuse its writes from now on ([`StoreError::LeaseLost`]), before they reach
+    /// set refuse its writes from now on ([`OutboxError::LeaseLost`]), before they reach
     /// the database. For a keeper that could not renew the lease in time; the lease
     /// itself lapses, or its keeper gives it back.
     ///
-    /// [`StoreError::LeaseLost`]: outbox_core::store::StoreError::LeaseLost
+    /// [`OutboxError::LeaseLost`]: outbox_core::store::OutboxError::LeaseLost
     pub fn forget(&self, session: &SessionId) {
         self.remove(&base_session(session));
     }

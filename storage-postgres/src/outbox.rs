@@ -18,8 +18,8 @@ use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::store::{
-    Claim, EntryColumns, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
-    StoreError as OutboxError,
+    Claim, EntryColumns, Identity, OutboxError, OutboxStore, RouteClaim, RouteDelivery,
+    SessionMessageRoute,
 };
 use postgres::{GenericClient, Row};
 use timeline_core::time::Millis;

@@ -21,8 +21,8 @@
 
 use overlay_core::overlay::{apply, Change};
 use overlay_core::store::{
-    created_epoch, next_epoch, Changes, CleanupJournal, OverlayCache, OverlayRows, OverlayStore,
-    Snapshot, StoreError as OverlayError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
+    created_epoch, next_epoch, Changes, CleanupJournal, OverlayCache, OverlayError, OverlayRows,
+    OverlayStore, Snapshot, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };
 use postgres::error::SqlState;
 use postgres::{GenericClient, Row};

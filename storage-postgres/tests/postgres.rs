@@ -18,12 +18,10 @@ use outbox_core::fingerprint::request_fingerprint;
 use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::runs::RunError;
-use outbox_core::store::{OutboxStore, StoreError as OutboxError, StoreErrorKind};
+use outbox_core::store::{OutboxError, OutboxStore, StoreErrorKind};
 use overlay_core::overlay::Change;
 use overlay_core::store::write;
-use overlay_core::store::{
-    CleanupJournal, OverlayStore, RowClass, StoreError as OverlayError, StoredBlock,
-};
+use overlay_core::store::{CleanupJournal, OverlayError, OverlayStore, RowClass, StoredBlock};
 use storage_postgres::hosts::{LeaseError, LeaseLost};
 use storage_postgres::{
     DatabaseError, DatabaseErrorKind, HostId, OpenError, PostgresStore, RunStartError, Settings,

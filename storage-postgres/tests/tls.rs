@@ -151,7 +151,7 @@ fn encrypted(server: &Server, name: &str) -> Vec<bool> {
         .collect()
 }
 
-fn submit(store: &mut PostgresStore, n: u32) -> Result<(), outbox_core::store::StoreError> {
+fn submit(store: &mut PostgresStore, n: u32) -> Result<(), outbox_core::store::OutboxError> {
     let session = SessionId::new("s1").unwrap();
     let entry = OutboxEntry::queued(
         QueueId::new(format!("q-{n}")).unwrap(),

@@ -9,8 +9,8 @@
 
 use std::path::PathBuf;
 
-use outbox_core::store::StoreError as OutboxError;
-use overlay_core::store::StoreError as OverlayError;
+use outbox_core::store::OutboxError;
+use overlay_core::store::OverlayError;
 
 use crate::columns::Refused;
 

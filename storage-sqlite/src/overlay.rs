@@ -14,8 +14,8 @@
 use outbox_core::ids::{RunId, SessionId};
 use overlay_core::overlay::{apply, Change};
 use overlay_core::store::{
-    created_epoch, next_epoch, CleanupJournal, OverlayCache, OverlayRows, OverlayStore, Snapshot,
-    StoreError as OverlayError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
+    created_epoch, next_epoch, CleanupJournal, OverlayCache, OverlayError, OverlayRows,
+    OverlayStore, Snapshot, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use timeline_core::key::TargetId;

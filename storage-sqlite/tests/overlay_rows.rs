@@ -11,7 +11,7 @@ use fixtures::naive_overlay::{self, Op, Reference};
 use overlay_core::overlay::Change;
 use overlay_core::store::{write, WriteResult};
 use overlay_core::store::{
-    OverlayStore, RowClass, StoreError, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
+    OverlayError, OverlayStore, RowClass, StoredBlock, StoredOverlay, Update, FORMAT_VERSION,
 };
 use proptest::prelude::*;
 use storage_sqlite::{Settings, SqliteStore, Synchronous, SCHEMA_VERSION};
@@ -387,7 +387,7 @@ impl TwoConnections {
 }
 
 impl OverlayStore for TwoConnections {
-    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, StoreError> {
+    fn load(&mut self, s: &SessionId, t: &TargetId) -> Result<Option<StoredOverlay>, OverlayError> {
         self.next().load(s, t)
     }
     fn compare_and_set(
@@ -397,7 +397,7 @@ impl OverlayStore for TwoConnections {
         expected: Option<u64>,
         epoch: u64,
         blocks: Vec<StoredBlock>,
-    ) -> Result<StoredOverlay, StoreError> {
+    ) -> Result<StoredOverlay, OverlayError> {
         self.next().compare_and_set(s, t, expected, epoch, blocks)
     }
     fn update(
@@ -405,16 +405,16 @@ impl OverlayStore for TwoConnections {
         s: &SessionId,
         t: &TargetId,
         change: &Change,
-    ) -> Result<Update, StoreError> {
+    ) -> Result<Update, OverlayError> {
         self.next().update(s, t, change)
     }
-    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, StoreError> {
+    fn delete(&mut self, s: &SessionId, t: &TargetId) -> Result<bool, OverlayError> {
         self.next().delete(s, t)
     }
-    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, StoreError> {
+    fn targets(&mut self, s: &SessionId) -> Result<Vec<TargetId>, OverlayError> {
         self.next().targets(s)
     }
-    fn current_revision(&mut self) -> Result<u64, StoreError> {
+    fn current_revision(&mut self) -> Result<u64, OverlayError> {
         self.next().current_revision()
     }
 }

@@ -9,7 +9,7 @@ use outbox_core::ids::{OperationId, SessionId};
 use outbox_core::store::OutboxStore;
 use overlay_core::overlay::Change;
 use overlay_core::store::write;
-use overlay_core::store::{OverlayStore, RowClass, StoreError, StoredBlock};
+use overlay_core::store::{OverlayError, OverlayStore, RowClass, StoredBlock};
 use rusqlite::Connection;
 use storage_sqlite::{
     OpenError, Settings, SqliteStore, Synchronous, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION,
@@ -536,7 +536,7 @@ fn a_stale_compare_and_set_on_another_connection_is_refused() {
     )
     .unwrap();
     match a.compare_and_set(&s, &t, Some(seen.revision), 0, vec![]) {
-        Err(StoreError::Stale { current: Some(now) }) => assert_eq!(now.blocks.len(), 2),
+        Err(OverlayError::Stale { current: Some(now) }) => assert_eq!(now.blocks.len(), 2),
         other => panic!("{other:?}"),
     }
 }
@@ -555,7 +555,7 @@ fn a_corrupt_overlay_row_is_a_typed_error() {
     let (s, t) = (SessionId::new("s1").unwrap(), TargetId::new("s1").unwrap());
     assert!(matches!(
         store.load(&s, &t),
-        Err(StoreError::Corrupt { .. })
+        Err(OverlayError::Corrupt { .. })
     ));
 }
 
@@ -752,7 +752,7 @@ mod id_storage {
 #[test]
 fn an_undecodable_id_column_blocks_the_entry() {
     use outbox_core::entry::StoredEntry;
-    use outbox_core::store::StoreError as OutboxError;
+    use outbox_core::store::OutboxError;
     let mut store = SqliteStore::open_in_memory(Settings::default()).unwrap();
     store
         .connection()

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use fixtures::sim_host::SimHost;
 use timeline_core::key::{BlockKey, BlockType, OperationId};
 use timeline_core::time::Millis;
-use timeline_core::timeline::{ClientMode, Effect, Origin, PendingSend, Timeline};
+use timeline_core::timeline::{ClientMode, Origin, PendingSend, Timeline, TimelineEffect};
 use timeline_core::wire::LiveOverlay;
 
 struct Client {
@@ -30,12 +30,12 @@ impl Client {
         let mut emitted = Vec::new();
         while let Some(effect) = self.timeline.poll_effect() {
             match effect {
-                Effect::LoadLatestWindow { tag, page_size, .. } => {
+                TimelineEffect::LoadLatestWindow { tag, page_size, .. } => {
                     let (window, snapshot) = host.latest_window_sized(page_size);
                     emitted.extend(snapshot);
                     self.timeline.handle_latest_window(&tag, Ok(window), now);
                 }
-                Effect::LoadOlderPage { tag, cursor, .. } => {
+                TimelineEffect::LoadOlderPage { tag, cursor, .. } => {
                     let page = host.older_page(&cursor);
                     self.timeline.handle_older_page(&tag, Ok(page), now);
                 }

@@ -29,12 +29,12 @@
 //! use timeline_core::key::{BlockKey, BlockType, OperationId, TargetId};
 //! use timeline_core::order::SourceOrder;
 //! use timeline_core::time::Millis;
-//! use timeline_core::timeline::{ClientMode, Effect, Origin, PendingSend, Timeline};
+//! use timeline_core::timeline::{ClientMode, TimelineEffect, Origin, PendingSend, Timeline};
 //! use timeline_core::wire::{LiveOverlay, TimelineWindow};
 //!
 //! let mut t = Timeline::new(ClientMode::Phone);
 //! t.open_target(TargetId::new("session-1").unwrap(), Millis(0));
-//! let Some(Effect::LoadLatestWindow { tag, .. }) = t.poll_effect() else { panic!() };
+//! let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = t.poll_effect() else { panic!() };
 //!
 //! let key = |ty, id| BlockKey::parse(ty, id).unwrap();
 //! let window = TimelineWindow {
@@ -93,7 +93,8 @@ pub use rows::{ActivityRow, ApprovalRequest, ApprovalResult, Decision};
 pub use seal::HostKey;
 pub use time::Millis;
 pub use timeline::{
-    ClientMode, Effect, LoadState, Origin, PendingSend, RequestTag, Row, RowChanges, Timeline,
+    ClientMode, LoadState, Origin, PendingSend, RequestTag, Row, RowChanges, Timeline,
+    TimelineEffect,
 };
 pub use wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
 

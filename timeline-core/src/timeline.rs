@@ -37,7 +37,7 @@
 //! window that moved past the row (it is then older history, where paging reaches it)
 //! or a page in the past hides it.
 //!
-//! The reducer is sans-IO. It asks for loads by returning [`Effect`]s, takes `now` as an
+//! The reducer is sans-IO. It asks for loads by returning [`TimelineEffect`]s, takes `now` as an
 //! argument, and reports deadlines through [`Timeline::poll_timeout`]. Every response is
 //! tagged with the [`RequestTag`] of the effect that asked for it; a response for a target
 //! that is no longer current, or one nobody waits for any more, is ignored. An answer
@@ -56,14 +56,14 @@
 //! ```
 //! use timeline_core::key::TargetId;
 //! use timeline_core::time::Millis;
-//! use timeline_core::timeline::{ClientMode, Effect, Timeline};
+//! use timeline_core::timeline::{ClientMode, TimelineEffect, Timeline};
 //!
 //! let mut t = Timeline::new(ClientMode::Phone);
 //! t.open_target(TargetId::new("session-1").unwrap(), Millis(0));
 //! let mut in_flight = Vec::new();
 //! while let Some(effect) = t.poll_effect() {
 //!     match effect {
-//!         Effect::LoadLatestWindow { tag, page_size, .. } => {
+//!         TimelineEffect::LoadLatestWindow { tag, page_size, .. } => {
 //!             // Send run.chatLoad; later feed the answer to
 //!             // t.handle_latest_window(&tag, answer, now).
 //!             assert_eq!(page_size, 12);
@@ -221,7 +221,7 @@ pub enum LoadReason {
 /// What the timeline wants done outside. Drain with [`Timeline::poll_effect`].
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub enum Effect {
+pub enum TimelineEffect {
     /// Load the latest window (`run.chatLoad`).
     LoadLatestWindow {
         /// Tag to answer with.
@@ -392,7 +392,7 @@ enum Receipt {
         /// `sent + OUTBOX_ACK_TIMEOUT`.
         deadline: Millis,
     },
-    /// No receipt came by the deadline ([`Effect::ReceiptOverdue`] was emitted).
+    /// No receipt came by the deadline ([`TimelineEffect::ReceiptOverdue`] was emitted).
     Overdue,
     /// The host saved it (receipt received).
     Confirmed,
@@ -506,7 +506,7 @@ pub struct Timeline {
     /// A newer overlay version offered and not taken.
     behind: Option<Behind>,
     retry_at: Option<(Millis, u32)>,
-    effects: VecDeque<Effect>,
+    effects: VecDeque<TimelineEffect>,
     /// The rows changed since the last [`Timeline::take_row_changes`].
     changed: Changed,
 }
@@ -679,7 +679,7 @@ impl Timeline {
 
     /// Next effect to carry out.
     #[must_use]
-    pub fn poll_effect(&mut self) -> Option<Effect> {
+    pub fn poll_effect(&mut self) -> Option<TimelineEffect> {
         self.effects.pop_front()
     }
 
@@ -784,7 +784,7 @@ impl Timeline {
         ) else {
             return false;
         };
-        self.effects.push_back(Effect::LoadOlderPage {
+        self.effects.push_back(TimelineEffect::LoadOlderPage {
             tag,
             cursor,
             page_size: OLDER_PAGE_SIZE,
@@ -837,7 +837,7 @@ impl Timeline {
 
     /// The outbox command of pending send `op` went out at `now`: its receipt is due
     /// within [`OUTBOX_ACK_TIMEOUT`] (20 s, TL-13). Without one by then,
-    /// [`Effect::ReceiptOverdue`] asks the embedding to say so; the echo stays, so the
+    /// [`TimelineEffect::ReceiptOverdue`] asks the embedding to say so; the echo stays, so the
     /// text the user wrote is never lost. Calling it again restarts the wait.
     pub fn await_receipt(&mut self, op: &OperationId, now: Millis) -> Outcome {
         match self.pending.get_mut(op) {
@@ -1106,7 +1106,8 @@ impl Timeline {
                     if !self.paging.dead_cursors.contains(&cursor) {
                         self.paging.dead_cursors.push(cursor.clone());
                     }
-                    self.effects.push_back(Effect::StopPaging { cursor });
+                    self.effects
+                        .push_back(TimelineEffect::StopPaging { cursor });
                     Outcome::Dropped(reason)
                 }
             };
@@ -1208,7 +1209,7 @@ impl Timeline {
                     p.receipt = Receipt::Confirmed;
                 } else if deadline <= now {
                     p.receipt = Receipt::Overdue;
-                    self.effects.push_back(Effect::ReceiptOverdue {
+                    self.effects.push_back(TimelineEffect::ReceiptOverdue {
                         operation_id: op.clone(),
                     });
                 }
@@ -1267,7 +1268,7 @@ impl Timeline {
     fn request_latest(&mut self, reason: LoadReason, retry: u32, now: Millis) {
         if let Some(tag) = self.tag_for(RequestKind::Latest { retry }, now, INITIAL_LOAD_TIMEOUT) {
             let page_size = self.latest_page_size();
-            self.effects.push_back(Effect::LoadLatestWindow {
+            self.effects.push_back(TimelineEffect::LoadLatestWindow {
                 tag,
                 page_size,
                 reason,
@@ -1299,7 +1300,7 @@ impl Timeline {
                 // A newer jump supersedes every place asked for before it (TL-12).
                 self.newest_place_request = tag.request;
             }
-            self.effects.push_back(Effect::LoadAnchored {
+            self.effects.push_back(TimelineEffect::LoadAnchored {
                 tag,
                 anchor,
                 page_size: ANCHORED_PAGE_SIZE,

@@ -12,7 +12,7 @@ use timeline_core::anchor::Anchor;
 use timeline_core::key::{BlockKey, BlockType};
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
-    ClientMode, Effect, IgnoreReason, LoadFailure, LoadState, Origin, Outcome, Timeline,
+    ClientMode, IgnoreReason, LoadFailure, LoadState, Origin, Outcome, Timeline, TimelineEffect,
 };
 use timeline_core::wire::{OlderPage, TimelineWindow};
 
@@ -148,7 +148,7 @@ fn seed_case_5_older_page_while_the_assistant_streams() {
         assert!(matches!(outcome, Outcome::ReloadRequired(_)));
         assert_eq!(t.len(), shown_before, "rows kept while the reload travels");
         let reload = effects(&mut t);
-        let Some(Effect::LoadLatestWindow { tag, page_size, .. }) = reload.first() else {
+        let Some(TimelineEffect::LoadLatestWindow { tag, page_size, .. }) = reload.first() else {
             panic!("{reload:?}");
         };
         assert!(*page_size > 12, "the reload covers what the reader sees");
@@ -184,7 +184,7 @@ fn seed_case_5_older_page_while_the_assistant_streams() {
 fn request_older(t: &mut Timeline) -> (timeline_core::timeline::RequestTag, String) {
     assert!(t.load_older(Millis(2)));
     match effects(t).as_slice() {
-        [Effect::LoadOlderPage { tag, cursor, .. }] => (tag.clone(), cursor.clone()),
+        [TimelineEffect::LoadOlderPage { tag, cursor, .. }] => (tag.clone(), cursor.clone()),
         other => panic!("{other:?}"),
     }
 }
@@ -227,7 +227,7 @@ fn seed_case_6_unavailable_or_malformed_history_keeps_what_was_readable() {
     t.handle_latest_window(&tag, Err(LoadFailure::Unavailable), Millis(3));
     assert!(t.load_older(Millis(4)));
     let otag = match effects(&mut t).as_slice() {
-        [Effect::LoadOlderPage { tag, .. }] => tag.clone(),
+        [TimelineEffect::LoadOlderPage { tag, .. }] => tag.clone(),
         other => panic!("{other:?}"),
     };
     let bad = OlderPage::from_json("{\"blocks\":[],\"boundaryBlockKeys\":[{\"type\":\"x\"}]}")
@@ -278,7 +278,7 @@ fn seed_case_6_unavailable_or_malformed_history_keeps_what_was_readable() {
 fn anchored(t: &mut Timeline, host: &mut SimHost, anchor: Anchor) -> Outcome {
     t.load_anchored(anchor.clone(), Millis(10)).unwrap();
     let tag = match effects(t).as_slice() {
-        [Effect::LoadAnchored {
+        [TimelineEffect::LoadAnchored {
             tag,
             anchor: a,
             page_size,
@@ -374,7 +374,7 @@ fn seed_case_7_newer_loads_join_without_gap_or_overlap() {
     while t.newer_cursor().is_some() {
         assert!(t.load_newer(Millis(20)));
         let tag = match effects(&mut t).as_slice() {
-            [Effect::LoadAnchored { tag, anchor, .. }] => {
+            [TimelineEffect::LoadAnchored { tag, anchor, .. }] => {
                 let answer = host.anchored(anchor).unwrap();
                 (tag.clone(), answer)
             }
@@ -420,7 +420,9 @@ fn seed_case_7_a_newer_load_answered_after_the_present_came_back_is_superseded()
     assert_eq!(anchored(&mut t, &mut host, row), Outcome::Applied);
     assert!(t.load_newer(Millis(20)));
     let (newer_tag, newer_answer) = match effects(&mut t).as_slice() {
-        [Effect::LoadAnchored { tag, anchor, .. }] => (tag.clone(), host.anchored(anchor).unwrap()),
+        [TimelineEffect::LoadAnchored { tag, anchor, .. }] => {
+            (tag.clone(), host.anchored(anchor).unwrap())
+        }
         other => panic!("{other:?}"),
     };
     // The present comes back before the newer page's answer.

@@ -31,19 +31,19 @@ use timeline_core::key::{BlockKey, BlockType};
 use timeline_core::policy::LIVE_GAP_WAIT;
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
-    ClientMode, Effect, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin, Outcome,
-    RequestTag, Timeline,
+    ClientMode, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin, Outcome, RequestTag,
+    Timeline, TimelineEffect,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, TimelineWindow};
 
 const MODES: [ClientMode; 2] = [ClientMode::Phone, ClientMode::Desktop];
 
 /// The latest-window requests among `effects`, with their reasons.
-fn latest_requests(effects: &[Effect]) -> Vec<(RequestTag, LoadReason)> {
+fn latest_requests(effects: &[TimelineEffect]) -> Vec<(RequestTag, LoadReason)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::LoadLatestWindow { tag, reason, .. } => Some((tag.clone(), *reason)),
+            TimelineEffect::LoadLatestWindow { tag, reason, .. } => Some((tag.clone(), *reason)),
             _ => None,
         })
         .collect()
@@ -525,9 +525,9 @@ fn load_latest_opened(t: &mut Timeline, host: &mut SimHost) {
 }
 
 /// The one anchored request among `effects`.
-fn anchored_request(effects: &[Effect]) -> (RequestTag, Anchor) {
+fn anchored_request(effects: &[TimelineEffect]) -> (RequestTag, Anchor) {
     match effects {
-        [Effect::LoadAnchored { tag, anchor, .. }] => (tag.clone(), anchor.clone()),
+        [TimelineEffect::LoadAnchored { tag, anchor, .. }] => (tag.clone(), anchor.clone()),
         other => panic!("expected one anchored load, got {other:?}"),
     }
 }
@@ -626,7 +626,7 @@ impl Live {
     /// answer holds everything saved before).
     fn drain(&mut self) {
         while let Some(e) = self.t.poll_effect() {
-            if let Effect::LoadLatestWindow { tag, page_size, .. } = e {
+            if let TimelineEffect::LoadLatestWindow { tag, page_size, .. } = e {
                 let (w, emitted) = self.host.latest_window_sized(page_size);
                 if let Some(snap) = emitted {
                     self.emit(snap);
@@ -799,10 +799,10 @@ fn run_places(mode: ClientMode, steps: &[PlaceStep]) -> Result<(), TestCaseError
         }
         while let Some(e) = t.poll_effect() {
             match e {
-                Effect::LoadLatestWindow { tag, page_size, .. } => {
+                TimelineEffect::LoadLatestWindow { tag, page_size, .. } => {
                     answers.push(Answer::Latest(tag, host.latest_window_sized(page_size).0));
                 }
-                Effect::LoadAnchored { tag, anchor, .. } => {
+                TimelineEffect::LoadAnchored { tag, anchor, .. } => {
                     let w = host.anchored(&anchor).unwrap();
                     answers.push(Answer::Anchored(tag, w, anchor.opens_a_place()));
                 }
@@ -903,7 +903,7 @@ fn a_refused_newer_cursor_loads_the_present() {
     let row = Anchor::row(&BlockKey::parse(BlockType::AgentReply, "h-30").unwrap());
     t.load_anchored(row.clone(), Millis(2)).unwrap();
     let tag = match effects(&mut t).as_slice() {
-        [Effect::LoadAnchored { tag, .. }] => tag.clone(),
+        [TimelineEffect::LoadAnchored { tag, .. }] => tag.clone(),
         other => panic!("{other:?}"),
     };
     let answer = host.anchored(&row).unwrap();
@@ -913,7 +913,7 @@ fn a_refused_newer_cursor_loads_the_present() {
     );
     assert!(t.load_newer(Millis(4)));
     let tag = match effects(&mut t).as_slice() {
-        [Effect::LoadAnchored { tag, anchor, .. }] => {
+        [TimelineEffect::LoadAnchored { tag, anchor, .. }] => {
             assert!(matches!(anchor, Anchor::Newer { .. }));
             tag.clone()
         }

@@ -38,7 +38,7 @@ use timeline_core::key::{BlockKey, BlockType, OperationId};
 use timeline_core::time::Millis;
 use timeline_core::timeline::IgnoreReason;
 use timeline_core::timeline::{
-    ClientMode, Effect, Origin, Outcome, PendingSend, RequestTag, RowChanges, Timeline,
+    ClientMode, Origin, Outcome, PendingSend, RequestTag, RowChanges, Timeline, TimelineEffect,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
 
@@ -152,18 +152,18 @@ impl World {
     fn drain_effects(&mut self) -> Result<(), TestCaseError> {
         while let Some(e) = self.client.poll_effect() {
             match e {
-                Effect::LoadLatestWindow { tag, page_size, .. } => {
+                TimelineEffect::LoadLatestWindow { tag, page_size, .. } => {
                     let (window, emitted) = self.host.latest_window_sized(page_size);
                     if let Some(snap) = emitted {
                         self.emit(snap);
                     }
                     self.latest.push((tag, window));
                 }
-                Effect::LoadOlderPage { tag, cursor, .. } => {
+                TimelineEffect::LoadOlderPage { tag, cursor, .. } => {
                     let page = self.host.older_page(&cursor);
                     self.older.push((tag, page));
                 }
-                Effect::StopPaging { cursor } => {
+                TimelineEffect::StopPaging { cursor } => {
                     prop_assert_eq!(self.client.mode(), ClientMode::Desktop, "{}", cursor);
                 }
                 other => panic!("unexpected effect {other:?}"),
@@ -575,7 +575,7 @@ proptest! {
             let mut t = Timeline::new(ClientMode::Phone);
             let target = timeline_core::key::TargetId::new("t").unwrap();
             t.open_target(target.clone(), Millis(0));
-            let Some(Effect::LoadLatestWindow { tag, .. }) = t.poll_effect() else { panic!() };
+            let Some(TimelineEffect::LoadLatestWindow { tag, .. }) = t.poll_effect() else { panic!() };
             let (mut h, mut l) = (history.clone(), live.clone());
             if reverse { h.reverse(); l.reverse(); }
             let w = TimelineWindow {
@@ -674,7 +674,7 @@ fn load(t: &mut Timeline, host: &PatchHost, now: Millis) -> Result<(), TestCaseE
     t.reload(now);
     let tag = std::iter::from_fn(|| t.poll_effect())
         .filter_map(|e| match e {
-            Effect::LoadLatestWindow { tag, .. } => Some(tag),
+            TimelineEffect::LoadLatestWindow { tag, .. } => Some(tag),
             _ => None,
         })
         .last()

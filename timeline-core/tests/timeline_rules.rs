@@ -15,8 +15,8 @@ use timeline_core::policy::{
 };
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
-    ClientMode, DropReason, Effect, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin,
-    Outcome, PendingSend, RequestTag, Timeline,
+    ClientMode, DropReason, IgnoreReason, LoadFailure, LoadReason, LoadState, Origin, Outcome,
+    PendingSend, RequestTag, Timeline, TimelineEffect,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, ResponseError, TimelineWindow};
 
@@ -133,7 +133,7 @@ fn the_same_revision_is_a_no_op_with_the_same_rows_and_a_reload_with_other_rows(
     let e = effects(&mut t);
     assert!(matches!(
         e.as_slice(),
-        [Effect::LoadLatestWindow {
+        [TimelineEffect::LoadLatestWindow {
             reason: LoadReason::RevisionConflict,
             ..
         }]
@@ -260,7 +260,7 @@ fn paged(mode: ClientMode) -> Timeline {
 fn older_tag(t: &mut Timeline) -> timeline_core::timeline::RequestTag {
     assert!(t.load_older(Millis(10)));
     match effects(t).as_slice() {
-        [Effect::LoadOlderPage {
+        [TimelineEffect::LoadOlderPage {
             tag,
             page_size,
             cursor,
@@ -328,7 +328,7 @@ fn desktop_stops_paging_from_a_cursor_whose_seam_is_gone() {
     );
     assert_eq!(
         effects(&mut t),
-        [Effect::StopPaging {
+        [TimelineEffect::StopPaging {
             cursor: "cursor-120".into()
         }]
     );
@@ -351,7 +351,7 @@ fn phone_reloads_when_the_seam_is_not_the_oldest_row() {
     assert_eq!(t.len(), 2);
     assert!(matches!(
         effects(&mut t).as_slice(),
-        [Effect::LoadLatestWindow {
+        [TimelineEffect::LoadLatestWindow {
             reason: LoadReason::PageDropped,
             ..
         }]
@@ -400,7 +400,7 @@ fn an_anchored_load_asks_for_40_rows_and_needs_exactly_one_of_row_and_notice() {
     t.load_anchored(Anchor::row(&reply("a")), Millis(1))
         .unwrap();
     let tag = match effects(&mut t).as_slice() {
-        [Effect::LoadAnchored { tag, page_size, .. }] => {
+        [TimelineEffect::LoadAnchored { tag, page_size, .. }] => {
             assert_eq!(*page_size, ANCHORED_PAGE_SIZE);
             tag.clone()
         }
@@ -416,7 +416,7 @@ fn an_anchored_load_asks_for_40_rows_and_needs_exactly_one_of_row_and_notice() {
     t.load_anchored(Anchor::row(&reply("a")), Millis(1))
         .unwrap();
     let tag = match effects(&mut t).as_slice() {
-        [Effect::LoadAnchored { tag, .. }] => tag.clone(),
+        [TimelineEffect::LoadAnchored { tag, .. }] => tag.clone(),
         other => panic!("{other:?}"),
     };
     let mut neither = window(vec![hist("a", 1)], overlay(1, 1, vec![]));
@@ -445,7 +445,7 @@ fn an_initial_load_retries_three_times_with_backoff_then_offers_recovery() {
         t.handle_timeout(now); // twice is harmless
         let e = effects(&mut t);
         assert!(
-            matches!(e.as_slice(), [Effect::LoadLatestWindow { reason: LoadReason::Retry(r), .. }] if *r == retry)
+            matches!(e.as_slice(), [TimelineEffect::LoadLatestWindow { reason: LoadReason::Retry(r), .. }] if *r == retry)
         );
         tag = latest_tag(&e);
         assert_eq!(t.load_state(), &LoadState::Loading { retry });
@@ -459,7 +459,7 @@ fn an_initial_load_retries_three_times_with_backoff_then_offers_recovery() {
     t.recover(now);
     assert!(matches!(
         effects(&mut t).as_slice(),
-        [Effect::LoadLatestWindow {
+        [TimelineEffect::LoadLatestWindow {
             reason: LoadReason::Requested,
             ..
         }]
@@ -669,7 +669,7 @@ fn a_patch_in_another_epoch_or_to_an_old_revision_changes_no_row() {
     assert_eq!(full(&t), before);
     assert!(matches!(
         effects(&mut t).as_slice(),
-        [Effect::LoadLatestWindow {
+        [TimelineEffect::LoadLatestWindow {
             reason: LoadReason::EpochAdvanced,
             ..
         }]
@@ -720,7 +720,7 @@ fn a_patch_for_another_target_before_a_window_or_over_a_past_page_is_ignored() {
     let anchored = effects(&mut t)
         .into_iter()
         .find_map(|e| match e {
-            Effect::LoadAnchored { tag, .. } => Some(tag),
+            TimelineEffect::LoadAnchored { tag, .. } => Some(tag),
             _ => None,
         })
         .unwrap();
@@ -1043,9 +1043,9 @@ fn one_request(kind: Kind, sent: Millis) -> (Timeline, RequestTag, SimHost) {
         }
     }
     let tag = match effects(&mut t).as_slice() {
-        [Effect::LoadLatestWindow { tag, .. }
-        | Effect::LoadOlderPage { tag, .. }
-        | Effect::LoadAnchored { tag, .. }] => tag.clone(),
+        [TimelineEffect::LoadLatestWindow { tag, .. }
+        | TimelineEffect::LoadOlderPage { tag, .. }
+        | TimelineEffect::LoadAnchored { tag, .. }] => tag.clone(),
         other => panic!("{other:?}"),
     };
     (t, tag, host)
@@ -1121,7 +1121,7 @@ fn a_misrouted_answer_is_refused_and_the_request_keeps_its_deadline() {
                     assert!(
                         matches!(
                             effects(&mut t).as_slice(),
-                            [Effect::LoadLatestWindow {
+                            [TimelineEffect::LoadLatestWindow {
                                 reason: LoadReason::Retry(1),
                                 ..
                             }]
@@ -1216,7 +1216,7 @@ fn a_reload_that_gives_up_says_so_and_offers_recovery() {
     t.recover(Millis(500_000));
     assert_eq!(t.load_state(), &LoadState::Ready);
     let tag = match effects(&mut t).as_slice() {
-        [Effect::LoadLatestWindow {
+        [TimelineEffect::LoadLatestWindow {
             tag,
             reason: LoadReason::Requested,
             ..

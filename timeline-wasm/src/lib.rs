@@ -76,8 +76,8 @@ use timeline_core::replay::{
 };
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
-    ClientMode, Effect, LoadFailure, LoadReason, LoadState, Origin, Outcome, PendingSend,
-    RequestTag, RowChanges,
+    ClientMode, LoadFailure, LoadReason, LoadState, Origin, Outcome, PendingSend, RequestTag,
+    RowChanges, TimelineEffect,
 };
 use timeline_core::wire::{LiveOverlay, LivePatch, OlderPage, TimelineWindow};
 use timeline_core::Timeline;
@@ -587,9 +587,9 @@ fn load_state(state: &LoadState) -> Value {
     }
 }
 
-fn effect_json(effect: &Effect) -> Value {
+fn effect_json(effect: &TimelineEffect) -> Value {
     match effect {
-        Effect::LoadLatestWindow {
+        TimelineEffect::LoadLatestWindow {
             tag,
             page_size,
             reason: why,
@@ -597,7 +597,7 @@ fn effect_json(effect: &Effect) -> Value {
             "kind": "loadLatestWindow", "tag": Tag::from(tag), "pageSize": page_size,
             "reason": reason(*why),
         }),
-        Effect::LoadOlderPage {
+        TimelineEffect::LoadOlderPage {
             tag,
             cursor,
             page_size,
@@ -606,7 +606,7 @@ fn effect_json(effect: &Effect) -> Value {
             "kind": "loadOlderPage", "tag": Tag::from(tag), "beforeCursor": cursor,
             "pageSize": page_size, "expectedBoundaryToken": expected_boundary_token,
         }),
-        Effect::LoadAnchored {
+        TimelineEffect::LoadAnchored {
             tag,
             anchor,
             page_size,
@@ -614,8 +614,8 @@ fn effect_json(effect: &Effect) -> Value {
             "kind": "loadAnchored", "tag": Tag::from(tag), "anchor": anchor_json(anchor),
             "pageSize": page_size,
         }),
-        Effect::StopPaging { cursor } => json!({ "kind": "stopPaging", "cursor": cursor }),
-        Effect::ReceiptOverdue { operation_id } => {
+        TimelineEffect::StopPaging { cursor } => json!({ "kind": "stopPaging", "cursor": cursor }),
+        TimelineEffect::ReceiptOverdue { operation_id } => {
             json!({ "kind": "receiptOverdue", "operationId": operation_id })
         }
         other => json!({ "kind": "other", "debug": format!("{other:?}") }),

@@ -20,7 +20,7 @@ use timeline_core::key::{BlockKey, BlockType, OperationId, TargetId};
 use timeline_core::order::SourceOrder;
 use timeline_core::time::Millis;
 use timeline_core::timeline::{
-    ClientMode, Effect, LoadFailure, Origin, PendingSend, RequestTag, Timeline,
+    ClientMode, TimelineEffect, LoadFailure, Origin, PendingSend, RequestTag, Timeline,
 };
 use timeline_core::wire::{LiveOverlay, OlderPage, TimelineWindow};
 
@@ -286,9 +286,9 @@ impl World {
     fn drain(&mut self) {
         while let Some(e) = self.t.poll_effect() {
             let (kind, tag) = match e {
-                Effect::LoadLatestWindow { tag, .. } => (Kind::Latest, tag),
-                Effect::LoadOlderPage { tag, .. } => (Kind::Older, tag),
-                Effect::LoadAnchored { tag, .. } => (Kind::Anchored, tag),
+                TimelineEffect::LoadLatestWindow { tag, .. } => (Kind::Latest, tag),
+                TimelineEffect::LoadOlderPage { tag, .. } => (Kind::Older, tag),
+                TimelineEffect::LoadAnchored { tag, .. } => (Kind::Anchored, tag),
                 _ => continue,
             };
             self.tags.insert(0, (kind, tag));

@@ -8,7 +8,7 @@ use super::{ActionError, Custody, ReadPurpose};
 use crate::entry::{Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT};
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, OperationId, QueueId, SessionId};
-use crate::store::{OutboxStore, RouteDelivery, StoreError};
+use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
 impl<S: OutboxStore> Custody<S> {
     /// Edits a queued message: it keeps its queue ID and place and takes a new
@@ -56,7 +56,7 @@ impl<S: OutboxStore> Custody<S> {
                 self.forget(session, now);
                 Err(ActionError::Blocked)
             }
-            Err(StoreError::OperationTaken(_)) => Err(ActionError::OperationTaken),
+            Err(OutboxError::OperationTaken(_)) => Err(ActionError::OperationTaken),
             Err(e) => {
                 self.forget(session, now);
                 Err(e.into())
@@ -152,7 +152,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         current: &OutboxEntry,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let Some(released) = current.state.release() else {
             // A sending entry is not the user's to release.
             return Ok(());

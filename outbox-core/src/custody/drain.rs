@@ -10,13 +10,13 @@ use std::collections::BTreeSet;
 use timeline_core::time::Millis;
 
 use super::SENDING_WRITE_FAILED_TEXT;
-use super::{Custody, Effect, InFlight, LaneKind, ReadPurpose, Work, SEND_PATH_DEADLINE};
+use super::{Custody, CustodyEffect, InFlight, LaneKind, ReadPurpose, Work, SEND_PATH_DEADLINE};
 use crate::adapter::{SendKind, SendRequest};
 use crate::entry::{OutboxEntry, SendMode};
 use crate::fingerprint::admission_input_digest;
 use crate::ids::{base_session, QueueId, RunId, SessionId};
 use crate::ledger::{reopen, transition, LedgerRecord, LedgerStatus, Transition};
-use crate::store::{OutboxStore, RouteDelivery, StoreError};
+use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
 impl<S: OutboxStore> Custody<S> {
     /// Wakes both drain lanes of a session. A lane that is busy records a follow-up that
@@ -100,7 +100,7 @@ impl<S: OutboxStore> Custody<S> {
         self.runs.scope_runs(session).into_iter().next()
     }
 
-    fn normal_pass(&mut self, session: &SessionId, now: Millis) -> Result<(), StoreError> {
+    fn normal_pass(&mut self, session: &SessionId, now: Millis) -> Result<(), OutboxError> {
         if self.interrupts.contains_key(session) {
             return Ok(());
         }
@@ -143,7 +143,7 @@ impl<S: OutboxStore> Custody<S> {
         }
     }
 
-    fn steer_pass(&mut self, session: &SessionId, now: Millis) -> Result<(), StoreError> {
+    fn steer_pass(&mut self, session: &SessionId, now: Millis) -> Result<(), OutboxError> {
         // Only the queued head, only as an exact active-run steer; never a new turn.
         let Some(head) = self.state(session)?.queued_head().cloned() else {
             return Ok(());
@@ -164,7 +164,7 @@ impl<S: OutboxStore> Custody<S> {
             self.runs.joined_by(session, &active, &head.operation_id);
             self.shared_joined(session, &active, &head.operation_id, now);
         }
-        self.hand_off(
+        self.send_to_agent(
             session,
             head,
             SendKind::Steer { run: active },
@@ -179,7 +179,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         now: Millis,
-    ) -> Result<Option<OutboxEntry>, StoreError> {
+    ) -> Result<Option<OutboxEntry>, OutboxError> {
         let mut checked: BTreeSet<QueueId> = BTreeSet::new();
         loop {
             let next = self
@@ -204,7 +204,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         e: &OutboxEntry,
         now: Millis,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Option<String>, OutboxError> {
         let Some(origin) = e.session_message.as_ref() else {
             return Ok(None);
         };
@@ -225,7 +225,7 @@ impl<S: OutboxStore> Custody<S> {
         Ok(Some(reason))
     }
 
-    /// Starts a run for `head` in the registry; `None` (and [`Effect::RunRefused`]) when
+    /// Starts a run for `head` in the registry; `None` (and [`CustodyEffect::RunRefused`]) when
     /// the registry refuses.
     pub(super) fn start_run(
         &mut self,
@@ -251,7 +251,7 @@ impl<S: OutboxStore> Custody<S> {
         ) {
             Ok(()) => self.shared_start(session, &run, now).then_some(run),
             Err(error) => {
-                self.effects.push_back(Effect::RunRefused {
+                self.effects.push_back(CustodyEffect::RunRefused {
                     session: session.clone(),
                     operation_id: head.operation_id.clone(),
                     error,
@@ -267,7 +267,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         head: OutboxEntry,
         now: Millis,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         let Some(run) = self.start_run(session, &head, now) else {
             return Ok(false);
         };
@@ -276,7 +276,7 @@ impl<S: OutboxStore> Custody<S> {
             self.runs.joined_by(session, &run, &head.operation_id);
             self.shared_joined(session, &run, &head.operation_id, now);
         }
-        let sent = self.hand_off(
+        let sent = self.send_to_agent(
             session,
             head,
             SendKind::Start { run: run.clone() },
@@ -315,14 +315,14 @@ impl<S: OutboxStore> Custody<S> {
     /// The steps before the hand-off: the ledger says sending and the entry goes
     /// sending (one transaction), then the send effect. A failure here is proven
     /// unadmitted (OB-09).
-    fn hand_off(
+    fn send_to_agent(
         &mut self,
         session: &SessionId,
         head: OutboxEntry,
         kind: SendKind,
         lane: LaneKind,
         now: Millis,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         let base = base_session(session);
         let mut current = self.ledger_of(&base, &head.operation_id)?;
         match &current {
@@ -435,6 +435,6 @@ impl<S: OutboxStore> Custody<S> {
             .or_default()
             .get(lane)
             .busy = true;
-        self.effects.push_back(Effect::Send(request));
+        self.effects.push_back(CustodyEffect::Send(request));
     }
 }

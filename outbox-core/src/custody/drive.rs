@@ -3,16 +3,20 @@
 
 use timeline_core::time::Millis;
 
-use super::{Custody, Effect};
+use super::{Custody, CustodyEffect};
 use crate::adapter::AgentAdapter;
 use crate::store::OutboxStore;
 
 impl<S: OutboxStore> Custody<S> {
     /// Carries out every pending effect against a synchronous `adapter` (answers at
     /// once) and returns the effects meant for the embedding itself (stop answers,
-    /// thread-link clears, delivery republishes, refused hand-offs, refused runs, store
+    /// thread-link clears, delivery republishes, refused take-backs, refused runs, store
     /// failures). Before that, the adapter's reclaim veto is asked for every active run.
-    pub fn drive<A: AgentAdapter + ?Sized>(&mut self, adapter: &mut A, now: Millis) -> Vec<Effect> {
+    pub fn drive<A: AgentAdapter + ?Sized>(
+        &mut self,
+        adapter: &mut A,
+        now: Millis,
+    ) -> Vec<CustodyEffect> {
         let active: Vec<_> = self
             .runs
             .active_runs(now, &|_: &crate::ids::SessionId, _: &crate::ids::RunId| {
@@ -28,11 +32,11 @@ impl<S: OutboxStore> Custody<S> {
         let mut out = Vec::new();
         while let Some(effect) = self.poll_effect() {
             match effect {
-                Effect::Send(req) => {
+                CustodyEffect::Send(req) => {
                     let result = adapter.send(&req);
                     self.handle_send_result(req.attempt, result, now);
                 }
-                Effect::ReadHistory {
+                CustodyEffect::ReadHistory {
                     attempt,
                     session,
                     operation_id,
@@ -41,7 +45,7 @@ impl<S: OutboxStore> Custody<S> {
                     let read = adapter.read_history(&session, &operation_id);
                     self.handle_history_read(attempt, read, now);
                 }
-                Effect::StopRun {
+                CustodyEffect::Stop {
                     attempt,
                     session,
                     run,
@@ -49,7 +53,7 @@ impl<S: OutboxStore> Custody<S> {
                     let result = adapter.stop(&session, &run);
                     self.handle_stop_result(attempt, result, now);
                 }
-                Effect::TakeBack {
+                CustodyEffect::TakeBack {
                     attempt,
                     session,
                     operation_id,

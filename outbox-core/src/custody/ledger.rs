@@ -4,11 +4,11 @@
 
 use timeline_core::time::Millis;
 
-use super::{Custody, Effect, StoreFailure};
+use super::{Custody, CustodyEffect, StoreFailure};
 use crate::entry::OutboxEntry;
 use crate::ids::{base_session, OperationId, SessionId};
 use crate::ledger::{transition, LedgerRecord, LedgerStatus, Transition};
-use crate::store::{OutboxStore, RouteDelivery, StoreError};
+use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
 impl<S: OutboxStore> Custody<S> {
     /// The ledger record, from the store (read once, then kept) or the memory fallback,
@@ -17,7 +17,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         base: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<LedgerRecord>, StoreError> {
+    ) -> Result<Option<LedgerRecord>, OutboxError> {
         let stored = self.mirror.stored_ledger(base, op)?;
         let fallback = self.fallback.get(base, op).cloned();
         Ok(match (stored, fallback) {
@@ -37,7 +37,7 @@ impl<S: OutboxStore> Custody<S> {
         base: &SessionId,
         op: &OperationId,
         proposed: LedgerRecord,
-    ) -> Result<Option<LedgerRecord>, StoreError> {
+    ) -> Result<Option<LedgerRecord>, OutboxError> {
         let current = self.ledger_of(base, op)?;
         Ok(match transition(current.as_ref(), proposed) {
             Transition::Apply(r) => Some(r),
@@ -54,7 +54,7 @@ impl<S: OutboxStore> Custody<S> {
         op: &OperationId,
         record: LedgerRecord,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         match self.mirror.put_ledger(base, op, &record) {
             Ok(()) => Ok(()),
             Err(error) => match self.fallback.record(base, op, record) {
@@ -77,7 +77,7 @@ impl<S: OutboxStore> Custody<S> {
         base: &SessionId,
         record: LedgerRecord,
         now: Millis,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         let written = self
             .mirror
             .replace_with_ledger(session, expected, new, base, record);
@@ -93,7 +93,7 @@ impl<S: OutboxStore> Custody<S> {
         new: OutboxEntry,
         proposed: LedgerRecord,
         now: Millis,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         let base = base_session(session);
         match self.ledger_after(&base, &new.operation_id, proposed)? {
             Some(record) => self.replace_with_ledger(session, expected, new, &base, record, now),
@@ -108,7 +108,7 @@ impl<S: OutboxStore> Custody<S> {
         op: &OperationId,
         proposed: LedgerRecord,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         match self.ledger_after(base, op, proposed)? {
             Some(record) => self.write_ledger(base, op, record, now),
             None => Ok(()),
@@ -123,7 +123,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         op: &OperationId,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let [base, alias] = crate::ids::scope_members(session);
         let mut scope = vec![base.clone()];
         if self.sessions.contains_key(&alias) || self.mirror.has_outbox(&alias)? {
@@ -143,7 +143,7 @@ impl<S: OutboxStore> Custody<S> {
                 // The fallback keeps the sent proof meanwhile; when it is full of sent
                 // proofs, that is a failure of its own the user must see.
                 if let Err(full) = self.fallback.record(&base, op, record) {
-                    let error = StoreError::backend(full);
+                    let error = OutboxError::backend(full);
                     self.note_failure(session, Some(op), error, None, now);
                 }
                 self.forget(session, now);
@@ -156,7 +156,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         op: &OperationId,
         delivery: RouteDelivery,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let Some(route) = self.mirror.store.route(op)? else {
             return Ok(());
         };
@@ -164,7 +164,7 @@ impl<S: OutboxStore> Custody<S> {
             return Ok(());
         }
         self.mirror.store.set_route_delivery(op, delivery)?;
-        self.effects.push_back(Effect::RouteDeliveryChanged {
+        self.effects.push_back(CustodyEffect::RouteDeliveryChanged {
             operation_id: op.clone(),
             sender_session: route.sender_session_id,
             sender_call_id: route.sender_call_id,
@@ -179,7 +179,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         op: Option<&OperationId>,
-        error: StoreError,
+        error: OutboxError,
         retry_at: Option<Millis>,
         now: Millis,
     ) {
@@ -187,11 +187,12 @@ impl<S: OutboxStore> Custody<S> {
             return;
         }
         self.stats.store_failures += 1;
-        self.effects.push_back(Effect::StoreFailed(StoreFailure {
-            session: session.clone(),
-            operation_id: op.cloned(),
-            error,
-            retry_at,
-        }));
+        self.effects
+            .push_back(CustodyEffect::StoreFailed(StoreFailure {
+                session: session.clone(),
+                operation_id: op.cloned(),
+                error,
+                retry_at,
+            }));
     }
 }

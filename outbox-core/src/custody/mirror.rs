@@ -13,7 +13,7 @@ use super::state::SessionState;
 use crate::entry::OutboxEntry;
 use crate::ids::{base_session, OperationId, QueueId, SessionId};
 use crate::ledger::LedgerRecord;
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{OutboxError, OutboxStore};
 
 /// The store and what custody keeps of it in memory. See the module docs.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ impl<S: OutboxStore> Mirror<S> {
     pub(crate) fn state(
         &mut self,
         session: &SessionId,
-    ) -> Result<(&mut SessionState, bool), StoreError> {
+    ) -> Result<(&mut SessionState, bool), OutboxError> {
         let mut loaded = false;
         if !self.states.contains_key(session) {
             let stored = self.store.entries(session)?;
@@ -108,7 +108,7 @@ impl<S: OutboxStore> Mirror<S> {
         let state = self
             .states
             .get_mut(session)
-            .ok_or_else(|| StoreError::unavailable("the outbox was not loaded"))?;
+            .ok_or_else(|| OutboxError::unavailable("the outbox was not loaded"))?;
         Ok((state, loaded))
     }
 
@@ -120,7 +120,7 @@ impl<S: OutboxStore> Mirror<S> {
         session: &SessionId,
         expected: &OutboxEntry,
         new: OutboxEntry,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         let written = self.store.replace_entry(session, expected, &new);
         self.followed(session, written, new)
     }
@@ -130,9 +130,9 @@ impl<S: OutboxStore> Mirror<S> {
     fn followed(
         &mut self,
         session: &SessionId,
-        written: Result<bool, StoreError>,
+        written: Result<bool, OutboxError>,
         new: OutboxEntry,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         if let Ok(true) = written {
             self.put(session, new);
         }
@@ -149,7 +149,7 @@ impl<S: OutboxStore> Mirror<S> {
         new: OutboxEntry,
         base: &SessionId,
         record: LedgerRecord,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         let op = new.operation_id.clone();
         let written = self
             .store
@@ -166,7 +166,7 @@ impl<S: OutboxStore> Mirror<S> {
         &mut self,
         base: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<LedgerRecord>, StoreError> {
+    ) -> Result<Option<LedgerRecord>, OutboxError> {
         let key = (base.clone(), op.clone());
         if let Some(known) = self.ledgers.get(&key) {
             return Ok(known.clone());
@@ -182,7 +182,7 @@ impl<S: OutboxStore> Mirror<S> {
         base: &SessionId,
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let key = (base.clone(), op.clone());
         match self.store.put_ledger(base, op, record) {
             Ok(()) => {
@@ -204,7 +204,7 @@ impl<S: OutboxStore> Mirror<S> {
         base: &SessionId,
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let removed = self.store.confirm_sent(scope, op, record)?;
         for (s, q) in removed {
             self.remove(&s, &q);
@@ -215,7 +215,7 @@ impl<S: OutboxStore> Mirror<S> {
     }
 
     /// Every session with a saved outbox (read once).
-    pub(crate) fn outbox_sessions(&mut self) -> Result<&BTreeSet<SessionId>, StoreError> {
+    pub(crate) fn outbox_sessions(&mut self) -> Result<&BTreeSet<SessionId>, OutboxError> {
         if self.outbox_sessions.is_none() {
             let read: BTreeSet<SessionId> = self.store.outbox_sessions()?.into_iter().collect();
             self.outbox_sessions = Some(read);
@@ -224,7 +224,7 @@ impl<S: OutboxStore> Mirror<S> {
     }
 
     /// True when `session` has a saved outbox.
-    pub(crate) fn has_outbox(&mut self, session: &SessionId) -> Result<bool, StoreError> {
+    pub(crate) fn has_outbox(&mut self, session: &SessionId) -> Result<bool, OutboxError> {
         Ok(self.outbox_sessions()?.contains(session))
     }
 }

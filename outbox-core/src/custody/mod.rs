@@ -6,7 +6,7 @@
 //! the first copy was not applied.
 //!
 //! [`Custody`] owns an [`OutboxStore`] and is sans-IO: it never calls an agent. Each
-//! step an agent must take comes out as an [`Effect`] (send, read history, stop, take
+//! step an agent must take comes out as an [`CustodyEffect`] (send, read history, stop, take
 //! back) carrying an [`AttemptId`]; the embedding performs it and feeds the answer back,
 //! with the same attempt, through the matching `handle_*` method. Deadlines come out of
 //! [`Custody::poll_timeout`] and are driven by [`Custody::handle_timeout`]:
@@ -47,7 +47,7 @@
 //!
 //! - leaves the entry as the store holds it and forgets the session's memory (the next
 //!   touch reads the store again; a write whose outcome is unknown is never believed);
-//! - emits [`Effect::StoreFailed`] naming the session and the operation, so the user
+//! - emits [`CustodyEffect::StoreFailed`] naming the session and the operation, so the user
 //!   sees that the message is stuck and why ([`Custody::store_failure`] keeps it until
 //!   the session's retries succeed and no work is kept for it);
 //! - keeps what it was doing (the agent's answer, the wake-up) and does it again at the
@@ -69,7 +69,7 @@
 //! A failed hand-off write is the seed's "failed sending write": nothing is sent, and the
 //! entry is held with [`SENDING_WRITE_FAILED_TEXT`] (when even that cannot be written,
 //! the wake-up is retried). Ledger writes outside a transaction with the entry fall back
-//! to the 256-record memory ledger (OB-07), and say so with [`Effect::StoreFailed`].
+//! to the 256-record memory ledger (OB-07), and say so with [`CustodyEffect::StoreFailed`].
 //!
 //! # Attempts
 //!
@@ -103,7 +103,7 @@
 //!   proven unadmitted is held with its error and auto-drain off like any other send,
 //!   because sending again without the user is the one thing custody must never guess.
 //! - A run that fails to start (the registry's two texts) is told to the embedding as
-//!   [`Effect::RunRefused`]; the entry stays queued and drains when the run ends.
+//!   [`CustodyEffect::RunRefused`]; the entry stays queued and drains when the run ends.
 //! - A send answered canceled returns "with autoDrain off and no error", as the seed
 //!   says, and shows the seed's meaning of canceled as its hold reason
 //!   ([`crate::entry::CANCELED_TEXT`]), so no held entry waits without a reason.
@@ -136,7 +136,7 @@
 //!
 //! ```
 //! use outbox_core::adapter::{Capabilities, SendResult};
-//! use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
+//! use outbox_core::custody::{Custody, CustodyEffect, SessionInfo, SubmitRequest};
 //! use outbox_core::entry::{Controls, MessageRequest};
 //! use outbox_core::ids::{OperationId, QueueId, SessionId};
 //! use outbox_core::store::memory::MemoryOutboxStore;
@@ -156,7 +156,7 @@
 //! }, Millis(0)).unwrap();
 //! assert!(!receipt.replayed);
 //! // 2. Carry out the effects; answer each with its attempt.
-//! let Some(Effect::Send(send)) = custody.poll_effect() else { panic!() };
+//! let Some(CustodyEffect::Send(send)) = custody.poll_effect() else { panic!() };
 //! custody.handle_send_result(send.attempt, SendResult::Delivered, Millis(5));
 //! // 3. Wake up at `poll_timeout()` and call `handle_timeout(now)`.
 //! assert_eq!(custody.poll_timeout(), None);
@@ -168,12 +168,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use timeline_core::time::Millis;
 
 pub use crate::adapter::AttemptId;
-use crate::adapter::{Capabilities, DetachResult, HistoryRead, ProofKind, SendRequest, SendResult};
+use crate::adapter::{
+    Capabilities, HistoryRead, ProofKind, SendRequest, SendResult, TakeBackResult,
+};
 use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, OutboxEntry, StoredEntry};
 use crate::ids::{OperationId, QueueId, RunId, SessionId};
 use crate::ledger::MemoryFallback;
 use crate::runs::{RunError, RunRegistry, STALE_RUN_AFTER};
-use crate::store::{OutboxStore, RouteDelivery, StoreError};
+use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
 mod actions;
 mod drain;
@@ -311,7 +313,7 @@ pub enum SubmitError {
     Conflict(ConflictKind),
     /// The store failed; retry.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] OutboxError),
 }
 
 impl SubmitError {
@@ -324,7 +326,7 @@ impl SubmitError {
             SubmitError::Conflict(ConflictKind::DifferentRequest) => "OPERATION_CONFLICT",
             SubmitError::Conflict(ConflictKind::Removed) => "OPERATION_REMOVED",
             SubmitError::Conflict(ConflictKind::SteerRetargeted) => "STEER_RETARGETED",
-            SubmitError::Store(StoreError::LeaseLost { .. }) => "SESSION_ELSEWHERE",
+            SubmitError::Store(OutboxError::LeaseLost { .. }) => "SESSION_ELSEWHERE",
             SubmitError::Store(_) => "STORE_UNAVAILABLE",
         }
     }
@@ -359,7 +361,7 @@ pub enum ActionError {
     OperationTaken,
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] OutboxError),
 }
 
 impl ActionError {
@@ -372,7 +374,7 @@ impl ActionError {
             ActionError::ModelChanged => "MODEL_CHANGED",
             ActionError::RunMayStillTakeIt => "RUN_MAY_STILL_TAKE_IT",
             ActionError::OperationTaken => "OPERATION_TAKEN",
-            ActionError::Store(StoreError::LeaseLost { .. }) => "SESSION_ELSEWHERE",
+            ActionError::Store(OutboxError::LeaseLost { .. }) => "SESSION_ELSEWHERE",
             ActionError::Store(_) => "STORE_UNAVAILABLE",
         }
     }
@@ -395,7 +397,7 @@ pub enum StopAnswer {
 /// What the machine wants done outside.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Effect {
+pub enum CustodyEffect {
     /// Hand the message to the agent; answer with [`Custody::handle_send_result`] and
     /// the request's attempt.
     Send(SendRequest),
@@ -412,7 +414,7 @@ pub enum Effect {
         proof: ProofKind,
     },
     /// Stop the run; answer with [`Custody::handle_stop_result`].
-    StopRun {
+    Stop {
         /// The attempt the answer names.
         attempt: AttemptId,
         /// The app session it concerns.
@@ -455,7 +457,7 @@ pub enum Effect {
         delivery: RouteDelivery,
     },
     /// Take-back refused: the entry stays with the run.
-    HandoffRefused {
+    TakeBackRefused {
         /// The app session it concerns.
         session: SessionId,
         /// The operation of the message.
@@ -495,7 +497,7 @@ pub struct StoreFailure {
     /// The operation it concerns, when one.
     pub operation_id: Option<OperationId>,
     /// What the store said.
-    pub error: StoreError,
+    pub error: OutboxError,
     /// When custody tries again; `None` when the memory ledger took the record instead.
     pub retry_at: Option<Millis>,
 }
@@ -610,7 +612,7 @@ enum Work {
     /// Apply a history read.
     Read(Box<PendingRead>, HistoryRead),
     /// Apply a take-back answer.
-    TakeBack(Box<PendingTakeBack>, OperationId, DetachResult),
+    TakeBack(Box<PendingTakeBack>, OperationId, TakeBackResult),
     /// Record a delivery proof.
     Proof(SessionId, OperationId),
     /// Record that the agent rolled back the latest turn for a replace latest.
@@ -682,7 +684,7 @@ pub struct Custody<S> {
     shared: shared::SharedMirror,
     stats: CustodyStats,
     uuids: Box<dyn FnMut() -> String + Send>,
-    effects: VecDeque<Effect>,
+    effects: VecDeque<CustodyEffect>,
     /// The base sessions of the scopes custody works, when it works only those it was
     /// granted ([`Custody::grant_only`]); `None`: every scope.
     granted: Option<BTreeSet<SessionId>>,
@@ -738,7 +740,7 @@ impl<S: OutboxStore> Custody<S> {
     /// From now on custody works only the session scopes granted with
     /// [`Custody::grant_scope`], for a host among several on one database that serves
     /// only the scopes whose lease it holds. Memory of every scope is dropped; a scope
-    /// not granted reads as [`StoreError::LeaseLost`] and nothing of it is written.
+    /// not granted reads as [`OutboxError::LeaseLost`] and nothing of it is written.
     pub fn grant_only(&mut self) {
         self.mirror.forget_all();
         self.granted = Some(BTreeSet::new());
@@ -791,7 +793,7 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Lets the scope of `session` go (its lease was lost, or the host hands it over):
     /// memory of the scope, its runs, attempts, reads, stops and retries are dropped, and
-    /// [`Effect::ScopeReleased`] says so. Answers that still come for its attempts are
+    /// [`CustodyEffect::ScopeReleased`] says so. Answers that still come for its attempts are
     /// ignored. False when the scope was not granted (nothing is done then). Without
     /// [`Custody::grant_only`] this only drops memory and work of the scope, which the
     /// next touch reads again.
@@ -818,7 +820,7 @@ impl<S: OutboxStore> Custody<S> {
         self.foreign_runs.retain(|(s, _), _| !ours(s));
         self.runs.release_scope(&base);
         self.shared.forget_scope(&base);
-        self.effects.push_back(Effect::ScopeReleased {
+        self.effects.push_back(CustodyEffect::ScopeReleased {
             session: base,
             reason: reason.to_owned(),
         });
@@ -827,8 +829,8 @@ impl<S: OutboxStore> Custody<S> {
 
     /// A store error that says the scope's lease is lost lets the scope go; true when it
     /// did (the error must not be retried).
-    pub(crate) fn lease_lost(&mut self, error: &StoreError, now: Millis) -> bool {
-        let StoreError::LeaseLost { session, message } = error else {
+    pub(crate) fn lease_lost(&mut self, error: &OutboxError, now: Millis) -> bool {
+        let OutboxError::LeaseLost { session, message } = error else {
             return false;
         };
         let session = session.clone();
@@ -899,13 +901,13 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     /// The session's outbox in queue order, blocked entries included.
-    pub fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError> {
+    pub fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, OutboxError> {
         Ok(self.state(session)?.stored())
     }
 
     /// Next effect to carry out.
     #[must_use]
-    pub fn poll_effect(&mut self) -> Option<Effect> {
+    pub fn poll_effect(&mut self) -> Option<CustodyEffect> {
         self.effects.pop_front()
     }
 
@@ -1098,7 +1100,7 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     /// Records a store failure met while doing `work`, and keeps the work for later.
-    fn retry_later(&mut self, work: Work, error: StoreError, now: Millis) {
+    fn retry_later(&mut self, work: Work, error: OutboxError, now: Millis) {
         if self.lease_lost(&error, now) {
             return;
         }
@@ -1117,7 +1119,7 @@ impl<S: OutboxStore> Custody<S> {
         };
         self.stats.store_failures += 1;
         self.failures.insert(session, failure.clone());
-        self.effects.push_back(Effect::StoreFailed(failure));
+        self.effects.push_back(CustodyEffect::StoreFailed(failure));
         if !waking && !repairing {
             self.retries.push((retry_at, work));
         }
@@ -1193,10 +1195,10 @@ impl<S: OutboxStore> Custody<S> {
     // ----- the in-memory outbox ----------------------------------------------------------
 
     /// The session's outbox, read from the store on first touch.
-    pub(crate) fn state(&mut self, session: &SessionId) -> Result<&mut SessionState, StoreError> {
+    pub(crate) fn state(&mut self, session: &SessionId) -> Result<&mut SessionState, OutboxError> {
         if !self.scope_granted(session) {
             let base = crate::ids::base_session(session);
-            return Err(StoreError::LeaseLost {
+            return Err(OutboxError::LeaseLost {
                 message: format!("this host does not serve session {base}"),
                 session: base,
             });
@@ -1213,7 +1215,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         queue_id: &QueueId,
-    ) -> Result<Option<OutboxEntry>, StoreError> {
+    ) -> Result<Option<OutboxEntry>, OutboxError> {
         Ok(self.state(session)?.get(queue_id).cloned())
     }
 
@@ -1242,7 +1244,7 @@ impl<S: OutboxStore> Custody<S> {
         expected: &OutboxEntry,
         new: OutboxEntry,
         now: Millis,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         let written = self.mirror.replace(session, expected, new);
         self.forget_unless_written(session, written, now)
     }
@@ -1252,9 +1254,9 @@ impl<S: OutboxStore> Custody<S> {
     pub(crate) fn forget_unless_written(
         &mut self,
         session: &SessionId,
-        written: Result<bool, StoreError>,
+        written: Result<bool, OutboxError>,
         now: Millis,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         if !matches!(written, Ok(true)) {
             self.forget(session, now);
         }

@@ -9,7 +9,7 @@
 use timeline_core::time::Millis;
 
 use super::{
-    AttemptId, Custody, Effect, InFlight, PendingRead, ReadPurpose, Work, SEND_PATH_DEADLINE,
+    AttemptId, Custody, CustodyEffect, InFlight, PendingRead, ReadPurpose, Work, SEND_PATH_DEADLINE,
 };
 use crate::adapter::{HistoryRead, ProofKind, SendKind, SendResult};
 use crate::entry::{
@@ -18,7 +18,7 @@ use crate::entry::{
 };
 use crate::ids::{base_session, OperationId, RunId, SessionId};
 use crate::ledger::{reopen, LedgerRecord, LedgerStatus};
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{OutboxError, OutboxStore};
 
 /// How often recording a rollback reads the entry again when the store held another
 /// version than memory.
@@ -45,7 +45,7 @@ impl<S: OutboxStore> Custody<S> {
         f: InFlight,
         result: SendResult,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let session = f.request.session.clone();
         let op = f.request.operation_id.clone();
         let started = match &f.request.kind {
@@ -129,7 +129,7 @@ impl<S: OutboxStore> Custody<S> {
                 }
                 // Nothing reached the old thread: clear the link and send to a fresh one,
                 // as a new attempt.
-                self.effects.push_back(Effect::ClearThreadLink {
+                self.effects.push_back(CustodyEffect::ClearThreadLink {
                     session: session.clone(),
                 });
                 let attempt = self.next_attempt();
@@ -146,7 +146,7 @@ impl<S: OutboxStore> Custody<S> {
                         ..f
                     },
                 );
-                self.effects.push_back(Effect::Send(request));
+                self.effects.push_back(CustodyEffect::Send(request));
                 return Ok(());
             }
         }
@@ -165,7 +165,7 @@ impl<S: OutboxStore> Custody<S> {
         held: impl FnOnce(&EntryState) -> EntryState,
         record: LedgerRecord,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         match current {
             Some(e) => {
                 let held = e.with_state(held(&e.state));
@@ -188,7 +188,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         op: &OperationId,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         self.confirm_sent(session, op, now)?;
         self.wake_scope(session, now);
         Ok(())
@@ -231,7 +231,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         op: &OperationId,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         // A store that held another version than memory (`false`) is read again.
         for _ in 0..MAX_STALE_READS {
             let Some(e) = self.state(session)?.by_op(op).cloned() else {
@@ -249,7 +249,7 @@ impl<S: OutboxStore> Custody<S> {
         Ok(())
     }
 
-    /// The answer to [`Effect::ReadHistory`] `attempt`.
+    /// The answer to [`CustodyEffect::ReadHistory`] `attempt`.
     pub fn handle_history_read(&mut self, attempt: AttemptId, read: HistoryRead, now: Millis) {
         let Some(p) = self.reads.remove(&attempt) else {
             self.stats.stale_answers += 1;
@@ -263,7 +263,7 @@ impl<S: OutboxStore> Custody<S> {
         p: PendingRead,
         read: HistoryRead,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let session = p.session.clone();
         let op = p.snapshot.operation_id.clone();
         let base = base_session(&session);
@@ -387,7 +387,7 @@ impl<S: OutboxStore> Custody<S> {
                 snapshot,
             },
         );
-        self.effects.push_back(Effect::ReadHistory {
+        self.effects.push_back(CustodyEffect::ReadHistory {
             attempt,
             session: session.clone(),
             operation_id,
@@ -404,7 +404,7 @@ impl<S: OutboxStore> Custody<S> {
         waiting: OutboxEntry,
         purpose: ReadPurpose,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         if self.replace(session, head, waiting.clone(), now)? {
             self.read_history(session, purpose, waiting);
         }
@@ -416,7 +416,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         e: &OutboxEntry,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         // The reopen check is over: its wait shows no more.
         let state = match e.state.release() {
             Some(released) if e.state.hold_reason() == Some(REOPEN_CHECK_TEXT) => released,
@@ -434,7 +434,7 @@ impl<S: OutboxStore> Custody<S> {
         base: &SessionId,
         op: &OperationId,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         if let Some(mut l) = self.ledger_of(base, op)? {
             if l.acceptance.take().is_some() {
                 l.updated_at = now;
@@ -456,7 +456,7 @@ impl<S: OutboxStore> Custody<S> {
         e: &OutboxEntry,
         reported: bool,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let base = base_session(session);
         if matches!(e.state, EntryState::HandingOff { .. })
             && self
@@ -492,7 +492,7 @@ impl<S: OutboxStore> Custody<S> {
         self.wake_scope(session, now);
     }
 
-    /// Settles the entries of `run`, which ended: a requested hand-off is dedicated, a
+    /// Settles the entries of `run`, which ended: a requested `handoff` is dedicated, a
     /// message the run did not take is held with the seed's text (or, when stop and
     /// send now was requested for it, goes on to its own turn), and the rest are
     /// confirmed from history, where a missing message is one the run did not take.
@@ -504,7 +504,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         run: Option<&RunId>,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         match run {
             Some(run) => self.settle_run(session, run, &[], now),
             None => Ok(()),
@@ -517,7 +517,7 @@ impl<S: OutboxStore> Custody<S> {
         run: &RunId,
         untaken: &[OperationId],
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let accepted: Vec<OutboxEntry> = self.state(session)?.accepted().cloned().collect();
         // Steers sent to the run that wait with nothing in flight: a history read found
         // them missing while the run worked (its pending input is not in history).

@@ -30,7 +30,7 @@
 //!   begin or end) is kept in order and written again at each renewal until it is taken,
 //!   and a start first writes what is owed, so the registry sees every change in the
 //!   order custody made it. Each failure is counted in
-//!   [`super::CustodyStats::store_failures`] and reported as [`Effect::StoreFailed`]; a
+//!   [`super::CustodyStats::store_failures`] and reported as [`CustodyEffect::StoreFailed`]; a
 //!   restore the registry refuses when it is finally written (another host's run holds
 //!   the session) is reported the same way, not retried. Until an owed write is taken,
 //!   the registry holds a claim this host no longer makes (an end), which only delays
@@ -41,10 +41,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use timeline_core::time::Millis;
 
-use super::{Custody, Effect, StoreFailure, Work};
+use super::{Custody, CustodyEffect, StoreFailure, Work};
 use crate::ids::{base_session, OperationId, RunId, SessionId};
 use crate::runs::{ActiveRun, SharedRuns};
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{OutboxError, OutboxStore};
 
 /// A write to the shared registry not taken yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,7 +68,7 @@ impl Owed {
     }
 
     /// Writes it; `Ok(Some(_))`: a restore the registry refused, with what to report.
-    fn write(&self, shared: &mut dyn SharedRuns) -> Result<Option<String>, StoreError> {
+    fn write(&self, shared: &mut dyn SharedRuns) -> Result<Option<String>, OutboxError> {
         match self {
             Owed::Start(s, run) => Ok(shared.start_run(s, run)?.err().map(|refused| {
                 format!(
@@ -381,12 +381,13 @@ impl<S: OutboxStore> Custody<S> {
         }
         for (session, text) in refused {
             self.stats.store_failures += 1;
-            self.effects.push_back(Effect::StoreFailed(StoreFailure {
-                session,
-                operation_id: None,
-                error: StoreError::unavailable(text),
-                retry_at: None,
-            }));
+            self.effects
+                .push_back(CustodyEffect::StoreFailed(StoreFailure {
+                    session,
+                    operation_id: None,
+                    error: OutboxError::unavailable(text),
+                    retry_at: None,
+                }));
         }
         let written = failed.is_none();
         if let Some((session, error)) = failed {
@@ -451,12 +452,13 @@ impl<S: OutboxStore> Custody<S> {
                 }
                 Ok(Some(text)) => {
                     self.stats.store_failures += 1;
-                    self.effects.push_back(Effect::StoreFailed(StoreFailure {
-                        session: write.session().clone(),
-                        operation_id: None,
-                        error: StoreError::unavailable(text),
-                        retry_at: None,
-                    }));
+                    self.effects
+                        .push_back(CustodyEffect::StoreFailed(StoreFailure {
+                            session: write.session().clone(),
+                            operation_id: None,
+                            error: OutboxError::unavailable(text),
+                            retry_at: None,
+                        }));
                 }
                 Err(error) => {
                     let session = write.session().clone();
@@ -476,18 +478,25 @@ impl<S: OutboxStore> Custody<S> {
         self.shared.renew_at = Some(self.shared.renew_at.map_or(at, |t| t.min(at)));
     }
 
-    fn shared_failed(&mut self, session: SessionId, error: StoreError, now: Millis, every: Millis) {
+    fn shared_failed(
+        &mut self,
+        session: SessionId,
+        error: OutboxError,
+        now: Millis,
+        every: Millis,
+    ) {
         if self.lease_lost(&error, now) {
             // The scope is another host's now: it reads the registry itself.
             return;
         }
         self.stats.store_failures += 1;
-        self.effects.push_back(Effect::StoreFailed(StoreFailure {
-            session,
-            operation_id: None,
-            error,
-            retry_at: Some(now.saturating_add(every)),
-        }));
+        self.effects
+            .push_back(CustodyEffect::StoreFailed(StoreFailure {
+                session,
+                operation_id: None,
+                error,
+                retry_at: Some(now.saturating_add(every)),
+            }));
     }
 }
 

@@ -8,13 +8,13 @@ use super::results::awaited_run;
 use super::{Custody, ReadPurpose};
 use crate::entry::{HandoffPhase, OutboxEntry, StoredEntry, REOPEN_CHECK_TEXT};
 use crate::ids::{base_session, SessionId};
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{OutboxError, OutboxStore};
 
 impl<S: OutboxStore> Custody<S> {
     /// At start-up: both lanes start for every saved outbox, and every entry still
     /// sending is confirmed from history (held with the unconfirmed text when the ledger
     /// cannot be read). Each outbox is read once here and kept in memory.
-    pub fn start_up(&mut self, now: Millis) -> Result<(), StoreError> {
+    pub fn start_up(&mut self, now: Millis) -> Result<(), OutboxError> {
         let sessions: Vec<SessionId> = self.mirror.outbox_sessions()?.iter().cloned().collect();
         let sessions: Vec<SessionId> = sessions
             .into_iter()
@@ -33,7 +33,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         now: Millis,
-    ) -> Result<Vec<StoredEntry>, StoreError> {
+    ) -> Result<Vec<StoredEntry>, OutboxError> {
         let (normal, steer) = self.lane_busy(session);
         if !normal && !steer && self.scope_run(session).is_none() {
             self.confirm_sending(session, now)?;
@@ -50,7 +50,7 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         session: &SessionId,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let base = base_session(session);
         // A stop and send now whose take-back was confirmed waits for its run to stop;
         // when that run is gone (a restart drops every run), it goes on to its own turn.

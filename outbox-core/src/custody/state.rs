@@ -32,7 +32,7 @@ pub(crate) struct SessionState {
     drainable: BTreeSet<Slot>,
     /// Sending entries without an acceptance: a send in flight or a read pending.
     unaccepted_sending: usize,
-    /// Entries with an acceptance or a hand-off (the ones a run end settles).
+    /// Entries with an acceptance or a `handoff` (the ones a run end settles).
     accepted: BTreeSet<QueueId>,
     blocked: Vec<BlockedEntry>,
 }
@@ -131,7 +131,7 @@ impl SessionState {
         self.sending.iter().filter_map(|(_, q)| self.entries.get(q))
     }
 
-    /// Entries with an acceptance or a hand-off.
+    /// Entries with an acceptance or a `handoff`.
     pub(crate) fn accepted(&self) -> impl Iterator<Item = &OutboxEntry> {
         self.accepted.iter().filter_map(|q| self.entries.get(q))
     }

@@ -7,15 +7,15 @@
 use timeline_core::time::Millis;
 
 use super::{
-    ActionError, AttemptId, CallerId, Custody, Effect, Interrupt, PendingTakeBack, ReadPurpose,
-    StopAnswer, StopWorker, Work, INTERRUPT_POLL, INTERRUPT_WAIT, MODEL_CHANGED_TEXT,
+    ActionError, AttemptId, CallerId, Custody, CustodyEffect, Interrupt, PendingTakeBack,
+    ReadPurpose, StopAnswer, StopWorker, Work, INTERRUPT_POLL, INTERRUPT_WAIT, MODEL_CHANGED_TEXT,
     STOP_CALLER_WAIT, STOP_RETRY, STOP_SUCCESS_CACHE,
 };
-use crate::adapter::{DetachResult, StopResult};
+use crate::adapter::{StopResult, TakeBackResult};
 use crate::entry::{Controls, EntryState, OutboxEntry};
 use crate::ids::{base_session, OperationId, QueueId, RunId, SessionId};
 use crate::ledger::LedgerStatus;
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{OutboxError, OutboxStore};
 
 impl<S: OutboxStore> Custody<S> {
     pub(super) fn model_changed(&self, session: &SessionId, e: &OutboxEntry) -> bool {
@@ -29,7 +29,7 @@ impl<S: OutboxStore> Custody<S> {
         head: OutboxEntry,
         run: RunId,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         if self.model_changed(session, &head) {
             let held = head.state.hold(Some(MODEL_CHANGED_TEXT.to_owned()));
             self.replace(session, &head, head.with_state(held), now)?;
@@ -98,7 +98,7 @@ impl<S: OutboxStore> Custody<S> {
             // Another host serves the session: its run is that host's to stop.
             if let Some(c) = caller {
                 let base = crate::ids::base_session(session);
-                self.effects.push_back(Effect::StopAnswer {
+                self.effects.push_back(CustodyEffect::StopAnswer {
                     caller: c,
                     answer: StopAnswer::Failed(format!("this host does not serve session {base}")),
                 });
@@ -108,7 +108,7 @@ impl<S: OutboxStore> Custody<S> {
         let k = (session.clone(), run.clone());
         if self.stop_cache.get(&k).is_some_and(|until| now < *until) {
             if let Some(c) = caller {
-                self.effects.push_back(Effect::StopAnswer {
+                self.effects.push_back(CustodyEffect::StopAnswer {
                     caller: c,
                     answer: StopAnswer::Stopped,
                 });
@@ -130,7 +130,7 @@ impl<S: OutboxStore> Custody<S> {
         if let Some(attempt) = attempt {
             self.runs.begin_cancellation(session, run);
             self.shared_stop_began(session, run, now);
-            self.effects.push_back(Effect::StopRun {
+            self.effects.push_back(CustodyEffect::Stop {
                 attempt,
                 session: session.clone(),
                 run: run.clone(),
@@ -138,7 +138,7 @@ impl<S: OutboxStore> Custody<S> {
         }
     }
 
-    /// The answer to [`Effect::StopRun`] `attempt`.
+    /// The answer to [`CustodyEffect::Stop`] `attempt`.
     pub fn handle_stop_result(&mut self, attempt: AttemptId, result: StopResult, now: Millis) {
         let Some(k) = self
             .stops
@@ -177,7 +177,7 @@ impl<S: OutboxStore> Custody<S> {
             }
         };
         for (caller, _) in worker.callers {
-            self.effects.push_back(Effect::StopAnswer {
+            self.effects.push_back(CustodyEffect::StopAnswer {
                 caller,
                 answer: answer.clone(),
             });
@@ -194,7 +194,7 @@ impl<S: OutboxStore> Custody<S> {
                 w.callers.drain(..).partition(|(_, d)| *d <= now);
             w.callers = waiting;
             for (caller, _) in late {
-                self.effects.push_back(Effect::StopAnswer {
+                self.effects.push_back(CustodyEffect::StopAnswer {
                     caller,
                     answer: StopAnswer::StillSettling,
                 });
@@ -209,7 +209,7 @@ impl<S: OutboxStore> Custody<S> {
             if let Some(w) = self.stops.get_mut(&(session.clone(), run.clone())) {
                 w.attempt = Some(attempt);
             }
-            self.effects.push_back(Effect::StopRun {
+            self.effects.push_back(CustodyEffect::Stop {
                 attempt,
                 session,
                 run,
@@ -239,7 +239,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), ActionError> {
         let current = self.entry_by_queue(session, queue_id)?;
-        // Only an accepted steer without a hand-off of its own can be requested, and
+        // Only an accepted steer without a `handoff` of its own can be requested, and
         // only while the turn that accepted it runs: the end of a run that is gone
         // settles what it accepted.
         let (Some(handing_off), Some(acceptance)) = (
@@ -266,7 +266,7 @@ impl<S: OutboxStore> Custody<S> {
                 snapshot: requested,
             },
         );
-        self.effects.push_back(Effect::TakeBack {
+        self.effects.push_back(CustodyEffect::TakeBack {
             attempt,
             session: session.clone(),
             operation_id: current.operation_id.clone(),
@@ -275,9 +275,9 @@ impl<S: OutboxStore> Custody<S> {
         Ok(())
     }
 
-    /// The answer to [`Effect::TakeBack`] `attempt`. Only a confirmed detach lets the
-    /// hand-off go on; if the ledger already says sent, nothing is replayed.
-    pub fn handle_take_back(&mut self, attempt: AttemptId, result: DetachResult, now: Millis) {
+    /// The answer to [`CustodyEffect::TakeBack`] `attempt`. Only a confirmed detach lets the
+    /// `handoff` go on; if the ledger already says sent, nothing is replayed.
+    pub fn handle_take_back(&mut self, attempt: AttemptId, result: TakeBackResult, now: Millis) {
         let Some(t) = self.take_backs.remove(&attempt) else {
             self.stats.stale_answers += 1;
             return;
@@ -290,16 +290,16 @@ impl<S: OutboxStore> Custody<S> {
         &mut self,
         t: PendingTakeBack,
         op: &OperationId,
-        result: DetachResult,
+        result: TakeBackResult,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let session = t.session;
         let snapshot = t.snapshot;
         let Some(current) = self.entry(&session, &snapshot.queue_id)? else {
             return Ok(());
         };
         // A renumbering of the queue may have moved it; any other change ends the
-        // hand-off this answer is for.
+        // `handoff` this answer is for.
         if !current.same_but_position(&snapshot) {
             return Ok(());
         }
@@ -307,7 +307,7 @@ impl<S: OutboxStore> Custody<S> {
             return Ok(());
         };
         match result {
-            DetachResult::DetachedForReplay | DetachResult::AlreadyDetachedForReplay => {
+            TakeBackResult::DetachedForReplay | TakeBackResult::AlreadyDetachedForReplay => {
                 let base = base_session(&session);
                 let ledger = self.ledger_of(&base, op)?;
                 if ledger
@@ -352,13 +352,13 @@ impl<S: OutboxStore> Custody<S> {
                     self.wake(&session, now);
                 }
             }
-            DetachResult::NotDetached { reason } => {
+            TakeBackResult::NotDetached { reason } => {
                 let Some(kept) = current.state.keep_accepted() else {
                     return Ok(());
                 };
                 let kept = current.with_state(kept);
                 let written = self.replace(&session, &current, kept.clone(), now)?;
-                self.effects.push_back(Effect::HandoffRefused {
+                self.effects.push_back(CustodyEffect::TakeBackRefused {
                     session: session.clone(),
                     operation_id: op.clone(),
                     reason,
@@ -379,8 +379,8 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         e: &OutboxEntry,
         now: Millis,
-    ) -> Result<(), StoreError> {
-        // Only a queued entry with a hand-off mark is dedicated; one that is sending
+    ) -> Result<(), OutboxError> {
+        // Only a queued entry with a `handoff` mark is dedicated; one that is sending
         // stays with its attempt.
         let Some(state) = e.state.dedicate() else {
             return Ok(());

@@ -12,7 +12,7 @@ use crate::entry::{
 use crate::fingerprint::request_fingerprint;
 use crate::ids::{base_session, QueueId, RunId, SessionId};
 use crate::ledger::LedgerStatus;
-use crate::store::{Claim, Identity, OutboxStore, StoreError};
+use crate::store::{Claim, Identity, OutboxError, OutboxStore};
 
 /// The gap between positions a renumbering leaves.
 pub(crate) const POSITION_STEP: i64 = 1 << 20;
@@ -90,7 +90,7 @@ impl<S: OutboxStore> Custody<S> {
                     self.forget(&req.session, now);
                     Err(SubmitError::Conflict(ConflictKind::DifferentRequest))
                 }
-                Err(StoreError::OperationTaken(_)) => {
+                Err(OutboxError::OperationTaken(_)) => {
                     self.forget(&req.session, now);
                     Err(SubmitError::Conflict(ConflictKind::DifferentRequest))
                 }
@@ -144,7 +144,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         entry: &OutboxEntry,
         now: Millis,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         if entry.controls.send_mode == SendMode::SteerRunning || !entry.drainable() {
             return Ok(false);
         }
@@ -186,7 +186,7 @@ impl<S: OutboxStore> Custody<S> {
         entry: &OutboxEntry,
         run: RunId,
         now: Millis,
-    ) -> Result<Option<Receipt>, StoreError> {
+    ) -> Result<Option<Receipt>, OutboxError> {
         let session = req.session.clone();
         let base = base_session(&session);
         let Some((sending, record)) = self.sending_record(entry, now) else {
@@ -293,7 +293,7 @@ impl<S: OutboxStore> Custody<S> {
         intent: Intent,
         moving: Option<&QueueId>,
         now: Millis,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<i64, OutboxError> {
         let state = self.state(session)?;
         let skip = moving
             .and_then(|q| state.get(q))
@@ -325,7 +325,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         order: &[QueueId],
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         let positions: Vec<(QueueId, i64)> = order
             .iter()
             .enumerate()

@@ -12,7 +12,7 @@ use crate::ids::{CallId, OperationId, QueueId, SessionId};
 use crate::ledger::LedgerRecord;
 
 use super::{
-    Claim, Identity, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute, StoreError,
+    Claim, Identity, OutboxError, OutboxStore, RouteClaim, RouteDelivery, SessionMessageRoute,
 };
 
 #[derive(Clone, Debug)]
@@ -140,13 +140,13 @@ impl MemoryOutboxStore {
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, OutboxError> {
         let k = (session.clone(), entry.operation_id.clone());
         if let Some(existing) = self.identities.get(&k) {
             return Ok(Claim::Existing(existing.clone()));
         }
         if self.holds_queue(session, &entry.queue_id) {
-            return Err(StoreError::QueueTaken(entry.queue_id.clone()));
+            return Err(OutboxError::QueueTaken(entry.queue_id.clone()));
         }
         self.write_entry(session, entry);
         self.identities.insert(
@@ -184,7 +184,7 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, OutboxError> {
         if let Some(existing) = self
             .identities
             .get(&(session.clone(), entry.operation_id.clone()))
@@ -201,7 +201,7 @@ impl OutboxStore for MemoryOutboxStore {
         entry: &OutboxEntry,
         ledger_session: &SessionId,
         record: &LedgerRecord,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, OutboxError> {
         if let Some(existing) = self
             .identities
             .get(&(session.clone(), entry.operation_id.clone()))
@@ -225,7 +225,7 @@ impl OutboxStore for MemoryOutboxStore {
         fingerprint: &Digest256,
         entry: &OutboxEntry,
         route: &SessionMessageRoute,
-    ) -> Result<RouteClaim, StoreError> {
+    ) -> Result<RouteClaim, OutboxError> {
         let call = (
             route.sender_session_id.clone(),
             route.sender_call_id.clone(),
@@ -241,7 +241,7 @@ impl OutboxStore for MemoryOutboxStore {
             .identities
             .contains_key(&(recipient.clone(), entry.operation_id.clone()))
         {
-            return Err(StoreError::OperationTaken(entry.operation_id.clone()));
+            return Err(OutboxError::OperationTaken(entry.operation_id.clone()));
         }
         self.write_entry(recipient, entry);
         self.identities.insert(
@@ -262,11 +262,11 @@ impl OutboxStore for MemoryOutboxStore {
         &mut self,
         session: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<Identity>, StoreError> {
+    ) -> Result<Option<Identity>, OutboxError> {
         Ok(self.identities.get(&(session.clone(), op.clone())).cloned())
     }
 
-    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError> {
+    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, OutboxError> {
         let Some(outbox) = self.outboxes.get(session) else {
             return Ok(Vec::new());
         };
@@ -283,7 +283,7 @@ impl OutboxStore for MemoryOutboxStore {
             .collect())
     }
 
-    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, StoreError> {
+    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, OutboxError> {
         let mut sessions: Vec<SessionId> = self.outboxes.keys().cloned().collect();
         sessions.sort();
         Ok(sessions)
@@ -294,7 +294,7 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         expected: &OutboxEntry,
         new: &OutboxEntry,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
@@ -309,7 +309,7 @@ impl OutboxStore for MemoryOutboxStore {
         new: &OutboxEntry,
         ledger_session: &SessionId,
         record: &LedgerRecord,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
@@ -327,13 +327,13 @@ impl OutboxStore for MemoryOutboxStore {
         expected: &OutboxEntry,
         fingerprint: &Digest256,
         new: &OutboxEntry,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
         let k = (session.clone(), new.operation_id.clone());
         if self.identities.contains_key(&k) {
-            return Err(StoreError::OperationTaken(new.operation_id.clone()));
+            return Err(OutboxError::OperationTaken(new.operation_id.clone()));
         }
         self.mark_removed(session, &expected.operation_id);
         self.identities.insert(
@@ -352,7 +352,7 @@ impl OutboxStore for MemoryOutboxStore {
         &mut self,
         session: &SessionId,
         queue_id: &QueueId,
-    ) -> Result<Option<OutboxEntry>, StoreError> {
+    ) -> Result<Option<OutboxEntry>, OutboxError> {
         let Some(raw) = self.remove_raw(session, queue_id.as_str()) else {
             return Ok(None);
         };
@@ -366,7 +366,7 @@ impl OutboxStore for MemoryOutboxStore {
         &mut self,
         session: &SessionId,
         positions: &[(QueueId, i64)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         for (q, p) in positions {
             if let Some(mut e) = self.decoded(session, q) {
                 e.position = *p;
@@ -380,7 +380,7 @@ impl OutboxStore for MemoryOutboxStore {
         &mut self,
         session: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<LedgerRecord>, StoreError> {
+    ) -> Result<Option<LedgerRecord>, OutboxError> {
         Ok(self.ledger.get(&(session.clone(), op.clone())).cloned())
     }
 
@@ -389,7 +389,7 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         self.ledger
             .insert((session.clone(), op.clone()), record.clone());
         Ok(())
@@ -400,7 +400,7 @@ impl OutboxStore for MemoryOutboxStore {
         scope: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<Vec<(SessionId, QueueId)>, StoreError> {
+    ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
         let Some(base) = scope.first() else {
             return Ok(Vec::new());
         };
@@ -425,7 +425,7 @@ impl OutboxStore for MemoryOutboxStore {
         Ok(removed)
     }
 
-    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, StoreError> {
+    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, OutboxError> {
         Ok(self.routes.get(op).cloned())
     }
 
@@ -433,7 +433,7 @@ impl OutboxStore for MemoryOutboxStore {
         &mut self,
         op: &OperationId,
         delivery: RouteDelivery,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), OutboxError> {
         if let Some(r) = self.routes.get_mut(op) {
             r.delivery = delivery;
         }

@@ -159,14 +159,14 @@ pub enum RouteClaim {
     ExistingCall(SessionMessageRoute),
 }
 
-/// A backend's own error, shared so [`StoreError`] stays cheap to clone.
+/// A backend's own error, shared so [`OutboxError`] stays cheap to clone.
 pub type BackendError = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Why a store call failed. [`StoreError::kind`] groups the variants by what the caller
+/// Why a store call failed. [`OutboxError::kind`] groups the variants by what the caller
 /// does: retry later, show the damaged record, or resolve a conflict.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub enum StoreError {
+pub enum OutboxError {
     /// The backend could not be read or written now; retry later.
     Unavailable {
         /// What failed, for the user.
@@ -197,7 +197,7 @@ pub enum StoreError {
     },
 }
 
-/// What a caller does about a [`StoreError`].
+/// What a caller does about a [`OutboxError`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreErrorKind {
@@ -211,18 +211,18 @@ pub enum StoreErrorKind {
     LeaseLost,
 }
 
-impl StoreError {
+impl OutboxError {
     /// The backend is unavailable, with no error of its own to carry.
-    pub fn unavailable(message: impl Into<String>) -> StoreError {
-        StoreError::Unavailable {
+    pub fn unavailable(message: impl Into<String>) -> OutboxError {
+        OutboxError::Unavailable {
             message: message.into(),
             source: None,
         }
     }
 
     /// The backend failed with `error`; it stays reachable through `source()`.
-    pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
-        StoreError::Unavailable {
+    pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> OutboxError {
+        OutboxError::Unavailable {
             message: error.to_string(),
             source: Some(std::sync::Arc::new(error)),
         }
@@ -231,34 +231,34 @@ impl StoreError {
     /// What the caller does about it.
     pub fn kind(&self) -> StoreErrorKind {
         match self {
-            StoreError::Unavailable { .. } => StoreErrorKind::Unavailable,
-            StoreError::Corrupt { .. } => StoreErrorKind::Corrupt,
-            StoreError::OperationTaken(_) | StoreError::QueueTaken(_) => StoreErrorKind::Conflict,
-            StoreError::LeaseLost { .. } => StoreErrorKind::LeaseLost,
+            OutboxError::Unavailable { .. } => StoreErrorKind::Unavailable,
+            OutboxError::Corrupt { .. } => StoreErrorKind::Corrupt,
+            OutboxError::OperationTaken(_) | OutboxError::QueueTaken(_) => StoreErrorKind::Conflict,
+            OutboxError::LeaseLost { .. } => StoreErrorKind::LeaseLost,
         }
     }
 }
 
-impl std::fmt::Display for StoreError {
+impl std::fmt::Display for OutboxError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreError::Unavailable { message, .. } => {
+            OutboxError::Unavailable { message, .. } => {
                 write!(f, "outbox store unavailable: {message}")
             }
-            StoreError::Corrupt { what, reason } => {
+            OutboxError::Corrupt { what, reason } => {
                 write!(f, "stored {what} cannot be decoded: {reason}")
             }
-            StoreError::OperationTaken(op) => write!(f, "operation {op} was already claimed"),
-            StoreError::QueueTaken(q) => write!(f, "queue entry {q} holds another operation"),
-            StoreError::LeaseLost { message, .. } => write!(f, "session lease lost: {message}"),
+            OutboxError::OperationTaken(op) => write!(f, "operation {op} was already claimed"),
+            OutboxError::QueueTaken(q) => write!(f, "queue entry {q} holds another operation"),
+            OutboxError::LeaseLost { message, .. } => write!(f, "session lease lost: {message}"),
         }
     }
 }
 
-impl std::error::Error for StoreError {
+impl std::error::Error for OutboxError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            StoreError::Unavailable {
+            OutboxError::Unavailable {
                 source: Some(source),
                 ..
             } => Some(source.as_ref()),
@@ -269,25 +269,25 @@ impl std::error::Error for StoreError {
 
 /// Two errors are equal when they say the same (the backend's error is compared by its
 /// text).
-impl PartialEq for StoreError {
-    fn eq(&self, other: &StoreError) -> bool {
+impl PartialEq for OutboxError {
+    fn eq(&self, other: &OutboxError) -> bool {
         match (self, other) {
             (
-                StoreError::Unavailable { message: a, .. },
-                StoreError::Unavailable { message: b, .. },
+                OutboxError::Unavailable { message: a, .. },
+                OutboxError::Unavailable { message: b, .. },
             ) => a == b,
             (
-                StoreError::Corrupt { what: a, reason: r },
-                StoreError::Corrupt { what: b, reason: t },
+                OutboxError::Corrupt { what: a, reason: r },
+                OutboxError::Corrupt { what: b, reason: t },
             ) => a == b && r == t,
-            (StoreError::OperationTaken(a), StoreError::OperationTaken(b)) => a == b,
-            (StoreError::QueueTaken(a), StoreError::QueueTaken(b)) => a == b,
+            (OutboxError::OperationTaken(a), OutboxError::OperationTaken(b)) => a == b,
+            (OutboxError::QueueTaken(a), OutboxError::QueueTaken(b)) => a == b,
             (
-                StoreError::LeaseLost {
+                OutboxError::LeaseLost {
                     session: a,
                     message: m,
                 },
-                StoreError::LeaseLost {
+                OutboxError::LeaseLost {
                     session: b,
                     message: n,
                 },
@@ -297,7 +297,7 @@ impl PartialEq for StoreError {
     }
 }
 
-impl Eq for StoreError {}
+impl Eq for OutboxError {}
 
 /// Outbox, identities, ledger and session-message routes. Every method is one
 /// transaction; see the module docs for the multi-record rules.
@@ -311,13 +311,13 @@ pub trait OutboxStore {
 
     /// Claims (session, operation) with `fingerprint` and writes `entry`, or returns the
     /// existing identity and writes nothing. A queue ID that already holds another
-    /// operation's entry is [`StoreError::QueueTaken`], and nothing is written.
+    /// operation's entry is [`OutboxError::QueueTaken`], and nothing is written.
     fn claim(
         &mut self,
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-    ) -> Result<Claim, StoreError>;
+    ) -> Result<Claim, OutboxError>;
 
     /// [`OutboxStore::claim`], and when it claimed, the ledger row of
     /// (`ledger_session`, the entry's operation) becomes `record`, in the same
@@ -330,7 +330,7 @@ pub trait OutboxStore {
         entry: &OutboxEntry,
         ledger_session: &SessionId,
         record: &LedgerRecord,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, OutboxError> {
         let claim = self.claim(session, fingerprint, entry)?;
         if claim == Claim::Claimed {
             self.put_ledger(ledger_session, &entry.operation_id, record)?;
@@ -349,7 +349,7 @@ pub trait OutboxStore {
         new: &OutboxEntry,
         ledger_session: &SessionId,
         record: &LedgerRecord,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, OutboxError> {
         if !self.replace_entry(session, expected, new)? {
             return Ok(false);
         }
@@ -365,20 +365,20 @@ pub trait OutboxStore {
         fingerprint: &Digest256,
         entry: &OutboxEntry,
         route: &SessionMessageRoute,
-    ) -> Result<RouteClaim, StoreError>;
+    ) -> Result<RouteClaim, OutboxError>;
 
     /// The identity row of (session, operation).
     fn identity(
         &mut self,
         session: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<Identity>, StoreError>;
+    ) -> Result<Option<Identity>, OutboxError>;
 
     /// The session's outbox in queue order; undecodable rows come back blocked.
-    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, StoreError>;
+    fn entries(&mut self, session: &SessionId) -> Result<Vec<StoredEntry>, OutboxError>;
 
     /// Every session with a saved outbox entry.
-    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, StoreError>;
+    fn outbox_sessions(&mut self) -> Result<Vec<SessionId>, OutboxError>;
 
     /// Replaces `expected` with `new` (same queue ID) only while the stored entry still
     /// equals `expected`. False when it changed or is gone.
@@ -387,11 +387,11 @@ pub trait OutboxStore {
         session: &SessionId,
         expected: &OutboxEntry,
         new: &OutboxEntry,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, OutboxError>;
 
     /// An edit: claims `new.operation_id` with `fingerprint`, marks the old operation
     /// removed and rewrites the entry, only while it still equals `expected`.
-    /// `Ok(false)` when the entry changed; [`StoreError::OperationTaken`] when the new
+    /// `Ok(false)` when the entry changed; [`OutboxError::OperationTaken`] when the new
     /// operation was claimed before.
     fn rekey_entry(
         &mut self,
@@ -399,28 +399,28 @@ pub trait OutboxStore {
         expected: &OutboxEntry,
         fingerprint: &Digest256,
         new: &OutboxEntry,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, OutboxError>;
 
     /// Removes the entry `queue_id`; its identity stays, marked removed.
     fn remove_entry(
         &mut self,
         session: &SessionId,
         queue_id: &QueueId,
-    ) -> Result<Option<OutboxEntry>, StoreError>;
+    ) -> Result<Option<OutboxEntry>, OutboxError>;
 
     /// Sets the position of each listed entry (a renumbering of the queue).
     fn set_positions(
         &mut self,
         session: &SessionId,
         positions: &[(QueueId, i64)],
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), OutboxError>;
 
     /// The ledger row of (session, operation).
     fn ledger(
         &mut self,
         session: &SessionId,
         op: &OperationId,
-    ) -> Result<Option<LedgerRecord>, StoreError>;
+    ) -> Result<Option<LedgerRecord>, OutboxError>;
 
     /// Stores a ledger row (the caller applied [`crate::ledger::transition`]).
     fn put_ledger(
@@ -428,7 +428,7 @@ pub trait OutboxStore {
         session: &SessionId,
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), OutboxError>;
 
     /// One transaction: the ledger of (`scope[0]`, `op`) becomes `record` (sent), then
     /// every entry of `op` in every session of `scope` is removed (identities marked
@@ -438,17 +438,17 @@ pub trait OutboxStore {
         scope: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
-    ) -> Result<Vec<(SessionId, QueueId)>, StoreError>;
+    ) -> Result<Vec<(SessionId, QueueId)>, OutboxError>;
 
     /// The route of a session message.
-    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, StoreError>;
+    fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, OutboxError>;
 
     /// Updates a route's delivery.
     fn set_route_delivery(
         &mut self,
         op: &OperationId,
         delivery: RouteDelivery,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), OutboxError>;
 }
 
 #[cfg(test)]
@@ -461,25 +461,25 @@ mod tests {
     #[test]
     fn errors_carry_their_source_and_say_what_to_do() {
         let io = std::io::Error::other("disk I/O error");
-        let e = StoreError::backend(io);
+        let e = OutboxError::backend(io);
         assert_eq!(e.kind(), StoreErrorKind::Unavailable);
         assert_eq!(e.to_string(), "outbox store unavailable: disk I/O error");
         assert_eq!(
             e.source().map(ToString::to_string).as_deref(),
             Some("disk I/O error")
         );
-        assert!(StoreError::unavailable("busy").source().is_none());
-        let corrupt = StoreError::Corrupt {
+        assert!(OutboxError::unavailable("busy").source().is_none());
+        let corrupt = OutboxError::Corrupt {
             what: "entry".into(),
             reason: "bad".into(),
         };
         assert_eq!(corrupt.kind(), StoreErrorKind::Corrupt);
         let op = OperationId::new("op-1").expect("id");
         assert_eq!(
-            StoreError::OperationTaken(op).kind(),
+            OutboxError::OperationTaken(op).kind(),
             StoreErrorKind::Conflict
         );
         let q = QueueId::new("q-1").expect("id");
-        assert_eq!(StoreError::QueueTaken(q).kind(), StoreErrorKind::Conflict);
+        assert_eq!(OutboxError::QueueTaken(q).kind(), StoreErrorKind::Conflict);
     }
 }

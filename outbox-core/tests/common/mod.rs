@@ -4,7 +4,7 @@
 use fixtures::adapters::ScriptedAdapter;
 use fixtures::failing::FailingStore;
 use outbox_core::adapter::{AttemptId, Capabilities};
-use outbox_core::custody::{Custody, Effect, SessionInfo, SubmitRequest};
+use outbox_core::custody::{Custody, CustodyEffect, SessionInfo, SubmitRequest};
 use outbox_core::entry::{Controls, MessageRequest, OutboxEntry, Receipt};
 use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
 use outbox_core::store::memory::MemoryOutboxStore;
@@ -68,7 +68,7 @@ pub struct Bench {
     pub c: Custody<TestStore>,
     pub agent: ScriptedAdapter,
     pub now: Millis,
-    pub notes: Vec<Effect>,
+    pub notes: Vec<CustodyEffect>,
     /// The attempt of the last stop request seen by [`Bench::effects`].
     pub last_stop: Option<AttemptId>,
 }
@@ -110,17 +110,17 @@ impl Bench {
 
     /// The effects waiting, with each stop request's attempt kept in `last_stop` and
     /// shown as `AttemptId(0)`, so assertions compare what was asked.
-    pub fn effects(&mut self) -> Vec<Effect> {
-        let raw: Vec<Effect> = std::iter::from_fn(|| self.c.poll_effect()).collect();
+    pub fn effects(&mut self) -> Vec<CustodyEffect> {
+        let raw: Vec<CustodyEffect> = std::iter::from_fn(|| self.c.poll_effect()).collect();
         raw.into_iter()
             .map(|e| match e {
-                Effect::StopRun {
+                CustodyEffect::Stop {
                     attempt,
                     session,
                     run,
                 } => {
                     self.last_stop = Some(attempt);
-                    Effect::StopRun {
+                    CustodyEffect::Stop {
                         attempt: AttemptId(0),
                         session,
                         run,
@@ -163,9 +163,13 @@ impl Bench {
 }
 
 /// The attempt of the history read of (`session`, `op`) among `effects`, if one was asked.
-pub fn history_read(effects: &[Effect], session: &str, operation: &str) -> Option<AttemptId> {
+pub fn history_read(
+    effects: &[CustodyEffect],
+    session: &str,
+    operation: &str,
+) -> Option<AttemptId> {
     effects.iter().find_map(|e| match e {
-        Effect::ReadHistory {
+        CustodyEffect::ReadHistory {
             attempt,
             session: at,
             operation_id,

@@ -12,7 +12,7 @@ use timeline_core::key::{RunId, SessionId, TargetId};
 use timeline_core::policy::MAX_EXACT_INTEGER;
 
 use super::{
-    created_epoch, next_epoch, CleanupJournal, OverlayRows, OverlayStore, Snapshot, StoreError,
+    created_epoch, next_epoch, CleanupJournal, OverlayError, OverlayRows, OverlayStore, Snapshot,
     StoredBlock, StoredOverlay, Update,
 };
 use crate::overlay::reducer::{apply, Change};
@@ -49,10 +49,10 @@ impl MemoryOverlayStore {
 }
 
 impl MemoryOverlayStore {
-    /// The next revision from the counter, or [`StoreError::RevisionExhausted`].
-    fn next_revision(&self) -> Result<u64, StoreError> {
+    /// The next revision from the counter, or [`OverlayError::RevisionExhausted`].
+    fn next_revision(&self) -> Result<u64, OverlayError> {
         if self.revision >= MAX_EXACT_INTEGER {
-            return Err(StoreError::RevisionExhausted);
+            return Err(OverlayError::RevisionExhausted);
         }
         Ok(self.revision + 1)
     }
@@ -63,7 +63,7 @@ impl OverlayStore for MemoryOverlayStore {
         &mut self,
         session: &SessionId,
         target: &TargetId,
-    ) -> Result<Option<StoredOverlay>, StoreError> {
+    ) -> Result<Option<StoredOverlay>, OverlayError> {
         Ok(self
             .overlays
             .get(&(session.clone(), target.clone()))
@@ -77,11 +77,11 @@ impl OverlayStore for MemoryOverlayStore {
         expected: Option<u64>,
         epoch: u64,
         blocks: Vec<StoredBlock>,
-    ) -> Result<StoredOverlay, StoreError> {
+    ) -> Result<StoredOverlay, OverlayError> {
         let k = (session.clone(), target.clone());
         let current = self.overlays.get(&k);
         if current.map(|o| o.revision) != expected {
-            return Err(StoreError::Stale {
+            return Err(OverlayError::Stale {
                 current: current.map(|c| Box::new(c.to_stored())),
             });
         }
@@ -90,7 +90,7 @@ impl OverlayStore for MemoryOverlayStore {
             None => created_epoch(epoch, self.deleted.get(&k).copied()),
         };
         let rows =
-            OverlayRows::from_blocks(blocks).map_err(|key| StoreError::DuplicateKey { key })?;
+            OverlayRows::from_blocks(blocks).map_err(|key| OverlayError::DuplicateKey { key })?;
         self.revision = self.next_revision()?;
         let stored = Snapshot::new(self.revision, epoch, rows);
         let whole = stored.to_stored();
@@ -104,7 +104,7 @@ impl OverlayStore for MemoryOverlayStore {
         session: &SessionId,
         target: &TargetId,
         change: &Change,
-    ) -> Result<Update, StoreError> {
+    ) -> Result<Update, OverlayError> {
         let k = (session.clone(), target.clone());
         let current = self.overlays.get(&k);
         let rows = current.map_or_else(OverlayRows::new, |c| c.rows().clone());
@@ -130,7 +130,7 @@ impl OverlayStore for MemoryOverlayStore {
         })
     }
 
-    fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, StoreError> {
+    fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, OverlayError> {
         let k = (session.clone(), target.clone());
         let Some(gone) = self.overlays.remove(&k) else {
             return Ok(false);
@@ -139,7 +139,7 @@ impl OverlayStore for MemoryOverlayStore {
         Ok(true)
     }
 
-    fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, StoreError> {
+    fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, OverlayError> {
         Ok(self
             .overlays
             .keys()
@@ -148,25 +148,25 @@ impl OverlayStore for MemoryOverlayStore {
             .collect())
     }
 
-    fn current_revision(&mut self) -> Result<u64, StoreError> {
+    fn current_revision(&mut self) -> Result<u64, OverlayError> {
         Ok(self.revision)
     }
 }
 
 impl CleanupJournal for MemoryOverlayStore {
-    fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError> {
+    fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), OverlayError> {
         self.journal.insert((session.clone(), run.clone()));
         Ok(())
     }
 
-    fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, StoreError> {
+    fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, OverlayError> {
         Ok(self.journal.remove(&(session.clone(), run.clone())))
     }
 
     fn pending_cleanups(
         &mut self,
         session: Option<&SessionId>,
-    ) -> Result<Vec<(SessionId, RunId)>, StoreError> {
+    ) -> Result<Vec<(SessionId, RunId)>, OverlayError> {
         Ok(self
             .journal
             .iter()

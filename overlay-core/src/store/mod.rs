@@ -5,7 +5,7 @@
 //! - [`OverlayStore`]: one overlay per (app session, timeline target), and the single
 //!   global revision counter. A write is a compare-and-set on the revision the writer
 //!   read, and takes its new revision from the counter **in the same transaction**; a
-//!   stale writer gets [`StoreError::Stale`] with the current snapshot and retries
+//!   stale writer gets [`OverlayError::Stale`] with the current snapshot and retries
 //!   against it. [`OverlayStore::update`] is that loop for one [`Change`]; a store that
 //!   keeps [`OverlayRows`] overrides it so a write costs O(k log n) for k changed rows in
 //!   an n-row overlay and persists only the rows that changed.
@@ -18,12 +18,12 @@
 //! - a target's settlement epoch never starts over: a target written again after a
 //!   delete starts one above the epoch it was deleted at ([`created_epoch`]), whatever
 //!   epoch the write asks for (see below);
-//! - the counter refuses to pass 9,007,199,254,740,991 ([`StoreError::RevisionExhausted`]);
+//! - the counter refuses to pass 9,007,199,254,740,991 ([`OverlayError::RevisionExhausted`]);
 //! - an empty overlay is stored like any other, so the target keeps its epoch and
 //!   revision;
 //! - one row per key: rows that hold a key twice are refused
-//!   ([`StoreError::DuplicateKey`]) and never stored;
-//! - a row that cannot be decoded is reported as [`StoreError::Corrupt`], never dropped.
+//!   ([`OverlayError::DuplicateKey`]) and never stored;
+//! - a row that cannot be decoded is reported as [`OverlayError::Corrupt`], never dropped.
 //!
 //! # A deleted target that comes back
 //!
@@ -59,7 +59,7 @@ pub use write::{write, WriteResult};
 /// Why a store call failed, grouped by what the caller does next.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
-pub enum StoreError {
+pub enum OverlayError {
     /// Compare-and-set lost: another writer stored `current` since the caller read.
     /// Retry against it.
     #[error("stale overlay write: the target changed since it was read")]
@@ -107,13 +107,13 @@ pub trait OverlayStore {
         &mut self,
         session: &SessionId,
         target: &TargetId,
-    ) -> Result<Option<StoredOverlay>, StoreError>;
+    ) -> Result<Option<StoredOverlay>, OverlayError>;
 
     /// Stores `blocks` (in any order; stored in canonical order) with `epoch` if the
     /// target's revision is still `expected` (`None`: no row yet), taking the next
     /// revision from the global counter in the same transaction. Returns what was
-    /// stored. A stale `expected` is [`StoreError::Stale`]; rows that hold a key twice
-    /// are [`StoreError::DuplicateKey`]. A target created again after a delete stores
+    /// stored. A stale `expected` is [`OverlayError::Stale`]; rows that hold a key twice
+    /// are [`OverlayError::DuplicateKey`]. A target created again after a delete stores
     /// [`created_epoch`]`(epoch, ..)`, not a lower epoch. This replaces the whole
     /// overlay: a writer of one change uses [`OverlayStore::update`].
     fn compare_and_set(
@@ -123,7 +123,7 @@ pub trait OverlayStore {
         expected: Option<u64>,
         epoch: u64,
         blocks: Vec<StoredBlock>,
-    ) -> Result<StoredOverlay, StoreError>;
+    ) -> Result<StoredOverlay, OverlayError>;
 
     /// Reads the target, applies `change` ([`crate::overlay::apply`]) and stores the
     /// result with the next revision, as one atomic step; nothing is written when the
@@ -139,12 +139,12 @@ pub trait OverlayStore {
         session: &SessionId,
         target: &TargetId,
         change: &Change,
-    ) -> Result<Update, StoreError> {
+    ) -> Result<Update, OverlayError> {
         let mut current = self.load(session, target)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let rows = match &current {
                 Some(c) => OverlayRows::from_blocks(c.blocks.clone()).map_err(|key| {
-                    StoreError::Corrupt {
+                    OverlayError::Corrupt {
                         what: format!("overlay {session}/{target}"),
                         reason: format!("the stored overlay holds two blocks with the key {key}"),
                     }
@@ -167,11 +167,11 @@ pub trait OverlayStore {
                         changes: next.changes,
                     })
                 }
-                Err(StoreError::Stale { current: now }) => current = now.map(|b| *b),
+                Err(OverlayError::Stale { current: now }) => current = now.map(|b| *b),
                 Err(e) => return Err(e),
             }
         }
-        Err(StoreError::Unavailable(format!(
+        Err(OverlayError::Unavailable(format!(
             "overlay write lost {MAX_WRITE_ATTEMPTS} compare-and-set races in a row"
         )))
     }
@@ -180,13 +180,13 @@ pub trait OverlayStore {
     /// the target's epoch, so a later first write of the target stores
     /// [`created_epoch`] (through [`OverlayStore::compare_and_set`] with `expected:
     /// None` as well as through [`OverlayStore::update`]).
-    fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, StoreError>;
+    fn delete(&mut self, session: &SessionId, target: &TargetId) -> Result<bool, OverlayError>;
 
     /// Every target of a session that has a stored overlay.
-    fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, StoreError>;
+    fn targets(&mut self, session: &SessionId) -> Result<Vec<TargetId>, OverlayError>;
 
     /// The last revision the counter handed out (0 before the first write).
-    fn current_revision(&mut self) -> Result<u64, StoreError>;
+    fn current_revision(&mut self) -> Result<u64, OverlayError>;
 }
 
 /// The epoch a write stores: the stored one (0 for a new target), plus one when the
@@ -234,12 +234,12 @@ pub enum Update {
 /// The terminal-cleanup journal (OV-06).
 pub trait CleanupJournal {
     /// Records (session, run); recording it twice keeps one row.
-    fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), StoreError>;
+    fn add_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<(), OverlayError>;
     /// Removes the row; false when there was none.
-    fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, StoreError>;
+    fn remove_cleanup(&mut self, session: &SessionId, run: &RunId) -> Result<bool, OverlayError>;
     /// The pending rows of one session, or of all sessions.
     fn pending_cleanups(
         &mut self,
         session: Option<&SessionId>,
-    ) -> Result<Vec<(SessionId, RunId)>, StoreError>;
+    ) -> Result<Vec<(SessionId, RunId)>, OverlayError>;
 }

@@ -2,7 +2,7 @@
 
 use timeline_core::key::{SessionId, TargetId};
 
-use super::{Changes, OverlayStore, Snapshot, StoreError, StoredOverlay, Update};
+use super::{Changes, OverlayError, OverlayStore, Snapshot, StoredOverlay, Update};
 use crate::overlay::reducer::Change;
 
 /// What [`write()`] did.
@@ -47,7 +47,7 @@ pub fn write<S: OverlayStore + ?Sized>(
     session: &SessionId,
     target: &TargetId,
     change: &Change,
-) -> Result<WriteResult, StoreError> {
+) -> Result<WriteResult, OverlayError> {
     Ok(match store.update(session, target, change)? {
         Update::Written {
             base_revision,

@@ -7,7 +7,7 @@ use timeline_core::cursor::BoundaryToken;
 use timeline_core::key::{BlockKey, BlockType, OperationId, TargetId};
 use timeline_core::order::SourceOrder;
 use timeline_core::time::Millis;
-use timeline_core::timeline::{ClientMode, Effect, Origin, RequestTag, Timeline};
+use timeline_core::timeline::{ClientMode, Origin, RequestTag, Timeline, TimelineEffect};
 use timeline_core::wire::{LiveOverlay, TimelineWindow};
 
 pub fn key(t: BlockType, id: &str) -> BlockKey {
@@ -63,17 +63,17 @@ pub fn ids(t: &Timeline) -> Vec<(Origin, String)> {
 }
 
 /// Drains effects and returns them.
-pub fn effects(t: &mut Timeline) -> Vec<Effect> {
+pub fn effects(t: &mut Timeline) -> Vec<TimelineEffect> {
     std::iter::from_fn(|| t.poll_effect()).collect()
 }
 
 /// The tag of the newest latest-window request among `effects`.
-pub fn latest_tag(effects: &[Effect]) -> RequestTag {
+pub fn latest_tag(effects: &[TimelineEffect]) -> RequestTag {
     effects
         .iter()
         .rev()
         .find_map(|e| match e {
-            Effect::LoadLatestWindow { tag, .. } => Some(tag.clone()),
+            TimelineEffect::LoadLatestWindow { tag, .. } => Some(tag.clone()),
             _ => None,
         })
         .expect("a latest-window request")
