@@ -195,8 +195,7 @@ impl<S: OutboxStore> Custody<S> {
         let fp = request_fingerprint(&recipient, &queue_id, &entry.request);
         let claim = self
             .mirror
-            .store
-            .claim_session_message(&recipient, &fp, &entry, &route);
+            .claim_session_message(&recipient, &fp, &entry, &route, here);
         let claim = match claim {
             Ok(claim) => claim,
             Err(e) => {
@@ -216,7 +215,6 @@ impl<S: OutboxStore> Custody<S> {
             }
             RouteClaim::Claimed => {
                 if here {
-                    self.mirror.put(&recipient, entry);
                     self.wake(&recipient, now);
                 }
                 Ok(match hold {

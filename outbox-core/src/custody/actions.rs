@@ -7,7 +7,7 @@ use super::results::held_unconfirmed_steer;
 use super::{ActionError, Custody, ReadPurpose};
 use crate::entry::{Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT};
 use crate::fingerprint::request_fingerprint;
-use crate::ids::{base_session, OperationId, QueueId, SessionId};
+use crate::ids::{OperationId, QueueId, SessionId};
 use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
 impl<S: OutboxStore> Custody<S> {
@@ -39,11 +39,8 @@ impl<S: OutboxStore> Custody<S> {
         new.operation_id = new_operation.clone();
         new.request = request;
         let fp = request_fingerprint(session, queue_id, &new.request);
-        match self.mirror.store.rekey_entry(session, &current, &fp, &new) {
+        match self.mirror.rekey(session, &current, &fp, new) {
             Ok(true) => {
-                self.mirror
-                    .drop_ledger(base_session(session), current.operation_id.clone());
-                self.mirror.put(session, new);
                 self.wake(session, now);
                 Ok(Receipt {
                     session_id: session.clone(),
@@ -91,13 +88,10 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), ActionError> {
         let current = self.queued_entry(session, queue_id)?;
-        if let Err(e) = self.mirror.store.remove_entry(session, queue_id) {
+        if let Err(e) = self.mirror.remove_entry(session, &current) {
             self.forget(session, now);
             return Err(e.into());
         }
-        self.mirror.remove(session, queue_id);
-        self.mirror
-            .drop_ledger(base_session(session), current.operation_id.clone());
         if current.session_message.is_some() {
             self.set_delivery(&current.operation_id, RouteDelivery::Declined)?;
         }
@@ -164,7 +158,8 @@ impl<S: OutboxStore> Custody<S> {
         if let Some(origin) = &mut new.session_message {
             origin.approved = true;
         }
-        self.interrupt_spent
+        self.asked
+            .interrupt_spent
             .remove(&(session.clone(), new.operation_id.clone()));
         new.position = self.place(session, Intent::Automatic, Some(&current.queue_id), now)?;
         if self.replace(session, current, new.clone(), now)? {

@@ -52,13 +52,19 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     fn busy_lanes(&self, session: &SessionId) -> (bool, bool) {
-        self.lanes
+        self.asked
+            .lanes
             .get(session)
             .map_or((false, false), |l| (l.normal.busy, l.steer.busy))
     }
 
     fn pass(&mut self, session: &SessionId, kind: LaneKind, now: Millis) {
-        let lane = self.lanes.entry(session.clone()).or_default().get(kind);
+        let lane = self
+            .asked
+            .lanes
+            .entry(session.clone())
+            .or_default()
+            .get(kind);
         if lane.busy {
             lane.follow_up = true;
             return;
@@ -87,7 +93,12 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     pub(super) fn finish(&mut self, session: &SessionId, kind: LaneKind, now: Millis) {
-        let lane = self.lanes.entry(session.clone()).or_default().get(kind);
+        let lane = self
+            .asked
+            .lanes
+            .entry(session.clone())
+            .or_default()
+            .get(kind);
         lane.busy = false;
         // The finishing pass returns the follow-up; wake both lanes of every session of
         // the scope, since any result (a run that ended, an entry that left) can free
@@ -101,7 +112,7 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     fn normal_pass(&mut self, session: &SessionId, now: Millis) -> Result<(), OutboxError> {
-        if self.interrupts.contains_key(session) {
+        if self.asked.interrupts.contains_key(session) {
             return Ok(());
         }
         // An entry that is sending without an acceptance is a send in flight or a read
@@ -126,6 +137,7 @@ impl<S: OutboxStore> Custody<S> {
         // A run is active in the scope: a steer for it goes through the steer lane, an
         // interrupt stops it, anything else waits for it to end.
         let spent = self
+            .asked
             .interrupt_spent
             .contains(&(session.clone(), head.operation_id.clone()));
         match head.controls.send_mode {
@@ -421,7 +433,7 @@ impl<S: OutboxStore> Custody<S> {
                 && !self.rolled_back(session, &sending.operation_id),
             fresh_thread: false,
         };
-        self.in_flight.insert(
+        self.asked.in_flight.insert(
             attempt,
             InFlight {
                 snapshot: sending,
@@ -430,7 +442,8 @@ impl<S: OutboxStore> Custody<S> {
                 request: request.clone(),
             },
         );
-        self.lanes
+        self.asked
+            .lanes
             .entry(session.clone())
             .or_default()
             .get(lane)

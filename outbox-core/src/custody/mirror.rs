@@ -10,10 +10,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::state::SessionState;
+use super::work::Work;
+use super::STORE_RETRY;
 use crate::entry::OutboxEntry;
+use crate::fingerprint::Digest256;
 use crate::ids::{base_session, OperationId, QueueId, SessionId};
 use crate::ledger::LedgerRecord;
-use crate::store::{OutboxError, OutboxStore};
+use crate::store::{Claim, OutboxError, OutboxStore, RouteClaim, SessionMessageRoute};
+use timeline_core::time::Millis;
 
 /// The store and what custody keeps of it in memory. See the module docs.
 #[derive(Debug)]
@@ -41,7 +45,7 @@ impl<S> Mirror<S> {
     }
 
     /// Memory follows a write the store took.
-    pub(crate) fn put(&mut self, session: &SessionId, entry: OutboxEntry) {
+    fn put(&mut self, session: &SessionId, entry: OutboxEntry) {
         if let Some(state) = self.states.get_mut(session) {
             state.put(entry);
         }
@@ -51,20 +55,20 @@ impl<S> Mirror<S> {
     }
 
     /// Memory follows a removal the store took.
-    pub(crate) fn remove(&mut self, session: &SessionId, queue_id: &QueueId) {
+    fn remove(&mut self, session: &SessionId, queue_id: &QueueId) {
         if let Some(state) = self.states.get_mut(session) {
             state.remove(queue_id);
         }
     }
 
     /// The ledger row of `op` in the scope of `base` is `record` (the store took it).
-    pub(crate) fn ledger_is(&mut self, base: SessionId, op: OperationId, record: LedgerRecord) {
+    fn ledger_is(&mut self, base: SessionId, op: OperationId, record: LedgerRecord) {
         self.ledgers.insert((base, op), Some(record));
     }
 
     /// The ledger row of `op` in the scope of `base` is no longer kept in memory (the
     /// operation left the outbox, or its row is unknown after a failed write).
-    pub(crate) fn drop_ledger(&mut self, base: SessionId, op: OperationId) {
+    fn drop_ledger(&mut self, base: SessionId, op: OperationId) {
         self.ledgers.remove(&(base, op));
     }
 
@@ -161,6 +165,120 @@ impl<S: OutboxStore> Mirror<S> {
         Ok(written)
     }
 
+    /// Saves a new entry unless its operation is known ([`OutboxStore::claim`]); memory
+    /// follows a claim the store took.
+    pub(crate) fn claim(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+    ) -> Result<Claim, OutboxError> {
+        let claim = self.store.claim(session, fingerprint, entry)?;
+        if let Claim::Claimed = claim {
+            self.put(session, entry.clone());
+        }
+        Ok(claim)
+    }
+
+    /// Saves a new entry already sending with its ledger row `record` in the scope of
+    /// `base`, in one transaction ([`OutboxStore::claim_sending`]); memory follows a claim
+    /// the store took.
+    pub(crate) fn claim_sending(
+        &mut self,
+        session: &SessionId,
+        fingerprint: &Digest256,
+        sending: &OutboxEntry,
+        base: &SessionId,
+        record: &LedgerRecord,
+    ) -> Result<Claim, OutboxError> {
+        let claim = self
+            .store
+            .claim_sending(session, fingerprint, sending, base, record)?;
+        if let Claim::Claimed = claim {
+            self.put(session, sending.clone());
+            self.ledger_is(base.clone(), sending.operation_id.clone(), record.clone());
+        }
+        Ok(claim)
+    }
+
+    /// Saves a message from another session with its route
+    /// ([`OutboxStore::claim_session_message`]); memory follows a claim the store took
+    /// when the recipient's outbox is served here (`here`).
+    pub(crate) fn claim_session_message(
+        &mut self,
+        recipient: &SessionId,
+        fingerprint: &Digest256,
+        entry: &OutboxEntry,
+        route: &SessionMessageRoute,
+        here: bool,
+    ) -> Result<RouteClaim, OutboxError> {
+        let claim = self
+            .store
+            .claim_session_message(recipient, fingerprint, entry, route)?;
+        if let (RouteClaim::Claimed, true) = (&claim, here) {
+            self.put(recipient, entry.clone());
+        }
+        Ok(claim)
+    }
+
+    /// Gives `expected` a new operation (`new`, an edit); memory follows when the store
+    /// took it, and the old operation's ledger row leaves memory with it. False when the
+    /// store holds something else.
+    pub(crate) fn rekey(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        fingerprint: &Digest256,
+        new: OutboxEntry,
+    ) -> Result<bool, OutboxError> {
+        let written = self
+            .store
+            .rekey_entry(session, expected, fingerprint, &new)?;
+        if written {
+            self.drop_ledger(base_session(session), expected.operation_id.clone());
+            self.put(session, new);
+        }
+        Ok(written)
+    }
+
+    /// Removes the queued entry `entry` of `session`; memory follows, its operation's
+    /// ledger row leaving memory with it.
+    pub(crate) fn remove_entry(
+        &mut self,
+        session: &SessionId,
+        entry: &OutboxEntry,
+    ) -> Result<(), OutboxError> {
+        self.store.remove_entry(session, &entry.queue_id)?;
+        self.remove(session, &entry.queue_id);
+        self.drop_ledger(base_session(session), entry.operation_id.clone());
+        Ok(())
+    }
+
+    /// Gives entries of `session` new positions (one store write); memory follows.
+    pub(crate) fn set_positions(
+        &mut self,
+        session: &SessionId,
+        positions: &[(QueueId, i64)],
+    ) -> Result<(), OutboxError> {
+        self.store.set_positions(session, positions)?;
+        let moved: Vec<OutboxEntry> = match self.states.get(session) {
+            Some(state) => positions
+                .iter()
+                .filter_map(|(q, p)| {
+                    state.get(q).cloned().map(|mut e| {
+                        e.position = *p;
+                        e
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        for e in moved {
+            self.put(session, e);
+        }
+        Ok(())
+    }
+
     /// The ledger row the store holds (read once, then kept).
     pub(crate) fn stored_ledger(
         &mut self,
@@ -226,5 +344,79 @@ impl<S: OutboxStore> Mirror<S> {
     /// True when `session` has a saved outbox.
     pub(crate) fn has_outbox(&mut self, session: &SessionId) -> Result<bool, OutboxError> {
         Ok(self.outbox_sessions()?.contains(session))
+    }
+}
+
+/// Custody's policy over its mirror: a session's outbox is read only for a scope this
+/// host serves, and a write the store did not take forgets the session and schedules
+/// its repair.
+impl<S: OutboxStore> super::Custody<S> {
+    /// The session's outbox, read from the store on first touch.
+    pub(crate) fn state(&mut self, session: &SessionId) -> Result<&mut SessionState, OutboxError> {
+        if !self.scope_granted(session) {
+            let base = crate::ids::base_session(session);
+            return Err(OutboxError::LeaseLost {
+                message: format!("this host does not serve session {base}"),
+                session: base,
+            });
+        }
+        let (state, loaded) = self.mirror.state(session)?;
+        if loaded {
+            self.stats.outbox_loads += 1;
+        }
+        Ok(state)
+    }
+
+    /// The entry `queue_id` as the store holds it.
+    pub(super) fn entry(
+        &mut self,
+        session: &SessionId,
+        queue_id: &QueueId,
+    ) -> Result<Option<OutboxEntry>, OutboxError> {
+        Ok(self.state(session)?.get(queue_id).cloned())
+    }
+
+    /// Forgets what memory holds of `session` (after a failed or refused write), and
+    /// schedules its repair: a write reported as failed may have been made, so an entry
+    /// may be out in the store with nothing in flight. [`STORE_RETRY`] later the session
+    /// is read again and every such entry is confirmed from the agent's history, as a
+    /// restart does; it is never sent again blindly.
+    pub(crate) fn forget(&mut self, session: &SessionId, now: Millis) {
+        self.mirror.forget(session);
+        let scheduled = self
+            .retries
+            .iter()
+            .any(|(_, r)| matches!(r, Work::Repair(s) if s == session));
+        if !scheduled {
+            let at = now.saturating_add(STORE_RETRY);
+            self.retries.push((at, Work::Repair(session.clone())));
+        }
+    }
+
+    /// Replaces `expected` with `new` in the store, then in memory. False when the store
+    /// holds something else (memory is forgotten then).
+    pub(crate) fn replace(
+        &mut self,
+        session: &SessionId,
+        expected: &OutboxEntry,
+        new: OutboxEntry,
+        now: Millis,
+    ) -> Result<bool, OutboxError> {
+        let written = self.mirror.replace(session, expected, new);
+        self.forget_unless_written(session, written, now)
+    }
+
+    /// A compare-and-set write the store did not take (it held something else, or
+    /// failed): memory of the session is forgotten and its repair scheduled.
+    pub(crate) fn forget_unless_written(
+        &mut self,
+        session: &SessionId,
+        written: Result<bool, OutboxError>,
+        now: Millis,
+    ) -> Result<bool, OutboxError> {
+        if !matches!(written, Ok(true)) {
+            self.forget(session, now);
+        }
+        written
     }
 }

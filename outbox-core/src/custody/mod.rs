@@ -168,10 +168,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use timeline_core::time::Millis;
 
 pub use crate::adapter::AttemptId;
-use crate::adapter::{
-    Capabilities, HistoryRead, ProofKind, SendRequest, SendResult, TakeBackResult,
-};
-use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, OutboxEntry, StoredEntry};
+use crate::adapter::{Capabilities, ProofKind, SendRequest, SendResult};
+use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, StoredEntry};
 use crate::ids::{OperationId, QueueId, RunId, SessionId};
 use crate::ledger::MemoryFallback;
 use crate::runs::{RunError, RunRegistry, STALE_RUN_AFTER};
@@ -180,6 +178,7 @@ use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 mod actions;
 mod drain;
 mod drive;
+mod lanes;
 mod ledger;
 mod mirror;
 mod results;
@@ -188,10 +187,14 @@ mod startup;
 mod state;
 mod stop;
 pub(crate) mod submit;
+mod work;
 
+use lanes::{
+    Asked, InFlight, Interrupt, LaneKind, PendingRead, PendingTakeBack, ReadPurpose, StopWorker,
+};
 use mirror::Mirror;
-use state::SessionState;
 pub use submit::validate_controls;
+use work::Work;
 
 /// The send path stops waiting this long after the hand-off; the send is uncertain.
 pub const SEND_PATH_DEADLINE: Millis = Millis(31_000);
@@ -514,144 +517,8 @@ pub struct CustodyStats {
     pub outbox_loads: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LaneKind {
-    Normal,
-    Steer,
-}
-
-#[derive(Clone, Debug, Default)]
-struct Lane {
-    busy: bool,
-    follow_up: bool,
-}
-
-#[derive(Clone, Debug, Default)]
-struct Lanes {
-    normal: Lane,
-    steer: Lane,
-}
-
-impl Lanes {
-    fn get(&mut self, kind: LaneKind) -> &mut Lane {
-        match kind {
-            LaneKind::Normal => &mut self.normal,
-            LaneKind::Steer => &mut self.steer,
-        }
-    }
-}
-
-/// A send handed to the agent and not answered yet.
-#[derive(Clone, Debug)]
-struct InFlight {
-    snapshot: OutboxEntry,
-    lane: LaneKind,
-    deadline: Millis,
-    request: SendRequest,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReadPurpose {
-    /// After an uncertain send, at start-up, or in the repair after a failed write.
-    Confirm,
-    /// After the run that accepted the message (or that a steer was sent to) ended: the
-    /// turn is over, so a readable history without the message proves the run did not
-    /// take it (OB-11, OB-15).
-    Settle,
-    /// Before reopening a canceled operation that had an acceptance.
-    Reopen,
-    /// Before the user's own send of a message held because custody could not confirm
-    /// whether the agent has it: found settles it as sent; otherwise it goes, once, since
-    /// the user was asked to check the timeline first and chose to send (OB-08).
-    UserSend,
-}
-
-/// A history read asked for and not answered yet.
-#[derive(Clone, Debug)]
-struct PendingRead {
-    session: SessionId,
-    purpose: ReadPurpose,
-    snapshot: OutboxEntry,
-}
-
-/// A take-back asked for and not answered yet.
-#[derive(Clone, Debug)]
-struct PendingTakeBack {
-    session: SessionId,
-    snapshot: OutboxEntry,
-}
-
-#[derive(Clone, Debug)]
-struct Interrupt {
-    op: OperationId,
-    old_run: RunId,
-    deadline: Millis,
-    next_poll: Millis,
-}
-
-#[derive(Clone, Debug)]
-struct StopWorker {
-    callers: Vec<(CallerId, Millis)>,
-    retry_at: Option<Millis>,
-    /// The attempt of the stop in flight, if one is.
-    attempt: Option<AttemptId>,
-}
-
 /// An operation of a session.
 type SessionOp = (SessionId, OperationId);
-
-/// One unit of custody's work: an answer to apply, a session to wake or to read again.
-/// It runs at once ([`Custody::run_work`]); when a store write fails it is kept and done
-/// again at its deadline.
-#[derive(Clone, Debug)]
-enum Work {
-    /// Wake both lanes of a session.
-    Wake(SessionId),
-    /// Apply a send result.
-    Send(Box<InFlight>, SendResult),
-    /// Apply a history read.
-    Read(Box<PendingRead>, HistoryRead),
-    /// Apply a take-back answer.
-    TakeBack(Box<PendingTakeBack>, OperationId, TakeBackResult),
-    /// Record a delivery proof.
-    Proof(SessionId, OperationId),
-    /// Record that the agent rolled back the latest turn for a replace latest.
-    RolledBack(SessionId, OperationId),
-    /// Settle the entries of a run that ended.
-    Settle {
-        session: SessionId,
-        run: RunId,
-        untaken: Vec<OperationId>,
-    },
-    /// Read a session again and confirm every entry found out with nothing under way, as
-    /// a restart does: after a failed write, or when a run the registry does not hold
-    /// went silent.
-    Repair(SessionId),
-}
-
-impl Work {
-    fn session(&self) -> &SessionId {
-        match self {
-            Work::Wake(s)
-            | Work::Repair(s)
-            | Work::Proof(s, _)
-            | Work::RolledBack(s, _)
-            | Work::Settle { session: s, .. } => s,
-            Work::Send(f, _) => &f.request.session,
-            Work::Read(p, _) => &p.session,
-            Work::TakeBack(t, _, _) => &t.session,
-        }
-    }
-
-    fn operation(&self) -> Option<&OperationId> {
-        match self {
-            Work::Wake(_) | Work::Repair(_) | Work::Settle { .. } => None,
-            Work::Proof(_, op) | Work::RolledBack(_, op) | Work::TakeBack(_, op, _) => Some(op),
-            Work::Send(f, _) => Some(&f.request.operation_id),
-            Work::Read(p, _) => Some(&p.snapshot.operation_id),
-        }
-    }
-}
 
 /// The custody machine. See the module docs.
 pub struct Custody<S> {
@@ -660,19 +527,12 @@ pub struct Custody<S> {
     fallback: MemoryFallback,
     runs: RunRegistry,
     sessions: BTreeMap<SessionId, SessionInfo>,
-    lanes: BTreeMap<SessionId, Lanes>,
-    next_attempt: u64,
-    in_flight: BTreeMap<AttemptId, InFlight>,
-    reads: BTreeMap<AttemptId, PendingRead>,
-    interrupts: BTreeMap<SessionId, Interrupt>,
-    interrupt_spent: BTreeSet<(SessionId, OperationId)>,
+    /// What custody asked of the agent and has not had answered.
+    asked: Asked,
     /// Operations whose rollback the agent did (OB-11), the last [`ROLLED_BACK_KEPT`]:
     /// no attempt rolls back again, also while the store has not taken the entry
     /// without its `rollback_before_send` yet.
     rolled_back: (BTreeSet<SessionOp>, VecDeque<SessionOp>),
-    stops: BTreeMap<(SessionId, RunId), StopWorker>,
-    stop_cache: BTreeMap<(SessionId, RunId), Millis>,
-    take_backs: BTreeMap<AttemptId, PendingTakeBack>,
     vetoes: BTreeSet<(SessionId, RunId)>,
     retries: Vec<(Millis, Work)>,
     failures: BTreeMap<SessionId, StoreFailure>,
@@ -695,7 +555,10 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Custody<S> {
         f.debug_struct("Custody")
             .field("store", &self.mirror.store)
             .field("runs", &self.runs)
-            .field("in_flight", &self.in_flight.keys().collect::<Vec<_>>())
+            .field(
+                "in_flight",
+                &self.asked.in_flight.keys().collect::<Vec<_>>(),
+            )
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -715,16 +578,8 @@ impl<S: OutboxStore> Custody<S> {
             fallback: MemoryFallback::new(),
             runs: RunRegistry::new(),
             sessions: BTreeMap::new(),
-            lanes: BTreeMap::new(),
-            next_attempt: base,
-            in_flight: BTreeMap::new(),
-            reads: BTreeMap::new(),
-            interrupts: BTreeMap::new(),
-            interrupt_spent: BTreeSet::new(),
+            asked: Asked::new(base),
             rolled_back: (BTreeSet::new(), VecDeque::new()),
-            stops: BTreeMap::new(),
-            stop_cache: BTreeMap::new(),
-            take_backs: BTreeMap::new(),
             vetoes: BTreeSet::new(),
             retries: Vec::new(),
             failures: BTreeMap::new(),
@@ -806,14 +661,16 @@ impl<S: OutboxStore> Custody<S> {
         }
         let ours = |s: &SessionId| crate::ids::base_session(s) == base;
         self.mirror.forget_scope(&base);
-        self.lanes.retain(|s, _| !ours(s));
-        self.in_flight.retain(|_, f| !ours(&f.request.session));
-        self.reads.retain(|_, p| !ours(&p.session));
-        self.interrupts.retain(|s, _| !ours(s));
-        self.interrupt_spent.retain(|(s, _)| !ours(s));
-        self.stops.retain(|(s, _), _| !ours(s));
-        self.stop_cache.retain(|(s, _), _| !ours(s));
-        self.take_backs.retain(|_, t| !ours(&t.session));
+        self.asked.lanes.retain(|s, _| !ours(s));
+        self.asked
+            .in_flight
+            .retain(|_, f| !ours(&f.request.session));
+        self.asked.reads.retain(|_, p| !ours(&p.session));
+        self.asked.interrupts.retain(|s, _| !ours(s));
+        self.asked.interrupt_spent.retain(|(s, _)| !ours(s));
+        self.asked.stops.retain(|(s, _), _| !ours(s));
+        self.asked.stop_cache.retain(|(s, _), _| !ours(s));
+        self.asked.take_backs.retain(|_, t| !ours(&t.session));
         self.vetoes.retain(|(s, _)| !ours(s));
         self.retries.retain(|(_, r)| !ours(r.session()));
         self.failures.retain(|s, _| !ours(s));
@@ -896,8 +753,8 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     fn next_attempt(&mut self) -> AttemptId {
-        self.next_attempt = self.next_attempt.wrapping_add(1);
-        AttemptId(self.next_attempt)
+        self.asked.next_attempt = self.asked.next_attempt.wrapping_add(1);
+        AttemptId(self.asked.next_attempt)
     }
 
     /// The session's outbox in queue order, blocked entries included.
@@ -981,13 +838,14 @@ impl<S: OutboxStore> Custody<S> {
     /// The earliest deadline.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
-        let sends = self.in_flight.values().map(|f| f.deadline);
-        let interrupts = self.interrupts.values().map(|i| i.next_poll);
+        let sends = self.asked.in_flight.values().map(|f| f.deadline);
+        let interrupts = self.asked.interrupts.values().map(|i| i.next_poll);
         let callers = self
+            .asked
             .stops
             .values()
             .flat_map(|w| w.callers.iter().map(|(_, d)| *d));
-        let stop_retries = self.stops.values().filter_map(|w| w.retry_at);
+        let stop_retries = self.asked.stops.values().filter_map(|w| w.retry_at);
         let retries = self.retries.iter().map(|(at, _)| *at);
         let foreign = self
             .foreign_runs
@@ -1006,13 +864,14 @@ impl<S: OutboxStore> Custody<S> {
     /// Handles every deadline that passed. Safe to call early or twice.
     pub fn handle_timeout(&mut self, now: Millis) {
         let expired: Vec<AttemptId> = self
+            .asked
             .in_flight
             .iter()
             .filter(|(_, f)| f.deadline <= now)
             .map(|(k, _)| *k)
             .collect();
         for attempt in expired {
-            if let Some(f) = self.in_flight.remove(&attempt) {
+            if let Some(f) = self.asked.in_flight.remove(&attempt) {
                 let error = "the send path stopped waiting 31 s after the hand-off".to_owned();
                 self.run_work(
                     Work::Send(Box::new(f), SendResult::AdmissionUncertain { error }),
@@ -1035,94 +894,8 @@ impl<S: OutboxStore> Custody<S> {
             self.foreign_runs.remove(&key);
             self.run_work(Work::Repair(key.0), now);
         }
-        self.stop_cache.retain(|_, until| now < *until);
-        let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
-            .into_iter()
-            .partition(|(at, _)| *at <= now);
-        self.retries = later;
-        // Repairs come last: the answers due with them are applied (or kept again)
-        // first, so a repair never confirms from history an entry an answer is about
-        // to settle.
-        due.sort_by_key(|(_, r)| matches!(r, Work::Repair(_)));
-        let mut retried = BTreeMap::new();
-        for (_, retry) in due {
-            let session = retry.session().clone();
-            let done = self.run_work(retry, now);
-            let all_done = retried.entry(session).or_insert(true);
-            *all_done &= done;
-        }
-        // A session's failure shows until its retries succeed: none failed again, and no
-        // work is kept for it any more (the repair a failure schedules is not work kept).
-        for (session, all_done) in retried {
-            let kept = self
-                .retries
-                .iter()
-                .any(|(_, r)| r.session() == &session && !matches!(r, Work::Repair(_)));
-            if all_done && !kept {
-                self.failures.remove(&session);
-            }
-        }
-    }
-
-    // ----- failures --------------------------------------------------------------------
-
-    /// Does `work`; on a store failure keeps it for [`STORE_RETRY`] later and tells the
-    /// embedding. True when the work was done.
-    fn run_work(&mut self, work: Work, now: Millis) -> bool {
-        let result = match work.clone() {
-            Work::Wake(session) => {
-                self.wake(&session, now);
-                Ok(())
-            }
-            Work::Repair(session) => self
-                .confirm_sending(&session, now)
-                .map(|()| self.wake(&session, now)),
-            Work::Send(f, result) => self.apply_send_result(*f, result, now),
-            Work::Read(p, read) => self.apply_history_read(*p, read, now),
-            Work::TakeBack(t, op, result) => self.apply_take_back(*t, &op, result, now),
-            Work::Proof(session, op) => self.apply_delivery_proof(&session, &op, now),
-            Work::RolledBack(session, op) => self.apply_rolled_back(&session, &op, now),
-            Work::Settle {
-                session,
-                run,
-                untaken,
-            } => self
-                .settle_run(&session, &run, &untaken, now)
-                .map(|()| self.wake_scope(&session, now)),
-        };
-        match result {
-            Ok(()) => true,
-            Err(error) => {
-                self.retry_later(work, error, now);
-                false
-            }
-        }
-    }
-
-    /// Records a store failure met while doing `work`, and keeps the work for later.
-    fn retry_later(&mut self, work: Work, error: OutboxError, now: Millis) {
-        if self.lease_lost(&error, now) {
-            return;
-        }
-        let session = work.session().clone();
-        let waking = matches!(&work, Work::Wake(s) if self.retries.iter().any(|(_, r)| matches!(r, Work::Wake(t) if t == s)));
-        // Forgetting the session schedules its repair, which is all a failed repair
-        // needs.
-        let repairing = matches!(&work, Work::Repair(_));
-        let retry_at = now.saturating_add(STORE_RETRY);
-        self.forget(&session, now);
-        let failure = StoreFailure {
-            session: session.clone(),
-            operation_id: work.operation().cloned(),
-            error,
-            retry_at: Some(retry_at),
-        };
-        self.stats.store_failures += 1;
-        self.failures.insert(session, failure.clone());
-        self.effects.push_back(CustodyEffect::StoreFailed(failure));
-        if !waking && !repairing {
-            self.retries.push((retry_at, work));
-        }
+        self.asked.stop_cache.retain(|_, until| now < *until);
+        self.run_due_work(now);
     }
 
     /// Ends `run` in the registry (and in the shared one); false when it was not the
@@ -1148,119 +921,6 @@ impl<S: OutboxStore> Custody<S> {
             || self
                 .foreign_runs
                 .contains_key(&(session.clone(), run.clone()))
-    }
-
-    /// A new attempt for (`session`, `op`) begins: answers of its older attempts that
-    /// wait for a retry are dropped (counted as stale), so an old answer never lands on
-    /// the new attempt's entry, even when the two entries look the same. A dropped send
-    /// result frees the lane its attempt held; the new attempt's answer wakes the
-    /// session, so a wake-up that came meanwhile is not lost.
-    fn supersede(&mut self, session: &SessionId, op: &OperationId) {
-        let before = self.retries.len();
-        let mut freed = Vec::new();
-        self.retries.retain(|(_, r)| {
-            let answer = matches!(r, Work::Send(..) | Work::Read(..) | Work::TakeBack(..));
-            let dropped = answer && r.session() == session && r.operation() == Some(op);
-            if let (true, Work::Send(f, _)) = (dropped, r) {
-                freed.push(f.lane);
-            }
-            !dropped
-        });
-        self.stats.stale_answers += (before - self.retries.len()) as u64;
-        if let Some(lanes) = self.lanes.get_mut(session) {
-            for lane in freed {
-                lanes.get(lane).busy = false;
-            }
-        }
-    }
-
-    /// Settles a run's entries, or keeps that for later when the store fails.
-    fn settle_or_retry(
-        &mut self,
-        session: SessionId,
-        run: RunId,
-        untaken: Vec<OperationId>,
-        now: Millis,
-    ) {
-        self.run_work(
-            Work::Settle {
-                session,
-                run,
-                untaken,
-            },
-            now,
-        );
-    }
-
-    // ----- the in-memory outbox ----------------------------------------------------------
-
-    /// The session's outbox, read from the store on first touch.
-    pub(crate) fn state(&mut self, session: &SessionId) -> Result<&mut SessionState, OutboxError> {
-        if !self.scope_granted(session) {
-            let base = crate::ids::base_session(session);
-            return Err(OutboxError::LeaseLost {
-                message: format!("this host does not serve session {base}"),
-                session: base,
-            });
-        }
-        let (state, loaded) = self.mirror.state(session)?;
-        if loaded {
-            self.stats.outbox_loads += 1;
-        }
-        Ok(state)
-    }
-
-    /// The entry `queue_id` as the store holds it.
-    fn entry(
-        &mut self,
-        session: &SessionId,
-        queue_id: &QueueId,
-    ) -> Result<Option<OutboxEntry>, OutboxError> {
-        Ok(self.state(session)?.get(queue_id).cloned())
-    }
-
-    /// Forgets what memory holds of `session` (after a failed or refused write), and
-    /// schedules its repair: a write reported as failed may have been made, so an entry
-    /// may be out in the store with nothing in flight. [`STORE_RETRY`] later the session
-    /// is read again and every such entry is confirmed from the agent's history, as a
-    /// restart does; it is never sent again blindly.
-    pub(crate) fn forget(&mut self, session: &SessionId, now: Millis) {
-        self.mirror.forget(session);
-        let scheduled = self
-            .retries
-            .iter()
-            .any(|(_, r)| matches!(r, Work::Repair(s) if s == session));
-        if !scheduled {
-            let at = now.saturating_add(STORE_RETRY);
-            self.retries.push((at, Work::Repair(session.clone())));
-        }
-    }
-
-    /// Replaces `expected` with `new` in the store, then in memory. False when the store
-    /// holds something else (memory is forgotten then).
-    pub(crate) fn replace(
-        &mut self,
-        session: &SessionId,
-        expected: &OutboxEntry,
-        new: OutboxEntry,
-        now: Millis,
-    ) -> Result<bool, OutboxError> {
-        let written = self.mirror.replace(session, expected, new);
-        self.forget_unless_written(session, written, now)
-    }
-
-    /// A compare-and-set write the store did not take (it held something else, or
-    /// failed): memory of the session is forgotten and its repair scheduled.
-    pub(crate) fn forget_unless_written(
-        &mut self,
-        session: &SessionId,
-        written: Result<bool, OutboxError>,
-        now: Millis,
-    ) -> Result<bool, OutboxError> {
-        if !matches!(written, Ok(true)) {
-            self.forget(session, now);
-        }
-        written
     }
 }
 

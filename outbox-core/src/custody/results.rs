@@ -33,7 +33,7 @@ impl<S: OutboxStore> Custody<S> {
     /// changes the entry only while it still equals the snapshot taken when it went
     /// sending; the ledger moves only toward stronger proof either way.
     pub fn handle_send_result(&mut self, attempt: AttemptId, result: SendResult, now: Millis) {
-        let Some(f) = self.in_flight.remove(&attempt) else {
+        let Some(f) = self.asked.in_flight.remove(&attempt) else {
             self.stats.stale_answers += 1;
             return;
         };
@@ -138,7 +138,7 @@ impl<S: OutboxStore> Custody<S> {
                 request.fresh_thread = true;
                 request.rollback_before_send = false;
 
-                self.in_flight.insert(
+                self.asked.in_flight.insert(
                     attempt,
                     InFlight {
                         request: request.clone(),
@@ -241,7 +241,7 @@ impl<S: OutboxStore> Custody<S> {
                 break;
             }
         }
-        for f in self.in_flight.values_mut() {
+        for f in self.asked.in_flight.values_mut() {
             if &f.request.session == session && &f.request.operation_id == op {
                 f.request.rollback_before_send = false;
             }
@@ -251,7 +251,7 @@ impl<S: OutboxStore> Custody<S> {
 
     /// The answer to [`CustodyEffect::ReadHistory`] `attempt`.
     pub fn handle_history_read(&mut self, attempt: AttemptId, read: HistoryRead, now: Millis) {
-        let Some(p) = self.reads.remove(&attempt) else {
+        let Some(p) = self.asked.reads.remove(&attempt) else {
             self.stats.stale_answers += 1;
             return;
         };
@@ -332,7 +332,8 @@ impl<S: OutboxStore> Custody<S> {
     /// True while a history read is pending whose answer applies to `e` as it is: a
     /// read taken for the entry in another state (it changed since) settles nothing.
     pub(super) fn reading(&self, session: &SessionId, e: &OutboxEntry) -> bool {
-        self.reads
+        self.asked
+            .reads
             .values()
             .any(|p| &p.session == session && e.same_but_position(&p.snapshot))
     }
@@ -343,10 +344,12 @@ impl<S: OutboxStore> Custody<S> {
     /// (it changed since) applies to nothing, so it does not count.
     pub(super) fn nothing_in_flight(&self, session: &SessionId, e: &OutboxEntry) -> bool {
         let sending = self
+            .asked
             .in_flight
             .values()
             .any(|f| &f.request.session == session && e.same_but_position(&f.snapshot));
         let taking_back = self
+            .asked
             .take_backs
             .values()
             .any(|t| &t.session == session && e.same_but_position(&t.snapshot));
@@ -377,9 +380,10 @@ impl<S: OutboxStore> Custody<S> {
             .map_or(ProofKind::ClientIdEcho, |i| i.capabilities.proof);
         // A newer read of the same operation replaces an older one: only its answer
         // counts.
-        self.reads
+        self.asked
+            .reads
             .retain(|_, p| !(&p.session == session && p.snapshot.operation_id == operation_id));
-        self.reads.insert(
+        self.asked.reads.insert(
             attempt,
             PendingRead {
                 session: session.clone(),

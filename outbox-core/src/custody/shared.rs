@@ -221,7 +221,7 @@ impl<S: OutboxStore> Custody<S> {
         }
         for stop in scope.cancellations {
             let key = (stop.session.clone(), stop.run.clone());
-            if self.stops.contains_key(&key) {
+            if self.asked.stops.contains_key(&key) {
                 continue;
             }
             if self.run_active(&stop.session, &stop.run) {
@@ -421,7 +421,7 @@ impl<S: OutboxStore> Custody<S> {
                 (key.0, key.1, touched)
             })
             .collect();
-        let stops: Vec<(SessionId, RunId)> = self.stops.keys().cloned().collect();
+        let stops: Vec<(SessionId, RunId)> = self.asked.stops.keys().cloned().collect();
         let renewing = own
             .first()
             .map(|r| r.0.clone())

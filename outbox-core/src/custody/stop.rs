@@ -35,7 +35,7 @@ impl<S: OutboxStore> Custody<S> {
             self.replace(session, &head, head.with_state(held), now)?;
             return Ok(());
         }
-        self.interrupts.insert(
+        self.asked.interrupts.insert(
             session.clone(),
             Interrupt {
                 op: head.operation_id.clone(),
@@ -50,6 +50,7 @@ impl<S: OutboxStore> Custody<S> {
 
     pub(super) fn poll_interrupts(&mut self, now: Millis) {
         let due: Vec<(SessionId, Interrupt)> = self
+            .asked
             .interrupts
             .iter()
             .filter(|(_, i)| i.next_poll <= now)
@@ -63,20 +64,24 @@ impl<S: OutboxStore> Custody<S> {
             if old_active {
                 if now >= i.deadline {
                     // Still settling after 10 s: the message stays queued.
-                    self.interrupts.remove(&session);
-                    self.interrupt_spent.insert((session.clone(), i.op.clone()));
+                    self.asked.interrupts.remove(&session);
+                    self.asked
+                        .interrupt_spent
+                        .insert((session.clone(), i.op.clone()));
                 } else {
                     while i.next_poll <= now {
                         i.next_poll = i.next_poll.saturating_add(INTERRUPT_POLL);
                     }
-                    self.interrupts.insert(session.clone(), i);
+                    self.asked.interrupts.insert(session.clone(), i);
                 }
                 continue;
             }
-            self.interrupts.remove(&session);
+            self.asked.interrupts.remove(&session);
             if self.scope_run(&session).is_some() {
                 // A newer turn appeared during the wait: keep the message queued.
-                self.interrupt_spent.insert((session.clone(), i.op.clone()));
+                self.asked
+                    .interrupt_spent
+                    .insert((session.clone(), i.op.clone()));
                 continue;
             }
             self.wake(&session, now);
@@ -106,7 +111,12 @@ impl<S: OutboxStore> Custody<S> {
             return;
         }
         let k = (session.clone(), run.clone());
-        if self.stop_cache.get(&k).is_some_and(|until| now < *until) {
+        if self
+            .asked
+            .stop_cache
+            .get(&k)
+            .is_some_and(|until| now < *until)
+        {
             if let Some(c) = caller {
                 self.effects.push_back(CustodyEffect::StopAnswer {
                     caller: c,
@@ -115,9 +125,9 @@ impl<S: OutboxStore> Custody<S> {
             }
             return;
         }
-        let new = !self.stops.contains_key(&k);
+        let new = !self.asked.stops.contains_key(&k);
         let attempt = new.then(|| self.next_attempt());
-        let worker = self.stops.entry(k).or_insert(StopWorker {
+        let worker = self.asked.stops.entry(k).or_insert(StopWorker {
             callers: Vec::new(),
             retry_at: None,
             attempt,
@@ -141,6 +151,7 @@ impl<S: OutboxStore> Custody<S> {
     /// The answer to [`CustodyEffect::Stop`] `attempt`.
     pub fn handle_stop_result(&mut self, attempt: AttemptId, result: StopResult, now: Millis) {
         let Some(k) = self
+            .asked
             .stops
             .iter()
             .find(|(_, w)| w.attempt == Some(attempt))
@@ -149,7 +160,7 @@ impl<S: OutboxStore> Custody<S> {
             self.stats.stale_answers += 1;
             return;
         };
-        let Some(mut worker) = self.stops.remove(&k) else {
+        let Some(mut worker) = self.asked.stops.remove(&k) else {
             return;
         };
         let (session, run) = k.clone();
@@ -157,11 +168,12 @@ impl<S: OutboxStore> Custody<S> {
             StopResult::Crashed => {
                 worker.retry_at = Some(now.saturating_add(STOP_RETRY));
                 worker.attempt = None;
-                self.stops.insert(k, worker);
+                self.asked.stops.insert(k, worker);
                 return;
             }
             StopResult::Stopped { untaken } => {
-                self.stop_cache
+                self.asked
+                    .stop_cache
                     .insert(k, now.saturating_add(STOP_SUCCESS_CACHE));
                 self.runs.end_cancellation(&session, &run);
                 self.shared_stop_ended(&session, &run, now);
@@ -189,7 +201,7 @@ impl<S: OutboxStore> Custody<S> {
     /// Stop callers that waited 5 s, and crashed stop attempts due again.
     pub(super) fn poll_stops(&mut self, now: Millis) {
         let mut due = Vec::new();
-        for (k, w) in self.stops.iter_mut() {
+        for (k, w) in self.asked.stops.iter_mut() {
             let (late, waiting): (Vec<_>, Vec<_>) =
                 w.callers.drain(..).partition(|(_, d)| *d <= now);
             w.callers = waiting;
@@ -206,7 +218,7 @@ impl<S: OutboxStore> Custody<S> {
         }
         for (session, run) in due {
             let attempt = self.next_attempt();
-            if let Some(w) = self.stops.get_mut(&(session.clone(), run.clone())) {
+            if let Some(w) = self.asked.stops.get_mut(&(session.clone(), run.clone())) {
                 w.attempt = Some(attempt);
             }
             self.effects.push_back(CustodyEffect::Stop {
@@ -259,7 +271,7 @@ impl<S: OutboxStore> Custody<S> {
             return Err(ActionError::Blocked);
         }
         let attempt = self.next_attempt();
-        self.take_backs.insert(
+        self.asked.take_backs.insert(
             attempt,
             PendingTakeBack {
                 session: session.clone(),
@@ -278,7 +290,7 @@ impl<S: OutboxStore> Custody<S> {
     /// The answer to [`CustodyEffect::TakeBack`] `attempt`. Only a confirmed detach lets the
     /// `handoff` go on; if the ledger already says sent, nothing is replayed.
     pub fn handle_take_back(&mut self, attempt: AttemptId, result: TakeBackResult, now: Millis) {
-        let Some(t) = self.take_backs.remove(&attempt) else {
+        let Some(t) = self.asked.take_backs.remove(&attempt) else {
             self.stats.stale_answers += 1;
             return;
         };

@@ -76,13 +76,8 @@ impl<S: OutboxStore> Custody<S> {
             new.operation_id = req.operation_id.clone();
             new.request = req.request.clone();
             new.controls = req.controls.clone();
-            return match self
-                .mirror
-                .store
-                .rekey_entry(&req.session, &current, &fp, &new)
-            {
+            return match self.mirror.rekey(&req.session, &current, &fp, new) {
                 Ok(true) => {
-                    self.mirror.put(&req.session, new);
                     self.wake(&req.session, now);
                     Ok(receipt(&req, false))
                 }
@@ -122,10 +117,9 @@ impl<S: OutboxStore> Custody<S> {
                 }
             }
         }
-        let claim = self.mirror.store.claim(&req.session, &fp, &entry);
+        let claim = self.mirror.claim(&req.session, &fp, &entry);
         match claim {
             Ok(Claim::Claimed) => {
-                self.mirror.put(&req.session, entry);
                 self.wake(&req.session, now);
                 Ok(receipt(&req, false))
             }
@@ -153,11 +147,12 @@ impl<S: OutboxStore> Custody<S> {
             self.wake_scope(&freed, now);
         }
         let lane_busy = self
+            .asked
             .lanes
             .get(session)
             .is_some_and(|l| l.normal.busy || l.steer.busy);
         if lane_busy
-            || self.interrupts.contains_key(session)
+            || self.asked.interrupts.contains_key(session)
             || self.runs.scope_ambiguous(session)
             || self.scope_run(session).is_some()
         {
@@ -196,13 +191,9 @@ impl<S: OutboxStore> Custody<S> {
         };
         match self
             .mirror
-            .store
             .claim_sending(&session, fp, &sending, &base, &record)
         {
             Ok(Claim::Claimed) => {
-                self.mirror.put(&session, sending.clone());
-                self.mirror
-                    .ledger_is(base, sending.operation_id.clone(), record);
                 self.dispatch(
                     &session,
                     sending,
@@ -331,24 +322,9 @@ impl<S: OutboxStore> Custody<S> {
             .enumerate()
             .map(|(i, q)| (q.clone(), (i as i64 + 1).saturating_mul(POSITION_STEP)))
             .collect();
-        if let Err(e) = self.mirror.store.set_positions(session, &positions) {
+        if let Err(e) = self.mirror.set_positions(session, &positions) {
             self.forget(session, now);
             return Err(e);
-        }
-        let renumbered: Vec<OutboxEntry> = {
-            let state = self.state(session)?;
-            positions
-                .iter()
-                .filter_map(|(q, p)| {
-                    state.get(q).cloned().map(|mut e| {
-                        e.position = *p;
-                        e
-                    })
-                })
-                .collect()
-        };
-        for e in renumbered {
-            self.mirror.put(session, e);
         }
         Ok(())
     }
