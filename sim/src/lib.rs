@@ -33,6 +33,7 @@ pub mod client;
 pub mod faults;
 pub mod invariant;
 pub mod net;
+mod observed;
 pub mod recorded;
 pub mod rng;
 pub mod stores;

@@ -223,6 +223,9 @@ impl<S: CleanupJournal> CleanupJournal for Recording<S> {
     }
 }
 
+/// The host as the world runs it.
+pub type SimHost = host_core::Host<HostOutbox, HostOverlays>;
+
 /// The outbox store a host owns.
 pub type HostOutbox = FailingStore<OutboxBackend>;
 /// The overlay store a host owns.
