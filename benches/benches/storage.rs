@@ -20,6 +20,7 @@
 use benches::storage::{HandSubmit, Keys, OurSubmit, RawAppend};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use outbox_core::ids::OperationId;
+use outbox_core::ids::ScopeId;
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::store::OutboxStore;
 use overlay_core::overlay::Change;
@@ -76,7 +77,7 @@ fn storage(c: &mut Criterion) {
                 i += 1;
                 store
                     .put_ledger(
-                        &session,
+                        &ScopeId::of(&session),
                         &op,
                         &LedgerRecord::new(LedgerStatus::Sending, Millis(i)),
                     )

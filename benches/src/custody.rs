@@ -118,6 +118,7 @@ fixtures::outbox_store_methods!(counted);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use outbox_core::ids::ScopeId;
     use outbox_core::store::memory::MemoryOutboxStore;
 
     // A cycle ends with the message confirmed and removed, and the counting store sees
@@ -132,7 +133,11 @@ mod tests {
             }
             assert!(custody.entries(&session).expect("entries").is_empty());
             let (_, op) = keys.ids(3);
-            let ledger = custody.store().inner.ledger(&session, &op).expect("ledger");
+            let ledger = custody
+                .store()
+                .inner
+                .ledger(&ScopeId::of(&session), &op)
+                .expect("ledger");
             assert_eq!(
                 ledger.map(|l| l.status),
                 Some(outbox_core::ledger::LedgerStatus::Sent)

@@ -46,13 +46,56 @@ pub fn base_session(session: &SessionId) -> SessionId {
     }
 }
 
-/// The sessions of the scope of `session`: its base session and the base's alias. A
-/// scope has no other member, so its members are found by key, never by a scan.
+/// An outbox scope (OB-06): a base session and its alias (`s` and `s::skills-agent`)
+/// share one outbox scope, one ledger and one run registry. A scope is named by its base
+/// session, so a value of this type is never an alias: the ledger, the leases and the
+/// grants of several hosts are keyed by it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScopeId(SessionId);
+
+impl ScopeId {
+    /// The scope `session` belongs to (its own, or its base's when it is an alias).
+    pub fn of(session: &SessionId) -> ScopeId {
+        ScopeId(base_session(session))
+    }
+
+    /// The base session, which names the scope.
+    pub fn base(&self) -> &SessionId {
+        &self.0
+    }
+
+    /// The base session, by value.
+    pub fn into_base(self) -> SessionId {
+        self.0
+    }
+
+    /// The alias of the base session.
+    pub fn alias(&self) -> SessionId {
+        SessionId::new(format!("{}{ALIAS_SUFFIX}", self.0.as_str()))
+            .unwrap_or_else(|_| self.0.clone())
+    }
+
+    /// The sessions of the scope: its base session and the base's alias. A scope has no
+    /// other member, so its members are found by key, never by a scan.
+    pub fn members(&self) -> [SessionId; 2] {
+        [self.0.clone(), self.alias()]
+    }
+
+    /// True when `session` is a member of the scope.
+    pub fn contains(&self, session: &SessionId) -> bool {
+        base_session(session) == self.0
+    }
+}
+
+impl std::fmt::Display for ScopeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The sessions of the scope of `session`: its base session and the base's alias.
 pub fn scope_members(session: &SessionId) -> [SessionId; 2] {
-    let base = base_session(session);
-    let alias =
-        SessionId::new(format!("{}{ALIAS_SUFFIX}", base.as_str())).unwrap_or_else(|_| base.clone());
-    [base, alias]
+    ScopeId::of(session).members()
 }
 
 /// True when `a` and `b` share one outbox scope.
@@ -74,6 +117,23 @@ mod tests {
             assert!(same_scope(&alias, &session) && same_scope(&base, &session));
             assert_ne!(base, alias);
         }
+    }
+
+    // OB-06, OB-07: a scope is named by its base whichever member names it, so the
+    // ledger keyed by it is one for the base and its alias.
+    #[test]
+    fn a_scope_is_named_by_its_base_from_either_member() {
+        let base = SessionId::new("s1").unwrap();
+        let alias = SessionId::new("s1::skills-agent").unwrap();
+        let scope = ScopeId::of(&alias);
+        assert_eq!(scope, ScopeId::of(&base));
+        assert_eq!(scope.base(), &base);
+        assert_eq!(scope.alias(), alias);
+        assert_eq!(scope.members(), [base.clone(), alias.clone()]);
+        assert!(scope.contains(&alias) && scope.contains(&base));
+        assert!(!scope.contains(&SessionId::new("s2").unwrap()));
+        assert_eq!(scope.to_string(), "s1");
+        assert_eq!(scope.into_base(), base);
     }
 
     // OB-06

@@ -19,7 +19,7 @@ use timeline_core::time::Millis;
 
 use crate::entry::Acceptance;
 use crate::fingerprint::Digest256;
-use crate::ids::{OperationId, SessionId};
+use crate::ids::{OperationId, ScopeId};
 
 /// A ledger status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -130,7 +130,7 @@ pub struct FallbackFull;
 /// The in-memory ledger used while the store cannot be written (OB-07).
 #[derive(Clone, Debug, Default)]
 pub struct MemoryFallback {
-    records: VecDeque<((SessionId, OperationId), LedgerRecord)>,
+    records: VecDeque<((ScopeId, OperationId), LedgerRecord)>,
 }
 
 impl MemoryFallback {
@@ -149,11 +149,11 @@ impl MemoryFallback {
         self.records.is_empty()
     }
 
-    /// The record of (session, operation).
-    pub fn get(&self, session: &SessionId, op: &OperationId) -> Option<&LedgerRecord> {
+    /// The record of (scope, operation).
+    pub fn get(&self, scope: &ScopeId, op: &OperationId) -> Option<&LedgerRecord> {
         self.records
             .iter()
-            .find(|((s, o), _)| s == session && o == op)
+            .find(|((s, o), _)| s == scope && o == op)
             .map(|(_, r)| r)
     }
 
@@ -161,14 +161,14 @@ impl MemoryFallback {
     /// not a sent proof; refuses when all 256 are sent proofs.
     pub fn record(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         proposed: LedgerRecord,
     ) -> Result<Transition, FallbackFull> {
         let at = self
             .records
             .iter()
-            .position(|((s, o), _)| s == session && o == op);
+            .position(|((s, o), _)| s == scope && o == op);
         let decision = transition(at.map(|i| &self.records[i].1), proposed);
         let Transition::Apply(record) = &decision else {
             return Ok(decision);
@@ -185,7 +185,7 @@ impl MemoryFallback {
                     self.records.remove(victim);
                 }
                 self.records
-                    .push_back(((session.clone(), op.clone()), record.clone()));
+                    .push_back(((scope.clone(), op.clone()), record.clone()));
             }
         }
         Ok(decision)

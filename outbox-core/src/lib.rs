@@ -41,6 +41,6 @@ pub use custody::{Custody, SessionInfo, SubmitRequest};
 pub use entry::{
     Controls, EntryState, InvalidEntryState, MessageRequest, OutboxEntry, Receipt, StoredEntry,
 };
-pub use ids::{OperationId, QueueId};
+pub use ids::{OperationId, QueueId, ScopeId};
 pub use store::memory::MemoryOutboxStore;
 pub use store::OutboxStore;

@@ -9,6 +9,7 @@ use fixtures::adapters::{Step, WhenUnscripted};
 use outbox_core::adapter::{HistoryRead, SendResult};
 use outbox_core::custody::{Custody, CustodyEffect, SENDING_WRITE_FAILED_TEXT};
 use outbox_core::entry::{Controls, EntryStatus, HandoffPhase, UNCONFIRMED_TEXT};
+use outbox_core::ids::ScopeId;
 
 use outbox_core::adapter::Capabilities;
 use outbox_core::ledger::LedgerStatus;
@@ -17,7 +18,7 @@ use timeline_core::time::Millis;
 
 fn ledger(b: &mut Bench, n: &str) -> Option<LedgerStatus> {
     b.c.store()
-        .ledger(&s("s1"), &op(&format!("op-{n}")))
+        .ledger(&ScopeId::of(&s("s1")), &op(&format!("op-{n}")))
         .unwrap()
         .map(|l| l.status)
 }
@@ -41,7 +42,11 @@ fn accepted_stays_sending_with_its_acceptance_until_the_echo() {
     let e = b.entry("s1", "1").unwrap();
     assert_eq!(e.state.status(), EntryStatus::Sending);
     assert!(e.state.acceptance().is_some());
-    let l = b.c.store().ledger(&s("s1"), &op("op-1")).unwrap().unwrap();
+    let l =
+        b.c.store()
+            .ledger(&ScopeId::of(&s("s1")), &op("op-1"))
+            .unwrap()
+            .unwrap();
     assert_eq!(
         (
             l.status,
@@ -216,7 +221,9 @@ fn a_failed_sending_write_is_proven_unadmitted_and_nothing_is_sent() {
     b.submit("s1", "0", Controls::automatic());
     assert_eq!(b.agent.send_count(&op("op-0")), 1);
     assert_eq!(
-        b.c.fallback().get(&s("s1"), &op("op-0")).map(|r| r.status),
+        b.c.fallback()
+            .get(&ScopeId::of(&s("s1")), &op("op-0"))
+            .map(|r| r.status),
         Some(LedgerStatus::Sending)
     );
     // Fill the fallback with sent proofs.
@@ -567,7 +574,7 @@ fn a_resent_steer_carries_no_acceptance_of_its_earlier_attempt() {
 }
 
 fn ledger_acceptance(b: &mut Bench, n: &str) -> bool {
-    b.c.ledger_of(&s("s1"), &op(&format!("op-{n}")))
+    b.c.ledger_of(&ScopeId::of(&s("s1")), &op(&format!("op-{n}")))
         .unwrap()
         .is_some_and(|l| l.acceptance.is_some())
 }

@@ -17,6 +17,7 @@
 
 mod common;
 
+use outbox_core::ids::ScopeId;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
@@ -376,7 +377,7 @@ impl World {
             let base = outbox_core::ids::base_session(&session);
             let sent = self
                 .c
-                .ledger_of(&base, &o)
+                .ledger_of(&ScopeId::of(&base), &o)
                 .unwrap()
                 .is_some_and(|l| l.status == LedgerStatus::Sent);
             prop_assert!(present || sent, "{} was dropped", o);
@@ -384,7 +385,7 @@ impl World {
         // The ledger never weakens (but for the reopen check).
         for (o, session) in self.promised.clone() {
             let base = outbox_core::ids::base_session(&session);
-            if let Some(l) = self.c.ledger_of(&base, &o).unwrap() {
+            if let Some(l) = self.c.ledger_of(&ScopeId::of(&base), &o).unwrap() {
                 if let Some(prev) = self.ledger_seen.get(&o) {
                     // The reopen check turns canceled into failed, and the next attempt
                     // may record sending in the same step.

@@ -7,6 +7,7 @@
 
 mod common;
 
+use outbox_core::ids::ScopeId;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -295,27 +296,27 @@ impl OutboxStore for Fenced {
     }
     fn ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
-        self.read(|s| s.ledger(session, op))
+        self.read(|s| s.ledger(scope, op))
     }
     fn put_ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), OutboxError> {
-        self.write(session, |s| s.put_ledger(session, op, record))
+        self.write(scope.base(), |s| s.put_ledger(scope, op, record))
     }
     fn confirm_sent(
         &mut self,
-        scope: &[SessionId],
+        scope: &ScopeId,
+        members: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
-        let first = scope.first().cloned().unwrap_or_else(|| s("none"));
-        self.write(&first, |s| s.confirm_sent(scope, op, record))
+        self.write(scope.base(), |s| s.confirm_sent(scope, members, op, record))
     }
     fn route(&mut self, op: &OperationId) -> Result<Option<SessionMessageRoute>, OutboxError> {
         self.read(|s| s.route(op))
@@ -461,7 +462,7 @@ fn a_lost_lease_lets_the_scope_go_and_the_new_owner_confirms_from_history() {
         .lock()
         .unwrap()
         .store
-        .ledger(&s("s1"), &op("op-1"))
+        .ledger(&ScopeId::of(&s("s1")), &op("op-1"))
         .unwrap();
     assert_eq!(ledger.map(|l| l.status), Some(LedgerStatus::Sent));
 
@@ -478,7 +479,7 @@ fn a_lost_lease_lets_the_scope_go_and_the_new_owner_confirms_from_history() {
         db.lock()
             .unwrap()
             .store
-            .ledger(&s("s1"), &op("op-1"))
+            .ledger(&ScopeId::of(&s("s1")), &op("op-1"))
             .unwrap()
             .map(|l| l.status),
         Some(LedgerStatus::Sent)

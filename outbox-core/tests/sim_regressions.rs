@@ -6,6 +6,7 @@
 
 mod common;
 
+use outbox_core::ids::ScopeId;
 use std::sync::{Arc, Mutex};
 
 use common::{op, q, s, submit_req, uuids};
@@ -612,7 +613,7 @@ fn an_uncertain_steer_its_run_took_is_confirmed_at_the_run_end() {
     r.read(read, HistoryRead::Found);
     assert!(r.entry("2").is_none(), "confirmed as sent");
     let ledger =
-        r.c.ledger_of(&s(SESSION), &op("op-2"))
+        r.c.ledger_of(&ScopeId::of(&s(SESSION)), &op("op-2"))
             .unwrap()
             .map(|l| l.status);
     assert_eq!(ledger, Some(LedgerStatus::Sent));

@@ -11,6 +11,7 @@ use outbox_core::entry::{
 };
 use outbox_core::fingerprint::{admission_input_digest, request_fingerprint};
 use outbox_core::ids::RunId;
+use outbox_core::ids::ScopeId;
 use outbox_core::ledger::{
     reopen, transition, LedgerRecord, LedgerStatus, MemoryFallback, Transition, FALLBACK_CAPACITY,
 };
@@ -467,7 +468,11 @@ fn a_sent_proof_under_one_alias_removes_the_operation_everywhere() {
     b.c.handle_delivery_proof(&s("s1::skills-agent"), &op("op-1"), b.now);
     assert!(b.entries("s1").is_empty());
     assert!(b.entries("s1::skills-agent").is_empty());
-    let ledger = b.c.store().ledger(&s("s1"), &op("op-1")).unwrap().unwrap();
+    let ledger =
+        b.c.store()
+            .ledger(&ScopeId::of(&s("s1")), &op("op-1"))
+            .unwrap()
+            .unwrap();
     assert_eq!(ledger.status, LedgerStatus::Sent);
 }
 
@@ -575,7 +580,7 @@ fn the_memory_fallback_holds_256_records() {
             LedgerStatus::Sent
         };
         f.record(
-            &s("s"),
+            &ScopeId::of(&s("s")),
             &op(&format!("op-{i}")),
             LedgerRecord::new(status, Millis(0)),
         )
@@ -583,26 +588,26 @@ fn the_memory_fallback_holds_256_records() {
     }
     assert_eq!(f.len(), 256);
     f.record(
-        &s("s"),
+        &ScopeId::of(&s("s")),
         &op("op-256"),
         LedgerRecord::new(LedgerStatus::Sent, Millis(0)),
     )
     .unwrap();
     assert_eq!(f.len(), 256);
     assert!(
-        f.get(&s("s"), &op("op-3")).is_none(),
+        f.get(&ScopeId::of(&s("s")), &op("op-3")).is_none(),
         "the oldest non-sent record went"
     );
-    assert!(f.get(&s("s"), &op("op-0")).is_some());
+    assert!(f.get(&ScopeId::of(&s("s")), &op("op-0")).is_some());
     let full = f.record(
-        &s("s"),
+        &ScopeId::of(&s("s")),
         &op("op-257"),
         LedgerRecord::new(LedgerStatus::Sending, Millis(0)),
     );
     assert!(full.is_err(), "all 256 are sent proofs");
     // Updating a held record still works when full.
     f.record(
-        &s("s"),
+        &ScopeId::of(&s("s")),
         &op("op-256"),
         LedgerRecord::new(LedgerStatus::Sent, Millis(1)),
     )

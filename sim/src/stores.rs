@@ -14,6 +14,7 @@
 //! through [`Recording`], which notes every overlay saved; the world changes the plans
 //! while the host owns the stores.
 
+use outbox_core::ids::ScopeId;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -376,7 +377,7 @@ impl Stores {
         session: &SessionId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
-        self.with_outbox(|s| s.ledger(session, op))
+        self.with_outbox(|s| s.ledger(&ScopeId::of(session), op))
     }
 
     /// Heals both plans.

@@ -15,7 +15,7 @@
 
 use outbox_core::entry::{OutboxEntry, StoredEntry};
 use outbox_core::fingerprint::Digest256;
-use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
+use outbox_core::ids::{CallId, OperationId, QueueId, RunId, ScopeId, SessionId, ThreadId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::store::{
     Claim, EntryColumns, Identity, OutboxError, OutboxStore, RouteClaim, RouteDelivery,
@@ -481,7 +481,7 @@ impl OutboxStore for PostgresStore {
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<Claim, OutboxError> {
         let json = entry_json(entry)?;
@@ -489,12 +489,12 @@ impl OutboxStore for PostgresStore {
             fence_check(
                 c,
                 &local.fence,
-                &[session, ledger_session],
+                &[session, scope.base()],
                 PostgresStore::outbox_lease_lost,
             )?;
             let claim = claim_in(c, session, fingerprint, entry, &json)?;
             if claim == Claim::Claimed {
-                put_ledger(c, ledger_session, &entry.operation_id, record)?;
+                put_ledger(c, scope.base(), &entry.operation_id, record)?;
             }
             Ok(claim)
         })
@@ -650,7 +650,7 @@ impl OutboxStore for PostgresStore {
         session: &SessionId,
         expected: &OutboxEntry,
         new: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<bool, OutboxError> {
         let json = entry_json(new)?;
@@ -658,14 +658,14 @@ impl OutboxStore for PostgresStore {
             fence_check(
                 c,
                 &local.fence,
-                &[session, ledger_session],
+                &[session, scope.base()],
                 PostgresStore::outbox_lease_lost,
             )?;
             if !still(c, session, expected)? {
                 return Ok(false);
             }
             insert_entry(c, session, new, &json)?;
-            put_ledger(c, ledger_session, &new.operation_id, record)?;
+            put_ledger(c, scope.base(), &new.operation_id, record)?;
             Ok(true)
         })
     }
@@ -755,9 +755,10 @@ impl OutboxStore for PostgresStore {
 
     fn ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
+        let session = scope.base();
         self.read(ob, |c, _| {
             let row = c.query_opt(
                 "SELECT status, record_json FROM chat_operation_ledger
@@ -770,10 +771,11 @@ impl OutboxStore for PostgresStore {
 
     fn put_ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), OutboxError> {
+        let session = scope.base();
         self.transact(ob, |c, local| {
             fence_check(
                 c,
@@ -787,19 +789,20 @@ impl OutboxStore for PostgresStore {
 
     fn confirm_sent(
         &mut self,
-        scope: &[SessionId],
+        scope: &ScopeId,
+        members: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
-        let Some(base) = scope.first() else {
-            return Ok(Vec::new());
-        };
         self.transact(ob, |c, local| {
-            let sessions: Vec<&SessionId> = scope.iter().collect();
+            let mut sessions: Vec<&SessionId> = members.iter().collect();
+            if !members.contains(scope.base()) {
+                sessions.push(scope.base());
+            }
             fence_check(c, &local.fence, &sessions, PostgresStore::outbox_lease_lost)?;
-            put_ledger(c, base, op, record)?;
+            put_ledger(c, scope.base(), op, record)?;
             let mut removed = Vec::new();
-            for session in scope {
+            for session in members {
                 // Through the identity's primary key and the outbox's: a cost
                 // independent of the entries that stay in the outbox.
                 let gone = c.query(

@@ -10,6 +10,7 @@
 
 mod support;
 
+use outbox_core::ids::ScopeId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -459,7 +460,7 @@ fn check_after_kill(db: &TestDb, acks: &Acks, last_counter: &mut u64) -> Result<
     for (op, acked) in &acks.ledger {
         let id = OperationId::new(op.clone()).unwrap();
         let now = store
-            .ledger(&s, &id)
+            .ledger(&ScopeId::of(&s), &id)
             .map_err(|e| e.to_string())?
             .map(|l| l.status.strength());
         if now.unwrap_or(0) < *acked {
@@ -587,7 +588,7 @@ fn a_host_killed_mid_transaction_loses_nothing_acknowledged_and_leaves_nothing_h
             let s = SessionId::new("s1").unwrap();
             let id = OperationId::new(last.clone()).unwrap();
             let identity = store.identity(&s, &id).unwrap();
-            let ledger = store.ledger(&s, &id).unwrap();
+            let ledger = store.ledger(&ScopeId::of(&s), &id).unwrap();
             if identity.is_some() != ledger.is_some() {
                 failures.push(format!("after kill {round}: {last} half claimed"));
             }

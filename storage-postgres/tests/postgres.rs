@@ -6,6 +6,7 @@
 
 mod support;
 
+use outbox_core::ids::ScopeId;
 use std::collections::BTreeSet;
 use std::error::Error as _;
 use std::time::{Duration, Instant};
@@ -391,7 +392,7 @@ fn values_that_do_not_read_back_are_blocked_or_corrupt() {
     let op = OperationId::new("op-ok").unwrap();
     store
         .put_ledger(
-            &s("s1"),
+            &ScopeId::of(&s("s1")),
             &op,
             &LedgerRecord::new(LedgerStatus::Sending, Millis(1)),
         )
@@ -399,7 +400,7 @@ fn values_that_do_not_read_back_are_blocked_or_corrupt() {
     client
         .execute("UPDATE chat_operation_ledger SET status = 'sent'", &[])
         .unwrap();
-    let err = store.ledger(&s("s1"), &op).unwrap_err();
+    let err = store.ledger(&ScopeId::of(&s("s1")), &op).unwrap_err();
     assert!(
         matches!(&err, OutboxError::Corrupt { reason, .. } if reason.contains("chat_operation_ledger.status holds TEXT 'sent'")),
         "{err:?}"

@@ -12,7 +12,7 @@ use outbox_core::entry::{
     SessionMessageOrigin, StateWire, StoredEntry,
 };
 use outbox_core::fingerprint::Digest256;
-use outbox_core::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
+use outbox_core::ids::{CallId, OperationId, QueueId, RunId, ScopeId, SessionId, ThreadId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::store::{
     Claim, EntryColumns, Identity, OutboxError, OutboxStore, RouteClaim, RouteDelivery,
@@ -412,13 +412,13 @@ impl OutboxStore for SqliteStore {
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<Claim, OutboxError> {
         let tx = self.write().map_err(ob)?;
         let claim = claim_in(&tx, session, fingerprint, entry)?;
         if claim == Claim::Claimed {
-            put_ledger(&tx, ledger_session, &entry.operation_id, record)?;
+            put_ledger(&tx, scope.base(), &entry.operation_id, record)?;
             tx.commit().map_err(ob)?;
         }
         Ok(claim)
@@ -546,7 +546,7 @@ impl OutboxStore for SqliteStore {
         session: &SessionId,
         expected: &OutboxEntry,
         new: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<bool, OutboxError> {
         let tx = self.write().map_err(ob)?;
@@ -554,7 +554,7 @@ impl OutboxStore for SqliteStore {
             return Ok(false);
         }
         insert_entry(&tx, session, new)?;
-        put_ledger(&tx, ledger_session, &new.operation_id, record)?;
+        put_ledger(&tx, scope.base(), &new.operation_id, record)?;
         tx.commit().map_err(ob)?;
         Ok(true)
     }
@@ -623,10 +623,11 @@ impl OutboxStore for SqliteStore {
 
     fn ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
         use rusqlite::types::Value;
+        let session = scope.base();
         let row: Option<(Value, Value)> = self
             .conn
             .prepare_cached(
@@ -645,28 +646,26 @@ impl OutboxStore for SqliteStore {
 
     fn put_ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), OutboxError> {
         let tx = self.write().map_err(ob)?;
-        put_ledger(&tx, session, op, record)?;
+        put_ledger(&tx, scope.base(), op, record)?;
         tx.commit().map_err(ob)
     }
 
     fn confirm_sent(
         &mut self,
-        scope: &[SessionId],
+        scope: &ScopeId,
+        members: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
-        let Some(base) = scope.first() else {
-            return Ok(Vec::new());
-        };
         let tx = self.write().map_err(ob)?;
-        put_ledger(&tx, base, op, record)?;
+        put_ledger(&tx, scope.base(), op, record)?;
         let mut removed = Vec::new();
-        for session in scope {
+        for session in members {
             // Each queue ID as stored, to delete by, and as read back.
             let queues: Vec<(rusqlite::types::Value, Result<String, String>)> = {
                 let mut stmt = tx

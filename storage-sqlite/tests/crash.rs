@@ -11,6 +11,7 @@
 //! The child acknowledges a write (one line in a log file) only after its commit
 //! returned, exactly as a host returns a receipt only after the transaction.
 
+use outbox_core::ids::ScopeId;
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -96,13 +97,22 @@ fn child(db: &str, log: &str, round: &str) -> ! {
             LedgerStatus::Canceled
         };
         store
-            .put_ledger(&s, &e.operation_id, &LedgerRecord::new(status, Millis(i)))
+            .put_ledger(
+                &ScopeId::of(&s),
+                &e.operation_id,
+                &LedgerRecord::new(status, Millis(i)),
+            )
             .expect("ledger");
         acknowledge(&mut ack, &format!("ledger {op} {}", status.strength()));
         if i % 3 == 0 {
             let sent = LedgerRecord::new(LedgerStatus::Sent, Millis(i));
             store
-                .confirm_sent(std::slice::from_ref(&s), &e.operation_id, &sent)
+                .confirm_sent(
+                    &ScopeId::of(&s),
+                    std::slice::from_ref(&s),
+                    &e.operation_id,
+                    &sent,
+                )
                 .expect("sent");
             acknowledge(&mut ack, &format!("ledger {op} 3"));
         }
@@ -184,7 +194,9 @@ fn check(db: &std::path::Path, log: &std::path::Path, last_counter: &mut u64) ->
                     return Err(format!("acknowledged submit {op} is gone"));
                 };
                 if identity.removed {
-                    let sent = store.ledger(&s, &id).map_err(|e| e.to_string())?;
+                    let sent = store
+                        .ledger(&ScopeId::of(&s), &id)
+                        .map_err(|e| e.to_string())?;
                     if sent.map(|l| l.status) != Some(LedgerStatus::Sent) {
                         return Err(format!("{op} was removed without a sent proof"));
                     }
@@ -211,7 +223,7 @@ fn check(db: &std::path::Path, log: &std::path::Path, last_counter: &mut u64) ->
     for (op, acked) in ledger_acked {
         let id = OperationId::new(op.clone()).map_err(|e| e.to_string())?;
         let now = store
-            .ledger(&s, &id)
+            .ledger(&ScopeId::of(&s), &id)
             .map_err(|e| e.to_string())?
             .map(|l| l.status.strength());
         if now.unwrap_or(0) < acked {

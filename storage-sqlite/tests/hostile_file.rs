@@ -12,6 +12,7 @@
 //! only a path where no file exists opens as a new store.
 #![allow(clippy::unwrap_used)]
 
+use outbox_core::ids::ScopeId;
 use std::path::{Path, PathBuf};
 
 use outbox_core::entry::{Controls, MessageRequest, OutboxEntry, StoredEntry};
@@ -762,8 +763,12 @@ fn a_ledger_status_that_disagrees_with_its_json_is_corrupt() {
     let mut store = open(&path);
     let sent = LedgerRecord::new(LedgerStatus::Sent, Millis(5));
     let failed = LedgerRecord::new(LedgerStatus::Failed, Millis(6));
-    store.put_ledger(&s("s1"), &op("op-1"), &sent).unwrap();
-    store.put_ledger(&s("s1"), &op("op-2"), &failed).unwrap();
+    store
+        .put_ledger(&ScopeId::of(&s("s1")), &op("op-1"), &sent)
+        .unwrap();
+    store
+        .put_ledger(&ScopeId::of(&s("s1")), &op("op-2"), &failed)
+        .unwrap();
     drop(store);
     raw(&path)
         .execute(
@@ -772,13 +777,16 @@ fn a_ledger_status_that_disagrees_with_its_json_is_corrupt() {
         )
         .unwrap();
     let mut store = open(&path);
-    let (what, reason) = outbox_corrupt(store.ledger(&s("s1"), &op("op-1")));
+    let (what, reason) = outbox_corrupt(store.ledger(&ScopeId::of(&s("s1")), &op("op-1")));
     assert_eq!(what, "ledger s1/op-1");
     assert_eq!(
         reason,
         "chat_operation_ledger.status holds TEXT 'failed', expected TEXT 'sent', the status of chat_operation_ledger.record_json"
     );
-    assert_eq!(store.ledger(&s("s1"), &op("op-2")).unwrap(), Some(failed));
+    assert_eq!(
+        store.ledger(&ScopeId::of(&s("s1")), &op("op-2")).unwrap(),
+        Some(failed)
+    );
 
     // A record JSON stored as a BLOB is named too.
     raw(&path)
@@ -788,7 +796,7 @@ fn a_ledger_status_that_disagrees_with_its_json_is_corrupt() {
             [],
         )
         .unwrap();
-    let (_, reason) = outbox_corrupt(store.ledger(&s("s1"), &op("op-2")));
+    let (_, reason) = outbox_corrupt(store.ledger(&ScopeId::of(&s("s1")), &op("op-2")));
     assert!(
         reason.starts_with("chat_operation_ledger.record_json holds BLOB X'7b"),
         "{reason}"

@@ -14,7 +14,7 @@ use super::{Custody, CustodyEffect, InFlight, LaneKind, ReadPurpose, Work, SEND_
 use crate::adapter::{SendKind, SendRequest};
 use crate::entry::{OutboxEntry, SendMode};
 use crate::fingerprint::admission_input_digest;
-use crate::ids::{base_session, QueueId, RunId, SessionId};
+use crate::ids::{QueueId, RunId, ScopeId, SessionId};
 use crate::ledger::{reopen, transition, LedgerRecord, LedgerStatus, Transition};
 use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
@@ -335,8 +335,8 @@ impl<S: OutboxStore> Custody<S> {
         lane: LaneKind,
         now: Millis,
     ) -> Result<bool, OutboxError> {
-        let base = base_session(session);
-        let mut current = self.ledger_of(&base, &head.operation_id)?;
+        let scope = ScopeId::of(session);
+        let mut current = self.ledger_of(&scope, &head.operation_id)?;
         match &current {
             Some(l) if l.status == LedgerStatus::Sent => {
                 // Already proven delivered: never send twice.
@@ -364,7 +364,7 @@ impl<S: OutboxStore> Custody<S> {
                     return Ok(false);
                 }
                 if let Some(r) = reopen(l, now) {
-                    self.write_ledger(&base, &head.operation_id, r.clone(), now)?;
+                    self.write_ledger(&scope, &head.operation_id, r.clone(), now)?;
                     current = Some(r);
                 }
             }
@@ -379,7 +379,7 @@ impl<S: OutboxStore> Custody<S> {
                 current.unwrap_or_else(|| LedgerRecord::new(LedgerStatus::Sending, now))
             }
         };
-        match self.replace_with_ledger(session, &head, sending.clone(), &base, record.clone(), now)
+        match self.replace_with_ledger(session, &head, sending.clone(), &scope, record.clone(), now)
         {
             Ok(true) => {}
             Ok(false) => return Ok(false),
@@ -389,7 +389,7 @@ impl<S: OutboxStore> Custody<S> {
                 // this is the seed's "failed sending write": nothing reached the agent
                 // (OB-09), and the entry waits for the user with the seed's text.
                 self.note_failure(session, Some(&head.operation_id), error, None, now);
-                let kept = self.fallback.record(&base, &head.operation_id, record);
+                let kept = self.fallback.record(&scope, &head.operation_id, record);
                 let in_memory = match kept {
                     Ok(_) => match self.replace(session, &head, sending.clone(), now) {
                         Ok(written) => written,

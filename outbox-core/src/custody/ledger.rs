@@ -6,7 +6,7 @@ use timeline_core::time::Millis;
 
 use super::{Custody, CustodyEffect, StoreFailure};
 use crate::entry::OutboxEntry;
-use crate::ids::{base_session, OperationId, SessionId};
+use crate::ids::{OperationId, ScopeId, SessionId};
 use crate::ledger::{transition, LedgerRecord, LedgerStatus, Transition};
 use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
@@ -15,11 +15,11 @@ impl<S: OutboxStore> Custody<S> {
     /// whichever is stronger proof.
     pub fn ledger_of(
         &mut self,
-        base: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
-        let stored = self.mirror.stored_ledger(base, op)?;
-        let fallback = self.fallback.get(base, op).cloned();
+        let stored = self.mirror.stored_ledger(scope, op)?;
+        let fallback = self.fallback.get(scope, op).cloned();
         Ok(match (stored, fallback) {
             (Some(a), Some(b)) => Some(if b.status.strength() > a.status.strength() {
                 b
@@ -34,11 +34,11 @@ impl<S: OutboxStore> Custody<S> {
     /// the current record stays (the proposal is weaker proof).
     pub(super) fn ledger_after(
         &mut self,
-        base: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         proposed: LedgerRecord,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
-        let current = self.ledger_of(base, op)?;
+        let current = self.ledger_of(scope, op)?;
         Ok(match transition(current.as_ref(), proposed) {
             Transition::Apply(r) => Some(r),
             Transition::Keep => None,
@@ -50,16 +50,16 @@ impl<S: OutboxStore> Custody<S> {
     /// only when neither could record it.
     pub(super) fn write_ledger(
         &mut self,
-        base: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         record: LedgerRecord,
         now: Millis,
     ) -> Result<(), OutboxError> {
-        match self.mirror.put_ledger(base, op, &record) {
+        match self.mirror.put_ledger(scope, op, &record) {
             Ok(()) => Ok(()),
-            Err(error) => match self.fallback.record(base, op, record) {
+            Err(error) => match self.fallback.record(scope, op, record) {
                 Ok(_) => {
-                    self.note_failure(base, Some(op), error, None, now);
+                    self.note_failure(scope.base(), Some(op), error, None, now);
                     Ok(())
                 }
                 Err(_) => Err(error),
@@ -74,13 +74,13 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         expected: &OutboxEntry,
         new: OutboxEntry,
-        base: &SessionId,
+        scope: &ScopeId,
         record: LedgerRecord,
         now: Millis,
     ) -> Result<bool, OutboxError> {
         let written = self
             .mirror
-            .replace_with_ledger(session, expected, new, base, record);
+            .replace_with_ledger(session, expected, new, scope, record);
         self.forget_unless_written(session, written, now)
     }
 
@@ -94,9 +94,9 @@ impl<S: OutboxStore> Custody<S> {
         proposed: LedgerRecord,
         now: Millis,
     ) -> Result<bool, OutboxError> {
-        let base = base_session(session);
-        match self.ledger_after(&base, &new.operation_id, proposed)? {
-            Some(record) => self.replace_with_ledger(session, expected, new, &base, record, now),
+        let scope = ScopeId::of(session);
+        match self.ledger_after(&scope, &new.operation_id, proposed)? {
+            Some(record) => self.replace_with_ledger(session, expected, new, &scope, record, now),
             None => self.replace(session, expected, new, now),
         }
     }
@@ -104,13 +104,13 @@ impl<S: OutboxStore> Custody<S> {
     /// Moves the ledger toward `proposed` (no entry change).
     pub(super) fn record_ledger(
         &mut self,
-        base: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         proposed: LedgerRecord,
         now: Millis,
     ) -> Result<(), OutboxError> {
-        match self.ledger_after(base, op, proposed)? {
-            Some(record) => self.write_ledger(base, op, record, now),
+        match self.ledger_after(scope, op, proposed)? {
+            Some(record) => self.write_ledger(scope, op, record, now),
             None => Ok(()),
         }
     }
@@ -124,12 +124,13 @@ impl<S: OutboxStore> Custody<S> {
         op: &OperationId,
         now: Millis,
     ) -> Result<(), OutboxError> {
-        let [base, alias] = crate::ids::scope_members(session);
-        let mut scope = vec![base.clone()];
+        let scope = ScopeId::of(session);
+        let [base, alias] = scope.members();
+        let mut members = vec![base];
         if self.sessions.contains_key(&alias) || self.mirror.has_outbox(&alias)? {
-            scope.push(alias);
+            members.push(alias);
         }
-        let current = self.ledger_of(&base, op)?;
+        let current = self.ledger_of(&scope, op)?;
         let record = match transition(current.as_ref(), LedgerRecord::new(LedgerStatus::Sent, now))
         {
             Transition::Apply(r) => r,
@@ -137,12 +138,12 @@ impl<S: OutboxStore> Custody<S> {
                 current.unwrap_or_else(|| LedgerRecord::new(LedgerStatus::Sent, now))
             }
         };
-        match self.mirror.confirm_sent(&scope, &base, op, &record) {
+        match self.mirror.confirm_sent(&scope, &members, op, &record) {
             Ok(()) => Ok(()),
             Err(e) => {
                 // The fallback keeps the sent proof meanwhile; when it is full of sent
                 // proofs, that is a failure of its own the user must see.
-                if let Err(full) = self.fallback.record(&base, op, record) {
+                if let Err(full) = self.fallback.record(&scope, op, record) {
                     let error = OutboxError::backend(full);
                     self.note_failure(session, Some(op), error, None, now);
                 }

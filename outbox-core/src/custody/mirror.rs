@@ -14,7 +14,7 @@ use super::work::Work;
 use super::STORE_RETRY;
 use crate::entry::OutboxEntry;
 use crate::fingerprint::Digest256;
-use crate::ids::{base_session, OperationId, QueueId, SessionId};
+use crate::ids::{OperationId, QueueId, ScopeId, SessionId};
 use crate::ledger::LedgerRecord;
 use crate::store::{Claim, OutboxError, OutboxStore, RouteClaim, SessionMessageRoute};
 use timeline_core::time::Millis;
@@ -26,9 +26,9 @@ pub(crate) struct Mirror<S> {
     pub(crate) store: S,
     /// Each loaded session's outbox, equal to what the store holds.
     states: BTreeMap<SessionId, SessionState>,
-    /// Ledger rows read or written, keyed (base session, operation): what the store
+    /// Ledger rows read or written, keyed (scope, operation): what the store
     /// holds (`None`: no row).
-    ledgers: BTreeMap<(SessionId, OperationId), Option<LedgerRecord>>,
+    ledgers: BTreeMap<(ScopeId, OperationId), Option<LedgerRecord>>,
     /// Every session with a saved outbox, once read.
     outbox_sessions: Option<BTreeSet<SessionId>>,
 }
@@ -61,29 +61,29 @@ impl<S> Mirror<S> {
         }
     }
 
-    /// The ledger row of `op` in the scope of `base` is `record` (the store took it).
-    fn ledger_is(&mut self, base: SessionId, op: OperationId, record: LedgerRecord) {
-        self.ledgers.insert((base, op), Some(record));
+    /// The ledger row of `op` in `scope` is `record` (the store took it).
+    fn ledger_is(&mut self, scope: ScopeId, op: OperationId, record: LedgerRecord) {
+        self.ledgers.insert((scope, op), Some(record));
     }
 
-    /// The ledger row of `op` in the scope of `base` is no longer kept in memory (the
+    /// The ledger row of `op` in `scope` is no longer kept in memory (the
     /// operation left the outbox, or its row is unknown after a failed write).
-    fn drop_ledger(&mut self, base: SessionId, op: OperationId) {
-        self.ledgers.remove(&(base, op));
+    fn drop_ledger(&mut self, scope: ScopeId, op: OperationId) {
+        self.ledgers.remove(&(scope, op));
     }
 
     /// Forgets what memory holds of `session` and its scope's ledger rows.
     pub(crate) fn forget(&mut self, session: &SessionId) {
         self.states.remove(session);
-        let base = base_session(session);
-        self.ledgers.retain(|(s, _), _| s != &base);
+        let scope = ScopeId::of(session);
+        self.ledgers.retain(|(s, _), _| s != &scope);
         self.outbox_sessions = None;
     }
 
-    /// Forgets what memory holds of every session of the scope of `base`.
-    pub(crate) fn forget_scope(&mut self, base: &SessionId) {
-        self.states.retain(|s, _| &base_session(s) != base);
-        self.ledgers.retain(|(s, _), _| s != base);
+    /// Forgets what memory holds of every session of `scope`.
+    pub(crate) fn forget_scope(&mut self, scope: &ScopeId) {
+        self.states.retain(|s, _| !scope.contains(s));
+        self.ledgers.retain(|(s, _), _| s != scope);
         self.outbox_sessions = None;
     }
 
@@ -144,23 +144,23 @@ impl<S: OutboxStore> Mirror<S> {
     }
 
     /// Replaces `expected` with `new` and stores `record` as the ledger row of `new`'s
-    /// operation in the scope of `base`, in one transaction; memory follows when the
+    /// operation in `scope`, in one transaction; memory follows when the
     /// store took it.
     pub(crate) fn replace_with_ledger(
         &mut self,
         session: &SessionId,
         expected: &OutboxEntry,
         new: OutboxEntry,
-        base: &SessionId,
+        scope: &ScopeId,
         record: LedgerRecord,
     ) -> Result<bool, OutboxError> {
         let op = new.operation_id.clone();
         let written = self
             .store
-            .replace_entry_with_ledger(session, expected, &new, base, &record);
+            .replace_entry_with_ledger(session, expected, &new, scope, &record);
         let written = self.followed(session, written, new)?;
         if written {
-            self.ledger_is(base.clone(), op, record);
+            self.ledger_is(scope.clone(), op, record);
         }
         Ok(written)
     }
@@ -181,22 +181,22 @@ impl<S: OutboxStore> Mirror<S> {
     }
 
     /// Saves a new entry already sending with its ledger row `record` in the scope of
-    /// `base`, in one transaction ([`OutboxStore::claim_sending`]); memory follows a claim
+    /// `scope`, in one transaction ([`OutboxStore::claim_sending`]); memory follows a claim
     /// the store took.
     pub(crate) fn claim_sending(
         &mut self,
         session: &SessionId,
         fingerprint: &Digest256,
         sending: &OutboxEntry,
-        base: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<Claim, OutboxError> {
         let claim = self
             .store
-            .claim_sending(session, fingerprint, sending, base, record)?;
+            .claim_sending(session, fingerprint, sending, scope, record)?;
         if let Claim::Claimed = claim {
             self.put(session, sending.clone());
-            self.ledger_is(base.clone(), sending.operation_id.clone(), record.clone());
+            self.ledger_is(scope.clone(), sending.operation_id.clone(), record.clone());
         }
         Ok(claim)
     }
@@ -235,7 +235,7 @@ impl<S: OutboxStore> Mirror<S> {
             .store
             .rekey_entry(session, expected, fingerprint, &new)?;
         if written {
-            self.drop_ledger(base_session(session), expected.operation_id.clone());
+            self.drop_ledger(ScopeId::of(session), expected.operation_id.clone());
             self.put(session, new);
         }
         Ok(written)
@@ -250,7 +250,7 @@ impl<S: OutboxStore> Mirror<S> {
     ) -> Result<(), OutboxError> {
         self.store.remove_entry(session, &entry.queue_id)?;
         self.remove(session, &entry.queue_id);
-        self.drop_ledger(base_session(session), entry.operation_id.clone());
+        self.drop_ledger(ScopeId::of(session), entry.operation_id.clone());
         Ok(())
     }
 
@@ -282,14 +282,14 @@ impl<S: OutboxStore> Mirror<S> {
     /// The ledger row the store holds (read once, then kept).
     pub(crate) fn stored_ledger(
         &mut self,
-        base: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
-        let key = (base.clone(), op.clone());
+        let key = (scope.clone(), op.clone());
         if let Some(known) = self.ledgers.get(&key) {
             return Ok(known.clone());
         }
-        let read = self.store.ledger(base, op)?;
+        let read = self.store.ledger(scope, op)?;
         self.ledgers.insert(key, read.clone());
         Ok(read)
     }
@@ -297,12 +297,12 @@ impl<S: OutboxStore> Mirror<S> {
     /// Stores a ledger row; memory follows, or forgets the row when the write failed.
     pub(crate) fn put_ledger(
         &mut self,
-        base: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), OutboxError> {
-        let key = (base.clone(), op.clone());
-        match self.store.put_ledger(base, op, record) {
+        let key = (scope.clone(), op.clone());
+        match self.store.put_ledger(scope, op, record) {
             Ok(()) => {
                 self.ledgers.insert(key, Some(record.clone()));
                 Ok(())
@@ -314,21 +314,22 @@ impl<S: OutboxStore> Mirror<S> {
         }
     }
 
-    /// Ledger sent, then the operation leaves the outbox of every session of `scope`
-    /// (one store transaction); memory follows when the store took it.
+    /// Ledger sent, then the operation leaves the outbox of each of `members`, the
+    /// sessions of `scope` that may hold it (one store transaction); memory follows when
+    /// the store took it.
     pub(crate) fn confirm_sent(
         &mut self,
-        scope: &[SessionId],
-        base: &SessionId,
+        scope: &ScopeId,
+        members: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), OutboxError> {
-        let removed = self.store.confirm_sent(scope, op, record)?;
+        let removed = self.store.confirm_sent(scope, members, op, record)?;
         for (s, q) in removed {
             self.remove(&s, &q);
         }
         // The operation left the outbox: its ledger row need not stay in memory.
-        self.drop_ledger(base.clone(), op.clone());
+        self.drop_ledger(scope.clone(), op.clone());
         Ok(())
     }
 

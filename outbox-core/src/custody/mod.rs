@@ -170,7 +170,7 @@ use timeline_core::time::Millis;
 pub use crate::adapter::AttemptId;
 use crate::adapter::{Capabilities, ProofKind, SendRequest, SendResult};
 use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, StoredEntry};
-use crate::ids::{OperationId, QueueId, RunId, SessionId};
+use crate::ids::{OperationId, QueueId, RunId, ScopeId, SessionId};
 use crate::ledger::MemoryFallback;
 use crate::runs::{RunError, RunRegistry, STALE_RUN_AFTER};
 use crate::store::{OutboxError, OutboxStore, RouteDelivery};
@@ -547,7 +547,7 @@ pub struct Custody<S> {
     effects: VecDeque<CustodyEffect>,
     /// The base sessions of the scopes custody works, when it works only those it was
     /// granted ([`Custody::grant_only`]); `None`: every scope.
-    granted: Option<BTreeSet<SessionId>>,
+    granted: Option<BTreeSet<ScopeId>>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for Custody<S> {
@@ -605,7 +605,7 @@ impl<S: OutboxStore> Custody<S> {
     pub fn scope_granted(&self, session: &SessionId) -> bool {
         self.granted
             .as_ref()
-            .is_none_or(|g| g.contains(&crate::ids::base_session(session)))
+            .is_none_or(|g| g.contains(&ScopeId::of(session)))
     }
 
     /// Takes up the scope of `session` (its lease was acquired), or reads it again when
@@ -616,15 +616,15 @@ impl<S: OutboxStore> Custody<S> {
     /// drain. Without [`Custody::grant_only`] every scope is worked and this only reads
     /// the scope again.
     pub fn grant_scope(&mut self, session: &SessionId, now: Millis) {
-        let base = crate::ids::base_session(session);
+        let scope = ScopeId::of(session);
         if let Some(granted) = &mut self.granted {
-            granted.insert(base.clone());
+            granted.insert(scope.clone());
         }
-        self.mirror.forget_scope(&base);
+        self.mirror.forget_scope(&scope);
         let members: BTreeSet<SessionId> = match self.mirror.outbox_sessions() {
             Ok(saved) => saved
                 .iter()
-                .filter(|s| crate::ids::base_session(s) == base)
+                .filter(|s| scope.contains(s))
                 .cloned()
                 .collect(),
             Err(error) => {
@@ -632,15 +632,11 @@ impl<S: OutboxStore> Custody<S> {
                 return;
             }
         };
-        let registered = self
-            .sessions
-            .keys()
-            .filter(|s| crate::ids::base_session(s) == base)
-            .cloned();
+        let registered = self.sessions.keys().filter(|s| scope.contains(s)).cloned();
         let members: BTreeSet<SessionId> = members.into_iter().chain(registered).collect();
         // Runs another host left in the shared registry hold the scope before anything
         // of it drains.
-        self.adopt_shared(&base, now);
+        self.adopt_shared(scope.base(), now);
         for member in members {
             self.run_work(Work::Repair(member), now);
         }
@@ -653,14 +649,14 @@ impl<S: OutboxStore> Custody<S> {
     /// [`Custody::grant_only`] this only drops memory and work of the scope, which the
     /// next touch reads again.
     pub fn release_scope(&mut self, session: &SessionId, reason: &str, _now: Millis) -> bool {
-        let base = crate::ids::base_session(session);
+        let scope = ScopeId::of(session);
         if let Some(granted) = &mut self.granted {
-            if !granted.remove(&base) {
+            if !granted.remove(&scope) {
                 return false;
             }
         }
-        let ours = |s: &SessionId| crate::ids::base_session(s) == base;
-        self.mirror.forget_scope(&base);
+        let ours = |s: &SessionId| scope.contains(s);
+        self.mirror.forget_scope(&scope);
         self.asked.lanes.retain(|s, _| !ours(s));
         self.asked
             .in_flight
@@ -675,6 +671,7 @@ impl<S: OutboxStore> Custody<S> {
         self.retries.retain(|(_, r)| !ours(r.session()));
         self.failures.retain(|s, _| !ours(s));
         self.foreign_runs.retain(|(s, _), _| !ours(s));
+        let base = scope.into_base();
         self.runs.release_scope(&base);
         self.shared.forget_scope(&base);
         self.effects.push_back(CustodyEffect::ScopeReleased {

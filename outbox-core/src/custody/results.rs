@@ -16,7 +16,7 @@ use crate::entry::{
     EntryState, HandoffPhase, OutboxEntry, SendMode, REOPEN_CHECK_TEXT,
     STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
 };
-use crate::ids::{base_session, OperationId, RunId, SessionId};
+use crate::ids::{OperationId, RunId, ScopeId, SessionId};
 use crate::ledger::{reopen, LedgerRecord, LedgerStatus};
 use crate::store::{OutboxError, OutboxStore};
 
@@ -78,7 +78,7 @@ impl<S: OutboxStore> Custody<S> {
                             self.read_history(&session, ReadPurpose::Settle, new);
                         }
                     }
-                    None => self.record_ledger(&base_session(&session), &op, record, now)?,
+                    None => self.record_ledger(&ScopeId::of(&session), &op, record, now)?,
                 }
             }
             SendResult::Deferred { reason } => {
@@ -171,7 +171,7 @@ impl<S: OutboxStore> Custody<S> {
                 let held = e.with_state(held(&e.state));
                 self.replace_recording(session, &e, held, record, now)?;
             }
-            None => self.record_ledger(&base_session(session), op, record, now)?,
+            None => self.record_ledger(&ScopeId::of(session), op, record, now)?,
         }
         Ok(())
     }
@@ -266,7 +266,7 @@ impl<S: OutboxStore> Custody<S> {
     ) -> Result<(), OutboxError> {
         let session = p.session.clone();
         let op = p.snapshot.operation_id.clone();
-        let base = base_session(&session);
+        let scope = ScopeId::of(&session);
         let current = self
             .entry(&session, &p.snapshot.queue_id)?
             .filter(|e| e.same_but_position(&p.snapshot));
@@ -283,12 +283,12 @@ impl<S: OutboxStore> Custody<S> {
                 // Readable and not there, or the user's own send after being asked to
                 // check the timeline: a canceled record reopens (OB-12), and an
                 // acceptance nothing applied is dropped, so the next send goes out.
-                if let Some(mut l) = self.ledger_of(&base, &op)? {
+                if let Some(mut l) = self.ledger_of(&scope, &op)? {
                     if let Some(r) = reopen(&l, now) {
-                        self.write_ledger(&base, &op, r, now)?;
+                        self.write_ledger(&scope, &op, r, now)?;
                     } else if l.acceptance.take().is_some() {
                         l.updated_at = now;
-                        self.write_ledger(&base, &op, l, now)?;
+                        self.write_ledger(&scope, &op, l, now)?;
                     }
                 }
                 if let Some(e) = current {
@@ -314,7 +314,7 @@ impl<S: OutboxStore> Custody<S> {
             }
             (_, HistoryRead::Missing) => {
                 // Readable and not there: whatever turn accepted it did not apply it.
-                self.drop_acceptance(&base, &op, now)?;
+                self.drop_acceptance(&scope, &op, now)?;
                 if let Some(e) = current {
                     self.hold_unconfirmed(&session, &e, now)?;
                 }
@@ -435,14 +435,14 @@ impl<S: OutboxStore> Custody<S> {
     /// not apply it.
     fn drop_acceptance(
         &mut self,
-        base: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         now: Millis,
     ) -> Result<(), OutboxError> {
-        if let Some(mut l) = self.ledger_of(base, op)? {
+        if let Some(mut l) = self.ledger_of(scope, op)? {
             if l.acceptance.take().is_some() {
                 l.updated_at = now;
-                self.write_ledger(base, op, l, now)?;
+                self.write_ledger(scope, op, l, now)?;
             }
         }
         Ok(())
@@ -461,10 +461,10 @@ impl<S: OutboxStore> Custody<S> {
         reported: bool,
         now: Millis,
     ) -> Result<(), OutboxError> {
-        let base = base_session(session);
+        let scope = ScopeId::of(session);
         if matches!(e.state, EntryState::HandingOff { .. })
             && self
-                .ledger_of(&base, &e.operation_id)?
+                .ledger_of(&scope, &e.operation_id)?
                 .is_some_and(|l| l.status == LedgerStatus::Sent)
         {
             return self.confirm_sent(session, &e.operation_id, now);
@@ -474,7 +474,7 @@ impl<S: OutboxStore> Custody<S> {
             let record = LedgerRecord::new(LedgerStatus::Canceled, now);
             self.replace_recording(session, e, held, record, now)?;
         } else {
-            self.drop_acceptance(&base, &e.operation_id, now)?;
+            self.drop_acceptance(&scope, &e.operation_id, now)?;
             self.replace(session, e, held, now)?;
         }
         Ok(())

@@ -7,7 +7,7 @@ use timeline_core::time::Millis;
 use super::results::awaited_run;
 use super::{Custody, ReadPurpose};
 use crate::entry::{HandoffPhase, OutboxEntry, StoredEntry, REOPEN_CHECK_TEXT};
-use crate::ids::{base_session, SessionId};
+use crate::ids::{ScopeId, SessionId};
 use crate::store::{OutboxError, OutboxStore};
 
 impl<S: OutboxStore> Custody<S> {
@@ -51,7 +51,7 @@ impl<S: OutboxStore> Custody<S> {
         session: &SessionId,
         now: Millis,
     ) -> Result<(), OutboxError> {
-        let base = base_session(session);
+        let scope = ScopeId::of(session);
         // A stop and send now whose take-back was confirmed waits for its run to stop;
         // when that run is gone (a restart drops every run), it goes on to its own turn.
         let detached: Vec<OutboxEntry> = self
@@ -83,7 +83,7 @@ impl<S: OutboxStore> Custody<S> {
             if awaited_run(&e).is_some_and(|r| self.run_working(session, r)) {
                 continue;
             }
-            if let Err(error) = self.ledger_of(&base, &e.operation_id) {
+            if let Err(error) = self.ledger_of(&scope, &e.operation_id) {
                 // The seed's rule: an unreadable ledger holds the entry with the same
                 // text; the embedding learns why.
                 self.hold_unconfirmed(session, &e, now)?;

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::adapter::{StopResult, TakeBackResult};
 use crate::entry::{Controls, EntryState, OutboxEntry};
-use crate::ids::{base_session, OperationId, QueueId, RunId, SessionId};
+use crate::ids::{OperationId, QueueId, RunId, ScopeId, SessionId};
 use crate::ledger::LedgerStatus;
 use crate::store::{OutboxError, OutboxStore};
 
@@ -320,8 +320,8 @@ impl<S: OutboxStore> Custody<S> {
         };
         match result {
             TakeBackResult::DetachedForReplay | TakeBackResult::AlreadyDetachedForReplay => {
-                let base = base_session(&session);
-                let ledger = self.ledger_of(&base, op)?;
+                let scope = ScopeId::of(&session);
+                let ledger = self.ledger_of(&scope, op)?;
                 if ledger
                     .as_ref()
                     .is_some_and(|l| l.status == LedgerStatus::Sent)
@@ -347,7 +347,7 @@ impl<S: OutboxStore> Custody<S> {
                         &session,
                         &current,
                         detached.clone(),
-                        &base,
+                        &scope,
                         l,
                         now,
                     )?,

@@ -10,7 +10,7 @@ use crate::entry::{
     Controls, HandoffPhase, Intent, MessageRequest, OutboxEntry, Receipt, SendMode,
 };
 use crate::fingerprint::request_fingerprint;
-use crate::ids::{base_session, QueueId, RunId, SessionId};
+use crate::ids::{QueueId, RunId, ScopeId, SessionId};
 use crate::ledger::LedgerStatus;
 use crate::store::{Claim, Identity, OutboxError, OutboxStore};
 
@@ -167,8 +167,8 @@ impl<S: OutboxStore> Custody<S> {
             return Ok(false);
         }
         // Only an operation with no ledger row is new enough to skip the drain's checks.
-        let base = base_session(session);
-        Ok(self.ledger_of(&base, &entry.operation_id)?.is_none())
+        let scope = ScopeId::of(session);
+        Ok(self.ledger_of(&scope, &entry.operation_id)?.is_none())
     }
 
     /// The claim of a message that goes out at once: saved and handed off in one
@@ -183,7 +183,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<Option<Receipt>, OutboxError> {
         let session = req.session.clone();
-        let base = base_session(&session);
+        let scope = ScopeId::of(&session);
         let Some((sending, record)) = self.sending_record(entry, now) else {
             // Not queued: nothing to hand off; the plain claim saves it.
             self.end_run(&session, &run, now);
@@ -191,7 +191,7 @@ impl<S: OutboxStore> Custody<S> {
         };
         match self
             .mirror
-            .claim_sending(&session, fp, &sending, &base, &record)
+            .claim_sending(&session, fp, &sending, &scope, &record)
         {
             Ok(Claim::Claimed) => {
                 self.dispatch(
@@ -227,9 +227,9 @@ impl<S: OutboxStore> Custody<S> {
         }
         let current = self.state(&req.session)?.by_op(&req.operation_id).cloned();
         let Some(current) = current else {
-            let base = base_session(&req.session);
+            let scope = ScopeId::of(&req.session);
             let sent = self
-                .ledger_of(&base, &req.operation_id)?
+                .ledger_of(&scope, &req.operation_id)?
                 .is_some_and(|l| l.status == LedgerStatus::Sent);
             return if sent {
                 Ok(receipt(&req, true))

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::entry::{BlockedEntry, OutboxEntry, StoredEntry};
 use crate::fingerprint::Digest256;
-use crate::ids::{CallId, OperationId, QueueId, SessionId};
+use crate::ids::{CallId, OperationId, QueueId, ScopeId, SessionId};
 use crate::ledger::LedgerRecord;
 
 use super::{
@@ -61,7 +61,7 @@ impl Outbox {
 pub struct MemoryOutboxStore {
     outboxes: HashMap<SessionId, Outbox>,
     identities: HashMap<(SessionId, OperationId), Identity>,
-    ledger: HashMap<(SessionId, OperationId), LedgerRecord>,
+    ledger: HashMap<(ScopeId, OperationId), LedgerRecord>,
     routes: HashMap<OperationId, SessionMessageRoute>,
     /// The route of each (sender session, sender call).
     route_calls: HashMap<(SessionId, CallId), OperationId>,
@@ -199,7 +199,7 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<Claim, OutboxError> {
         if let Some(existing) = self
@@ -211,10 +211,8 @@ impl OutboxStore for MemoryOutboxStore {
         // Both writes are checked before either is made: one transaction.
         let claim = self.claim_unchecked(session, fingerprint, entry)?;
         if claim == Claim::Claimed {
-            self.ledger.insert(
-                (ledger_session.clone(), entry.operation_id.clone()),
-                record.clone(),
-            );
+            self.ledger
+                .insert((scope.clone(), entry.operation_id.clone()), record.clone());
         }
         Ok(claim)
     }
@@ -307,17 +305,15 @@ impl OutboxStore for MemoryOutboxStore {
         session: &SessionId,
         expected: &OutboxEntry,
         new: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<bool, OutboxError> {
         if self.decoded(session, &expected.queue_id).as_ref() != Some(expected) {
             return Ok(false);
         }
         self.write_entry(session, new);
-        self.ledger.insert(
-            (ledger_session.clone(), new.operation_id.clone()),
-            record.clone(),
-        );
+        self.ledger
+            .insert((scope.clone(), new.operation_id.clone()), record.clone());
         Ok(true)
     }
 
@@ -378,36 +374,34 @@ impl OutboxStore for MemoryOutboxStore {
 
     fn ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError> {
-        Ok(self.ledger.get(&(session.clone(), op.clone())).cloned())
+        Ok(self.ledger.get(&(scope.clone(), op.clone())).cloned())
     }
 
     fn put_ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), OutboxError> {
         self.ledger
-            .insert((session.clone(), op.clone()), record.clone());
+            .insert((scope.clone(), op.clone()), record.clone());
         Ok(())
     }
 
     fn confirm_sent(
         &mut self,
-        scope: &[SessionId],
+        scope: &ScopeId,
+        members: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
-        let Some(base) = scope.first() else {
-            return Ok(Vec::new());
-        };
         self.ledger
-            .insert((base.clone(), op.clone()), record.clone());
+            .insert((scope.clone(), op.clone()), record.clone());
         let mut removed = Vec::new();
-        for s in scope {
+        for s in members {
             let queues: Vec<String> = self
                 .outboxes
                 .get(s)

@@ -88,7 +88,7 @@ use timeline_core::time::Millis;
 
 use crate::entry::{OutboxEntry, StoredEntry};
 use crate::fingerprint::Digest256;
-use crate::ids::{CallId, OperationId, QueueId, RunId, SessionId, ThreadId};
+use crate::ids::{CallId, OperationId, QueueId, RunId, ScopeId, SessionId, ThreadId};
 use crate::ledger::LedgerRecord;
 
 /// The identity row of an operation.
@@ -320,7 +320,7 @@ pub trait OutboxStore {
     ) -> Result<Claim, OutboxError>;
 
     /// [`OutboxStore::claim`], and when it claimed, the ledger row of
-    /// (`ledger_session`, the entry's operation) becomes `record`, in the same
+    /// (`scope`, the entry's operation) becomes `record`, in the same
     /// transaction. The default calls the two methods one after the other; a backend
     /// with transactions must override it so both or neither are written.
     fn claim_sending(
@@ -328,18 +328,18 @@ pub trait OutboxStore {
         session: &SessionId,
         fingerprint: &Digest256,
         entry: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<Claim, OutboxError> {
         let claim = self.claim(session, fingerprint, entry)?;
         if claim == Claim::Claimed {
-            self.put_ledger(ledger_session, &entry.operation_id, record)?;
+            self.put_ledger(scope, &entry.operation_id, record)?;
         }
         Ok(claim)
     }
 
     /// [`OutboxStore::replace_entry`], and when it replaced, the ledger row of
-    /// (`ledger_session`, `new`'s operation) becomes `record`, in the same transaction.
+    /// (`scope`, `new`'s operation) becomes `record`, in the same transaction.
     /// The default calls the two methods one after the other; a backend with
     /// transactions must override it so both or neither are written.
     fn replace_entry_with_ledger(
@@ -347,13 +347,13 @@ pub trait OutboxStore {
         session: &SessionId,
         expected: &OutboxEntry,
         new: &OutboxEntry,
-        ledger_session: &SessionId,
+        scope: &ScopeId,
         record: &LedgerRecord,
     ) -> Result<bool, OutboxError> {
         if !self.replace_entry(session, expected, new)? {
             return Ok(false);
         }
-        self.put_ledger(ledger_session, &new.operation_id, record)?;
+        self.put_ledger(scope, &new.operation_id, record)?;
         Ok(true)
     }
 
@@ -415,27 +415,29 @@ pub trait OutboxStore {
         positions: &[(QueueId, i64)],
     ) -> Result<(), OutboxError>;
 
-    /// The ledger row of (session, operation).
+    /// The ledger row of (scope, operation). The ledger is the scope's: an operation has
+    /// one row whichever member of the scope holds its entry.
     fn ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
     ) -> Result<Option<LedgerRecord>, OutboxError>;
 
     /// Stores a ledger row (the caller applied [`crate::ledger::transition`]).
     fn put_ledger(
         &mut self,
-        session: &SessionId,
+        scope: &ScopeId,
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<(), OutboxError>;
 
-    /// One transaction: the ledger of (`scope[0]`, `op`) becomes `record` (sent), then
-    /// every entry of `op` in every session of `scope` is removed (identities marked
-    /// removed). Returns what was removed.
+    /// One transaction: the ledger of (`scope`, `op`) becomes `record` (sent), then
+    /// every entry of `op` in each of `members` (the sessions of the scope that may hold
+    /// it) is removed (identities marked removed). Returns what was removed.
     fn confirm_sent(
         &mut self,
-        scope: &[SessionId],
+        scope: &ScopeId,
+        members: &[SessionId],
         op: &OperationId,
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, OutboxError>;

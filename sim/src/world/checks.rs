@@ -3,6 +3,7 @@
 //! prove the checks catch them; and bringing the world to rest for the final checks.
 
 use outbox_core::ids::base_session;
+use outbox_core::ids::ScopeId;
 use outbox_core::ledger::LedgerStatus;
 use std::collections::{BTreeMap, BTreeSet};
 use timeline_core::timeline::LoadState;
@@ -264,7 +265,7 @@ impl World {
                 record.status = LedgerStatus::Sending;
                 let put = self
                     .stores
-                    .with_outbox(|s| s.put_ledger(&session, &op, &record));
+                    .with_outbox(|s| s.put_ledger(&ScopeId::of(&session), &op, &record));
                 if put.is_ok() {
                     self.log(|| format!("DEFECT: the ledger of {op} is weakened"));
                 }

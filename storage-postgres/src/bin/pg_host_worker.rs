@@ -25,6 +25,7 @@
 //!
 //! Lease timings come from `stale_ms`, `run_lease_ms` and `session_lease_ms`.
 
+use outbox_core::ids::ScopeId;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -110,7 +111,7 @@ fn submit(store: &mut PostgresStore, o: &Options) -> Result<(), Failure> {
             store.claim(&s, &print, &e)?
         } else {
             let record = LedgerRecord::new(LedgerStatus::Sending, Millis(i));
-            store.claim_sending(&s, &print, &e, &s, &record)?
+            store.claim_sending(&s, &print, &e, &ScopeId::of(&s), &record)?
         };
         match claim {
             Claim::Claimed => say(&format!("claimed {op}"))?,
@@ -273,12 +274,17 @@ fn writer(store: &mut PostgresStore, o: &Options) -> Result<(), Failure> {
         let print = request_fingerprint(&s, &e.queue_id, &e.request);
         say(&format!("begin {op}"))?;
         let record = LedgerRecord::new(LedgerStatus::Sending, Millis(i));
-        store.claim_sending(&s, &print, &e, &s, &record)?;
+        store.claim_sending(&s, &print, &e, &ScopeId::of(&s), &record)?;
         say(&format!("submit {op}"))?;
         say(&format!("ledger {op} {}", LedgerStatus::Sending.strength()))?;
         if i % 3 == 0 {
             let sent = LedgerRecord::new(LedgerStatus::Sent, Millis(i));
-            store.confirm_sent(std::slice::from_ref(&s), &e.operation_id, &sent)?;
+            store.confirm_sent(
+                &ScopeId::of(&s),
+                std::slice::from_ref(&s),
+                &e.operation_id,
+                &sent,
+            )?;
             say(&format!("ledger {op} {}", LedgerStatus::Sent.strength()))?;
         }
         let result = write(store, &s, &target, &Change::Publish(vec![row(&op)?]))?;
