@@ -46,11 +46,11 @@
 //! - [`Invariant::NoQuiescence`]: the world comes to rest at all.
 
 //!
-//! Every check here is a pure function over an [`Observation`] (what the world observed
-//! at one moment) and returns what it found ([`Finding`]s, in the order it found them);
+//! Every check here is a pure function over an `Observation` (what the world observed
+//! at one moment) and returns what it found (`Finding`s, in the order it found them);
 //! the world builds the observation, applies the findings and drives the world to rest.
 //! The one memory a check keeps across steps, the ledger status each row was last seen
-//! with, is [`LedgerWatch`], owned by the world and handed in.
+//! with, is `LedgerWatch`, owned by the world and handed in.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -78,12 +78,7 @@ impl World {
             }
         }
         let mut ledger = BTreeMap::new();
-        let ops: Vec<(SessionId, OperationId)> = self
-            .messages
-            .iter()
-            .map(|(op, m)| (base_session(&m.session), op.clone()))
-            .collect();
-        for (session, op) in ops {
+        for (session, op) in self.message_ledger_keys() {
             if let Ok(Some(record)) = self.stores.ledger(&session, &op) {
                 ledger.insert((session, op), record);
             }
@@ -251,13 +246,16 @@ impl World {
         }
     }
 
-    fn weaken_a_ledger(&mut self) {
-        let ops: Vec<(SessionId, OperationId)> = self
-            .messages
+    /// The ledger key of every message: its scope's base session and its operation.
+    fn message_ledger_keys(&self) -> Vec<(SessionId, OperationId)> {
+        self.messages
             .iter()
             .map(|(op, m)| (base_session(&m.session), op.clone()))
-            .collect();
-        for (session, op) in ops {
+            .collect()
+    }
+
+    fn weaken_a_ledger(&mut self) {
+        for (session, op) in self.message_ledger_keys() {
             let Ok(Some(mut record)) = self.stores.ledger(&session, &op) else {
                 continue;
             };
