@@ -22,7 +22,8 @@
 //! [`AgentInput::ApprovalAsked`]; the process's end is uncertain for every send that
 //! waits and ends every run (a later call starts Codex again). `thread/closed` (Codex
 //! 0.169 unloads a thread nobody subscribes to about a minute after it went idle; a
-//! `turn/start` on it is refused, "thread not found") marks the session's thread not
+//! `turn/start` on it is refused, "thread not found"), or the `thread/status/changed`
+//! with `notLoaded` just before it, marks the session's thread not
 //! loaded, so its next send resumes it first; every run still open on the thread ends
 //! (aborted when a stop waits for it, failed otherwise: no turn end will come), its
 //! stops are answered, and its open approvals close as settled elsewhere.
@@ -1125,6 +1126,17 @@ impl CodexAgent {
         }
         if let ServerNotification::ThreadClosed { thread_id } = &n.body {
             return self.thread_closed(thread_id);
+        }
+        // `notLoaded`: Codex unloaded the thread. 0.169 says so right before
+        // `thread/closed`, which a connection that ends meanwhile never brings: the thread
+        // is treated as closed from this status on (closing twice changes nothing).
+        if let ServerNotification::ThreadStatusChanged {
+            thread_id, status, ..
+        } = &n.body
+        {
+            if status == "notLoaded" {
+                self.thread_closed(thread_id);
+            }
         }
         let session = match &n.body {
             ServerNotification::ItemStarted { thread_id, .. }

@@ -1199,6 +1199,58 @@ fn a_thread_codex_closed_ends_its_run_and_is_resumed_before_the_next_turn() {
 }
 
 #[test]
+fn a_thread_codex_reports_not_loaded_is_closed_even_when_thread_closed_never_comes() {
+    // AG-01: `thread/status/changed` with `notLoaded` says Codex unloaded the thread (its
+    // schema: `NotLoadedThreadStatus`). Without the `thread/closed` that 0.169 sends
+    // next, the run on it still ends, its approval closes, and the next send resumes the
+    // thread before its `turn/start`; the `thread/closed` that may follow changes nothing.
+    let mut r = running();
+    let s = r.session.clone();
+    let request = approval_asked(&mut r);
+    // An idle status of the thread is no closing.
+    r.line(
+        json!({"method": "thread/status/changed", "params": {"threadId": THREAD,
+            "status": {"type": "idle"}}, "emittedAtMs": 1}),
+        Millis(29),
+    );
+    assert!(
+        !r.take_inputs()
+            .iter()
+            .any(|i| matches!(i, AgentInput::RunEnded { .. })),
+        "idle is not notLoaded"
+    );
+    r.line(
+        json!({"method": "thread/status/changed", "params": {"threadId": THREAD,
+            "status": {"type": "notLoaded"}}, "emittedAtMs": 1}),
+        Millis(30),
+    );
+    let inputs = r.take_inputs();
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+            AgentInput::RunEnded { run: rr, outcome: RunEventKind::Failed, untaken, .. }
+                if *rr == run() && untaken.is_empty())),
+        "{inputs:?}"
+    );
+    assert!(
+        inputs.iter().any(|i| matches!(i,
+            AgentInput::ApprovalResolved { request_id, result: Ok(ApprovalResult::ResolvedExternally), .. }
+                if *request_id == request.request_id)),
+        "{inputs:?}"
+    );
+    // The close that follows finds nothing left to end.
+    r.line(thread_closed(THREAD), Millis(31));
+    assert!(r.take_inputs().is_empty());
+    let run2 = RunId::new("run-2").unwrap();
+    r.call(
+        send(&s, "op-2", SendKind::Start { run: run2 }, 2),
+        Millis(40),
+    );
+    let resume = &r.writes.last().unwrap().1;
+    assert_eq!(resume["method"], "thread/resume");
+    assert_eq!(resume["params"]["threadId"], THREAD);
+}
+
+#[test]
 fn a_thread_closed_under_a_stop_aborts_its_run_and_answers_the_stop() {
     // AG-01: a stop that waits for the turn's end is answered when the thread closes;
     // the run ends aborted.
