@@ -319,7 +319,8 @@ fn a_steer_real_codex_gets_after_its_turn_ended_is_proven_unadmitted() {
 
 /// `CodexAgent` with a tap on its process: a test writes a line of its own to Codex
 /// (what another client of the same app-server could ask), and sees whether Codex said
-/// `thread/closed`. Lines and writes of the tap's own never reach the agent.
+/// it unloaded the thread (`thread/status/changed` with `notLoaded`, then
+/// `thread/closed`). Lines and writes of the tap's own never reach the agent.
 struct Tap {
     codex: CodexAgent,
     inject: VecDeque<AgentEffect>,
@@ -362,7 +363,9 @@ impl Agent for Tap {
     }
     fn handle_line(&mut self, process: ProcessId, line: &[u8], now: Millis) {
         let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
-        if v["method"] == "thread/closed" {
+        let unloaded =
+            v["method"] == "thread/status/changed" && v["params"]["status"]["type"] == "notLoaded";
+        if unloaded || v["method"] == "thread/closed" {
             self.closed.set(true);
         }
         if v["id"].as_str().is_some_and(|id| id.starts_with("tap-")) {
@@ -407,8 +410,8 @@ impl Agent for Tap {
 fn a_thread_real_codex_closes_ends_its_run_and_is_resumed_for_the_next_send() {
     // AG-01, AG-02
     // Codex 0.169 unloads a thread nobody subscribes to about a minute after it went
-    // idle and says `thread/closed`; a `turn/start` on it is then refused ("thread not
-    // found"). Here the subscription is dropped mid-turn (`thread/unsubscribe`, as
+    // idle and says so (`thread/status/changed` with `notLoaded`, then `thread/closed`);
+    // a `turn/start` on it is then refused ("thread not found"). Here the subscription is dropped mid-turn (`thread/unsubscribe`, as
     // another client could ask), so the turn's end never reaches the agent: the closing
     // ends the run, and the next send resumes the thread before its turn.
     let mut r = Real::with(|t| t, Tap::new);
@@ -435,7 +438,10 @@ fn a_thread_real_codex_closes_ends_its_run_and_is_resumed_for_the_next_send() {
     r.d.until("the run's end", 3 * MINUTE, |i| {
         has(i, |i| matches!(i, AgentInput::RunEnded { .. }))
     });
-    assert!(closed.get(), "the run ended before Codex closed the thread");
+    assert!(
+        closed.get(),
+        "the run ended before Codex unloaded the thread"
+    );
     assert!(
         has(&r.d.inputs, |i| matches!(
             i,

@@ -35,7 +35,7 @@ use overlay_core::{RunEventKind, SourceError, SourceKind, StoredBlock, WindowId}
 use storage_postgres::PostgresStore;
 use storage_sqlite::SqliteStore;
 use timeline_core::rows::ApprovalKind;
-use timeline_core::timeline::TimelineEffect as Load;
+use timeline_core::timeline::TimelineEffect;
 use timeline_core::{ApprovalRequest, Block, BlockKey, BlockType, BoundaryToken, ClientMode};
 use timeline_core::{Decision, HostKey, LiveOverlay, Millis, RunId, SessionId, SourceOrder};
 use timeline_core::{TargetId, Timeline};
@@ -237,7 +237,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> World<O, V> {
             self.next_request += 1;
             let (session, target) = (self.session.clone(), self.target.clone());
             let request = match effect {
-                Load::LoadLatestWindow { tag, page_size, .. } => {
+                TimelineEffect::LoadLatestWindow { tag, page_size, .. } => {
                     self.loads.insert(self.next_request, (client, tag));
                     ClientRequest::LatestWindow {
                         session,
@@ -245,7 +245,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> World<O, V> {
                         page_size,
                     }
                 }
-                Load::LoadOlderPage {
+                TimelineEffect::LoadOlderPage {
                     tag,
                     cursor,
                     page_size,

@@ -14,7 +14,7 @@ use std::path::Path;
 use host_core::{ClientRequest, Host, HostConfig, HostEffect, Reply, ReplyTo};
 use outbox_core::{Capabilities, MemoryOutboxStore, SessionInfo};
 use overlay_core::{HistorySource, MemoryOverlayStore};
-use timeline_core::timeline::{LoadFailure, TimelineEffect as Load};
+use timeline_core::timeline::{LoadFailure, TimelineEffect};
 use timeline_core::{ClientMode, HostKey, Millis, SessionId, TargetId, Timeline};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -81,7 +81,7 @@ fn serve(
 ) {
     while let Some(effect) = desktop.poll_effect() {
         let (request, tag) = match effect {
-            Load::LoadLatestWindow { tag, page_size, .. } => (
+            TimelineEffect::LoadLatestWindow { tag, page_size, .. } => (
                 ClientRequest::LatestWindow {
                     session: session.clone(),
                     target: target.clone(),
@@ -89,7 +89,7 @@ fn serve(
                 },
                 tag,
             ),
-            Load::LoadOlderPage {
+            TimelineEffect::LoadOlderPage {
                 tag,
                 cursor,
                 page_size,

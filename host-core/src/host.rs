@@ -543,7 +543,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         self.custody.entries(session)
     }
 
-    /// The overlay store, to read.
+    /// The overlay store. Writes through it bypass the host: no client is told of them
+    /// and the host's exact scans do not see them, so it is for reading what is saved
+    /// (and, in tests, for changing how a test store behaves).
     pub fn overlays(&mut self) -> &mut V {
         &mut self.overlays
     }
@@ -632,14 +634,14 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// lost): custody drops it, [`Notice::SessionReleased`] says so. What the agent still
     /// answers for it is ignored; its rows are refused by the store's fencing.
     pub fn release_session(&mut self, session: &SessionId, reason: &str, now: Millis) {
-        self.let_go(session, reason, now);
+        self.let_go(session, reason);
         self.pump(now);
     }
 
     /// Drops the scope of `session` from custody and the rows waiting to be written again.
-    fn let_go(&mut self, session: &SessionId, reason: &str, now: Millis) {
+    fn let_go(&mut self, session: &SessionId, reason: &str) {
         let base = outbox_core::ids::base_session(session);
-        self.custody.release_scope(&base, reason, now);
+        self.custody.release_scope(&base, reason);
         self.unsaved
             .retain(|(s, _, _), _| outbox_core::ids::base_session(s) != base);
         // Its scans and journal rows are the next owner's to repeat; its replay would
@@ -1511,7 +1513,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 .into_iter()
                 .map(|s| (s, "an overlay write found the lease lost"))
             {
-                self.let_go(&session, reason, now);
+                self.let_go(&session, reason);
             }
             while let Some(effect) = self.custody.poll_effect() {
                 progressed = true;

@@ -22,7 +22,7 @@
 //!    machine) and wait for it or for the next input, whichever comes first. Go to 1.
 //!
 //! ```
-//! use host_core::{AgentCall, AgentInput, ClientRequest, HostEffect, Host, HostConfig, Reply, ReplyTo};
+//! use host_core::{AgentCall, AgentInput, ClientRequest, Host, HostConfig, HostEffect, Reply, ReplyTo};
 //! use outbox_core::{Capabilities, Controls, MemoryOutboxStore, MessageRequest, OperationId};
 //! use outbox_core::{QueueId, SendResult, SessionInfo, SubmitRequest};
 //! use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};

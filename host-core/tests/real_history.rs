@@ -8,7 +8,7 @@ use std::path::Path;
 use host_core::{ClientRequest, Host, HostConfig, HostEffect, Reply, ReplyTo};
 use outbox_core::{Capabilities, MemoryOutboxStore, SessionInfo};
 use overlay_core::{HistorySource, MemoryOverlayStore};
-use timeline_core::timeline::{LoadFailure, TimelineEffect as Load};
+use timeline_core::timeline::{LoadFailure, TimelineEffect};
 use timeline_core::{BlockKey, ClientMode, HostKey, Millis, SessionId, TargetId, Timeline};
 
 /// Every row of the source, read back from the present to the start, in canonical order.
@@ -43,7 +43,7 @@ fn through_the_host(source: Box<dyn HistorySource + Send>, caps: Capabilities) -
     loop {
         while let Some(effect) = desktop.poll_effect() {
             let (request, tag) = match effect {
-                Load::LoadLatestWindow { tag, page_size, .. } => (
+                TimelineEffect::LoadLatestWindow { tag, page_size, .. } => (
                     ClientRequest::LatestWindow {
                         session: session.clone(),
                         target: target.clone(),
@@ -51,7 +51,7 @@ fn through_the_host(source: Box<dyn HistorySource + Send>, caps: Capabilities) -
                     },
                     tag,
                 ),
-                Load::LoadOlderPage {
+                TimelineEffect::LoadOlderPage {
                     tag,
                     cursor,
                     page_size,

@@ -48,8 +48,8 @@ pub fn base_session(session: &SessionId) -> SessionId {
 
 /// An outbox scope (OB-06): a base session and its alias (`s` and `s::skills-agent`)
 /// share one outbox scope, one ledger and one run registry. A scope is named by its base
-/// session, so a value of this type is never an alias: the ledger, the leases and the
-/// grants of several hosts are keyed by it.
+/// session, so a value of this type is never an alias: the ledger, custody's memory of
+/// it and the scopes a host was granted are keyed by it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ScopeId(SessionId);
 
@@ -93,11 +93,6 @@ impl std::fmt::Display for ScopeId {
     }
 }
 
-/// The sessions of the scope of `session`: its base session and the base's alias.
-pub fn scope_members(session: &SessionId) -> [SessionId; 2] {
-    ScopeId::of(session).members()
-}
-
 /// True when `a` and `b` share one outbox scope.
 pub fn same_scope(a: &SessionId, b: &SessionId) -> bool {
     base_session(a) == base_session(b)
@@ -112,7 +107,7 @@ mod tests {
     fn the_scope_members_are_the_base_and_its_alias() {
         for id in ["s1", "s1::skills-agent", "::skills-agent"] {
             let session = SessionId::new(id).unwrap();
-            let [base, alias] = scope_members(&session);
+            let [base, alias] = ScopeId::of(&session).members();
             assert_eq!(base, base_session(&session));
             assert!(same_scope(&alias, &session) && same_scope(&base, &session));
             assert_ne!(base, alias);

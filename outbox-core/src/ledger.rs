@@ -47,7 +47,7 @@ impl LedgerStatus {
     }
 }
 
-/// One ledger row, keyed (session, operation).
+/// One ledger row, keyed (scope, operation): one row for the base session and its alias.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerRecord {

@@ -24,7 +24,7 @@ use outbox_core::runs::{
 };
 use outbox_core::store::memory::MemoryOutboxStore;
 use outbox_core::store::{
-    Claim, Identity, OutboxError, OutboxStore, RouteClaim, SessionMessageRoute, StoreErrorKind,
+    Claim, Identity, OutboxError, OutboxErrorKind, OutboxStore, RouteClaim, SessionMessageRoute,
 };
 use timeline_core::time::Millis;
 
@@ -375,7 +375,7 @@ fn a_scope_not_granted_is_refused_with_a_typed_error_and_nothing_is_written() {
     let SubmitError::Store(store) = &err else {
         panic!("{err:?}")
     };
-    assert_eq!(store.kind(), StoreErrorKind::LeaseLost);
+    assert_eq!(store.kind(), OutboxErrorKind::LeaseLost);
     assert_eq!(err.error_code(), "SESSION_ELSEWHERE");
     assert!(db
         .lock()
@@ -547,7 +547,7 @@ fn a_release_drops_the_scope_and_a_second_release_does_nothing() {
         .unwrap();
     let _ = effects(&mut a);
     assert!(a.poll_timeout().is_some(), "the send's deadline");
-    assert!(a.release_scope(&s("s1"), "handed over", Millis(1_010)));
+    assert!(a.release_scope(&s("s1"), "handed over"));
     assert_eq!(
         effects(&mut a),
         vec![CustodyEffect::ScopeReleased {
@@ -556,7 +556,7 @@ fn a_release_drops_the_scope_and_a_second_release_does_nothing() {
         }]
     );
     assert_eq!(a.poll_timeout(), None, "no deadline of the scope is kept");
-    assert!(!a.release_scope(&s("s1"), "again", Millis(1_020)));
+    assert!(!a.release_scope(&s("s1"), "again"));
     assert!(effects(&mut a).is_empty());
 }
 
@@ -904,7 +904,7 @@ fn an_end_the_shared_registry_missed_is_written_at_the_next_renewal() {
 #[test]
 fn a_scope_granted_again_to_its_last_host_waits_for_that_hosts_old_run() {
     let (db, mut a, old) = a_started_op_1();
-    assert!(a.release_scope(&s("s1"), "the lease lapsed", at(&db, 1_100)));
+    assert!(a.release_scope(&s("s1"), "the lease lapsed"));
     effects(&mut a);
     // The lease comes back to `a`; op-1, out with nothing under way, is confirmed.
     a.grant_scope(&s("s1"), at(&db, 2_000));
@@ -1023,7 +1023,7 @@ fn a_run_this_host_ended_is_not_adopted_back_while_its_end_is_owed() {
     effects(&mut a);
     assert_eq!(shared_run(&db, "s1").map(|r| r.0), Some(run));
     db.lock().unwrap().runs.down = false;
-    assert!(a.release_scope(&s("s1"), "handed over", at(&db, 1_150)));
+    assert!(a.release_scope(&s("s1"), "handed over"));
     a.grant_scope(&s("s1"), at(&db, 1_200));
     effects(&mut a);
     assert!(a.runs().active(&s("s1")).is_none(), "nothing adopted");

@@ -3,7 +3,7 @@
 //! outside: the saved stores, the clients' screens, the agent, the host's deadline.
 //!
 //! The world builds an observation and hands it to the pure checks of `check`; the
-//! checks never reach into the world, so they can be read (and tested) on their own.
+//! checks never reach into the world, so they can be read on their own.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -65,8 +65,7 @@ pub(crate) struct Observation<'a> {
     pub visible: Vec<Vec<(Origin, Block)>>,
     /// The agent.
     pub agent: &'a Agent,
-    /// The saved outbox of every session: operation → state, and each session's
-    /// entries in words, for the diagnostics.
+    /// The saved outbox of every session: operation → state.
     pub outboxes: BTreeMap<OperationId, EntryState>,
     /// The saved outbox of every session, one line each (for the diagnostics).
     pub outbox_lines: Vec<(SessionId, String)>,

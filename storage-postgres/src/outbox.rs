@@ -795,8 +795,9 @@ impl OutboxStore for PostgresStore {
         record: &LedgerRecord,
     ) -> Result<Vec<(SessionId, QueueId)>, OutboxError> {
         self.transact(ob, |c, local| {
-            let mut sessions: Vec<&SessionId> = members.iter().collect();
-            if !members.contains(scope.base()) {
+            let members: Vec<&SessionId> = members.iter().filter(|m| scope.contains(m)).collect();
+            let mut sessions = members.clone();
+            if !sessions.contains(&scope.base()) {
                 sessions.push(scope.base());
             }
             fence_check(c, &local.fence, &sessions, PostgresStore::outbox_lease_lost)?;

@@ -19,7 +19,7 @@ use outbox_core::fingerprint::request_fingerprint;
 use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
 use outbox_core::runs::RunError;
-use outbox_core::store::{OutboxError, OutboxStore, StoreErrorKind};
+use outbox_core::store::{OutboxError, OutboxErrorKind, OutboxStore};
 use overlay_core::overlay::Change;
 use overlay_core::store::write;
 use overlay_core::store::{CleanupJournal, OverlayError, OverlayStore, RowClass, StoredBlock};
@@ -302,7 +302,7 @@ fn a_lock_held_too_long_is_unavailable_not_a_hang() {
     };
     let err = waiting.replace_entry(&s("s1"), &e, &moved).unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(3));
-    assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+    assert_eq!(err.kind(), OutboxErrorKind::Unavailable);
     assert!(err.to_string().contains("55P03"), "{err}");
     let db = err
         .source()
@@ -335,7 +335,7 @@ fn a_closed_connection_is_opened_again() {
     assert_eq!(killed, 1);
     std::thread::sleep(Duration::from_millis(100));
     if let Err(e) = store.entries(&s("s1")) {
-        assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+        assert_eq!(e.kind(), OutboxErrorKind::Unavailable, "{e}");
     }
     assert_eq!(store.entries(&s("s1")).unwrap().len(), 1);
     claim(&mut store, "s1", &entry("2"));
@@ -601,7 +601,7 @@ fn the_shared_registry_custody_writes_through_keeps_one_run_per_session_across_h
     let mut g = db.open_with(quick());
     assert!(h.shared_runs().is_none(), "off until a host is given");
     let err = SharedRuns::scope(&mut h, &s("a")).unwrap_err();
-    assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+    assert_eq!(err.kind(), OutboxErrorKind::Unavailable);
     h.share_runs(HostId::new("h").unwrap());
     g.share_runs(HostId::new("g").unwrap());
     assert!(h.shared_runs().is_some());
@@ -753,7 +753,7 @@ fn fenced_writes_need_the_sessions_lease() {
     let e2 = entry("2");
     let print2 = request_fingerprint(&s("a"), &e2.queue_id, &e2.request);
     let refused = one.claim(&s("a::skills-agent"), &print2, &e2).unwrap_err();
-    assert_eq!(refused.kind(), StoreErrorKind::LeaseLost);
+    assert_eq!(refused.kind(), OutboxErrorKind::LeaseLost);
     assert!(
         refused
             .to_string()
@@ -869,7 +869,7 @@ fn a_hosts_stores_write_under_the_lease_its_keeper_holds() {
     let print2 = request_fingerprint(&s("a"), &e2.queue_id, &e2.request);
     assert_eq!(
         outbox.claim(&s("a"), &print2, &e2).unwrap_err().kind(),
-        StoreErrorKind::LeaseLost
+        OutboxErrorKind::LeaseLost
     );
     assert!(matches!(
         keeper.renew_session(&lease),

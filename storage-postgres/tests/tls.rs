@@ -19,7 +19,7 @@ use std::time::Duration;
 use outbox_core::entry::{Controls, MessageRequest, OutboxEntry};
 use outbox_core::fingerprint::request_fingerprint;
 use outbox_core::ids::{OperationId, QueueId, SessionId};
-use outbox_core::store::{OutboxStore, StoreErrorKind};
+use outbox_core::store::{OutboxErrorKind, OutboxStore};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -209,7 +209,7 @@ fn a_required_tls_connection_to_a_private_ca_works_and_reconnects_encrypted() {
             .unwrap();
         std::thread::sleep(Duration::from_millis(100));
         if let Err(e) = store.entries(&s) {
-            assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}");
+            assert_eq!(e.kind(), OutboxErrorKind::Unavailable, "{e}");
         }
         submit(&mut store, 2).unwrap();
         assert_eq!(store.entries(&s).unwrap().len(), 2);

@@ -219,7 +219,7 @@ pub(crate) fn stored_id<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::store::StoreErrorKind;
+    use outbox_core::store::OutboxErrorKind;
     use rusqlite::ffi;
 
     fn failure(code: i32, msg: &str) -> rusqlite::Error {
@@ -240,7 +240,7 @@ mod tests {
         ];
         for code in damaged {
             let e = || failure(code, "some message");
-            assert_eq!(ob(e()).kind(), StoreErrorKind::Corrupt, "{code}");
+            assert_eq!(ob(e()).kind(), OutboxErrorKind::Corrupt, "{code}");
             assert!(
                 matches!(ov(e()), OverlayError::Corrupt { ref what, .. } if what == DAMAGED_FILE),
                 "{code}"
@@ -265,7 +265,7 @@ mod tests {
         for code in transient {
             // The message of a damaged file on a code that is not one.
             let e = || failure(code, "database disk image is malformed");
-            assert_eq!(ob(e()).kind(), StoreErrorKind::Unavailable, "{code}");
+            assert_eq!(ob(e()).kind(), OutboxErrorKind::Unavailable, "{code}");
             assert!(matches!(ov(e()), OverlayError::Unavailable(_)), "{code}");
             assert!(matches!(open_error(e()), OpenError::Sqlite(_)), "{code}");
         }

@@ -665,7 +665,7 @@ impl OutboxStore for SqliteStore {
         let tx = self.write().map_err(ob)?;
         put_ledger(&tx, scope.base(), op, record)?;
         let mut removed = Vec::new();
-        for session in members {
+        for session in members.iter().filter(|m| scope.contains(m)) {
             // Each queue ID as stored, to delete by, and as read back.
             let queues: Vec<(rusqlite::types::Value, Result<String, String>)> = {
                 let mut stmt = tx

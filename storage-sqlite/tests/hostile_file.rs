@@ -1141,7 +1141,7 @@ fn a_garbage_page_is_corrupt_not_unavailable() {
     let read = store.entries(&s("s1"));
     assert_eq!(
         read.as_ref().map_err(OutboxError::kind).err(),
-        Some(outbox_core::store::StoreErrorKind::Corrupt),
+        Some(outbox_core::store::OutboxErrorKind::Corrupt),
         "{read:?}"
     );
     let (what, reason) = outbox_corrupt(read);
@@ -1152,7 +1152,7 @@ fn a_garbage_page_is_corrupt_not_unavailable() {
     let claimed = store.claim(&s("s1"), &fp, &e);
     assert_eq!(
         claimed.as_ref().map_err(OutboxError::kind).err(),
-        Some(outbox_core::store::StoreErrorKind::Corrupt),
+        Some(outbox_core::store::OutboxErrorKind::Corrupt),
         "{claimed:?}"
     );
     let (what, _) = overlay_corrupt(store.load(&s("s1"), &t("t1")));
@@ -1200,7 +1200,7 @@ fn a_file_cut_mid_page_is_corrupt_not_unavailable() {
     let read = store.entries(&s("s1"));
     assert_eq!(
         read.as_ref().map_err(OutboxError::kind).err(),
-        Some(outbox_core::store::StoreErrorKind::Corrupt),
+        Some(outbox_core::store::OutboxErrorKind::Corrupt),
         "{read:?}"
     );
     let (what, reason) = outbox_corrupt(read);

@@ -3,7 +3,7 @@
 
 use timeline_core::time::Millis;
 
-use super::results::held_unconfirmed_steer;
+use super::run_life::held_unconfirmed_steer;
 use super::{ActionError, Custody, ReadPurpose};
 use crate::entry::{Intent, MessageRequest, OutboxEntry, Receipt, UNCONFIRMED_TEXT};
 use crate::fingerprint::request_fingerprint;
@@ -22,7 +22,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<Receipt, ActionError> {
         let edited = self.edit_granted(session, queue_id, new_operation, request, now);
-        self.action_failed(edited.as_ref().err(), now);
+        self.action_failed(edited.as_ref().err());
         edited
     }
 
@@ -70,14 +70,14 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), ActionError> {
         let removed = self.remove_granted(session, queue_id, now);
-        self.action_failed(removed.as_ref().err(), now);
+        self.action_failed(removed.as_ref().err());
         removed
     }
 
     /// An action's store error that says the lease is lost lets the scope go.
-    pub(super) fn action_failed(&mut self, error: Option<&ActionError>, now: Millis) {
+    pub(super) fn action_failed(&mut self, error: Option<&ActionError>) {
         if let Some(ActionError::Store(error)) = error {
-            self.lease_lost(error, now);
+            self.lease_lost(error);
         }
     }
 
@@ -109,7 +109,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), ActionError> {
         let sent = self.send_now_granted(session, queue_id, now);
-        self.action_failed(sent.as_ref().err(), now);
+        self.action_failed(sent.as_ref().err());
         sent
     }
 
@@ -186,7 +186,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), ActionError> {
         let moved = self.reorder_granted(session, queue_id, before, now);
-        self.action_failed(moved.as_ref().err(), now);
+        self.action_failed(moved.as_ref().err());
         moved
     }
 

@@ -29,7 +29,8 @@ impl<S: OutboxStore> Custody<S> {
     /// Wakes every session of the scope of `session`.
     pub(super) fn wake_scope(&mut self, session: &SessionId, now: Millis) {
         // The registered members of the scope, and `session` itself in any case.
-        let members: Vec<SessionId> = crate::ids::scope_members(session)
+        let members: Vec<SessionId> = crate::ids::ScopeId::of(session)
+            .members()
             .into_iter()
             .filter(|s| s == session || self.sessions.contains_key(s))
             .collect();
@@ -364,7 +365,7 @@ impl<S: OutboxStore> Custody<S> {
                     return Ok(false);
                 }
                 if let Some(r) = reopen(l, now) {
-                    self.write_ledger(&scope, &head.operation_id, r.clone(), now)?;
+                    self.write_ledger(&scope, &head.operation_id, r.clone())?;
                     current = Some(r);
                 }
             }
@@ -388,13 +389,13 @@ impl<S: OutboxStore> Custody<S> {
                 // record (OB-07) when the entry itself can still be written; otherwise
                 // this is the seed's "failed sending write": nothing reached the agent
                 // (OB-09), and the entry waits for the user with the seed's text.
-                self.note_failure(session, Some(&head.operation_id), error, None, now);
+                self.note_failure(session, Some(&head.operation_id), error, None);
                 let kept = self.fallback.record(&scope, &head.operation_id, record);
                 let in_memory = match kept {
                     Ok(_) => match self.replace(session, &head, sending.clone(), now) {
                         Ok(written) => written,
                         Err(error) => {
-                            self.note_failure(session, Some(&head.operation_id), error, None, now);
+                            self.note_failure(session, Some(&head.operation_id), error, None);
                             false
                         }
                     },

@@ -53,13 +53,12 @@ impl<S: OutboxStore> Custody<S> {
         scope: &ScopeId,
         op: &OperationId,
         record: LedgerRecord,
-        now: Millis,
     ) -> Result<(), OutboxError> {
         match self.mirror.put_ledger(scope, op, &record) {
             Ok(()) => Ok(()),
             Err(error) => match self.fallback.record(scope, op, record) {
                 Ok(_) => {
-                    self.note_failure(scope.base(), Some(op), error, None, now);
+                    self.note_failure(scope.base(), Some(op), error, None);
                     Ok(())
                 }
                 Err(_) => Err(error),
@@ -107,10 +106,9 @@ impl<S: OutboxStore> Custody<S> {
         scope: &ScopeId,
         op: &OperationId,
         proposed: LedgerRecord,
-        now: Millis,
     ) -> Result<(), OutboxError> {
         match self.ledger_after(scope, op, proposed)? {
-            Some(record) => self.write_ledger(scope, op, record, now),
+            Some(record) => self.write_ledger(scope, op, record),
             None => Ok(()),
         }
     }
@@ -145,7 +143,7 @@ impl<S: OutboxStore> Custody<S> {
                 // proofs, that is a failure of its own the user must see.
                 if let Err(full) = self.fallback.record(&scope, op, record) {
                     let error = OutboxError::backend(full);
-                    self.note_failure(session, Some(op), error, None, now);
+                    self.note_failure(session, Some(op), error, None);
                 }
                 self.forget(session, now);
                 Err(e)
@@ -182,9 +180,8 @@ impl<S: OutboxStore> Custody<S> {
         op: Option<&OperationId>,
         error: OutboxError,
         retry_at: Option<Millis>,
-        now: Millis,
     ) {
-        if self.lease_lost(&error, now) {
+        if self.lease_lost(&error) {
             return;
         }
         self.stats.store_failures += 1;

@@ -2,8 +2,11 @@
 //! through (each loaded session's outbox, the ledger rows read or written, the set of
 //! sessions with a saved outbox), kept equal to what the store holds.
 //!
-//! Every store write of custody goes through the mirror's `store`, and memory follows
-//! only a write the store took. What to do about a write the store refused or failed
+//! Every write of an outbox entry or a ledger row is a method of the mirror (claim, claim
+//! while sending, claim of a session message, rekey, remove, positions, replace, replace
+//! with the ledger, ledger rows, the sent proof), and memory follows only a write the
+//! store took. The route deliveries of session messages and the shared run registry
+//! hold nothing in memory here and are written by custody directly. What to do about a write the store refused or failed
 //! (forget the session and schedule its repair, let the memory fallback take a ledger
 //! row) is custody's: the mirror forgets what it is told to and never schedules work.
 
@@ -254,7 +257,9 @@ impl<S: OutboxStore> Mirror<S> {
         Ok(())
     }
 
-    /// Gives entries of `session` new positions (one store write); memory follows.
+    /// Gives entries of `session` new positions (one store write); memory follows. Only
+    /// a loaded outbox follows: the callers read the outbox to order it before they
+    /// write its positions, and an outbox not in memory is read when next touched.
     pub(crate) fn set_positions(
         &mut self,
         session: &SessionId,

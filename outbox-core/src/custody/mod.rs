@@ -6,7 +6,7 @@
 //! the first copy was not applied.
 //!
 //! [`Custody`] owns an [`OutboxStore`] and is sans-IO: it never calls an agent. Each
-//! step an agent must take comes out as an [`CustodyEffect`] (send, read history, stop, take
+//! step an agent must take comes out as a [`CustodyEffect`] (send, read history, stop, take
 //! back) carrying an [`AttemptId`]; the embedding performs it and feeds the answer back,
 //! with the same attempt, through the matching `handle_*` method. Deadlines come out of
 //! [`Custody::poll_timeout`] and are driven by [`Custody::handle_timeout`]:
@@ -122,7 +122,7 @@
 //!   from history.
 //! - Stop and send now applies only while the turn that accepted the steer runs
 //!   ([`ActionError::NotAnAcceptedSteer`] otherwise). When that run ends before the
-//!   take-back is answered, the hand-off goes on without it: a steer the run did not
+//!   take-back is answered, the `handoff` goes on without it: a steer the run did not
 //!   take (the agent said so, or its history does not hold it) is dedicated to its own
 //!   turn, with the acceptance revoked.
 //! - An answer matches its attempt's snapshot of the entry in everything but the
@@ -172,7 +172,7 @@ use crate::adapter::{Capabilities, ProofKind, SendRequest, SendResult};
 use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, StoredEntry};
 use crate::ids::{OperationId, QueueId, RunId, ScopeId, SessionId};
 use crate::ledger::MemoryFallback;
-use crate::runs::{RunError, RunRegistry, STALE_RUN_AFTER};
+use crate::runs::{RunError, RunRegistry};
 use crate::store::{OutboxError, OutboxStore, RouteDelivery};
 
 mod actions;
@@ -182,6 +182,7 @@ mod lanes;
 mod ledger;
 mod mirror;
 mod results;
+mod run_life;
 mod shared;
 mod startup;
 mod state;
@@ -193,6 +194,7 @@ use lanes::{
     Asked, InFlight, Interrupt, LaneKind, PendingRead, PendingTakeBack, ReadPurpose, StopWorker,
 };
 use mirror::Mirror;
+use run_life::foreign_stale_at;
 pub use submit::validate_controls;
 use work::Work;
 
@@ -648,7 +650,7 @@ impl<S: OutboxStore> Custody<S> {
     /// ignored. False when the scope was not granted (nothing is done then). Without
     /// [`Custody::grant_only`] this only drops memory and work of the scope, which the
     /// next touch reads again.
-    pub fn release_scope(&mut self, session: &SessionId, reason: &str, _now: Millis) -> bool {
+    pub fn release_scope(&mut self, session: &SessionId, reason: &str) -> bool {
         let scope = ScopeId::of(session);
         if let Some(granted) = &mut self.granted {
             if !granted.remove(&scope) {
@@ -683,13 +685,13 @@ impl<S: OutboxStore> Custody<S> {
 
     /// A store error that says the scope's lease is lost lets the scope go; true when it
     /// did (the error must not be retried).
-    pub(crate) fn lease_lost(&mut self, error: &OutboxError, now: Millis) -> bool {
+    pub(crate) fn lease_lost(&mut self, error: &OutboxError) -> bool {
         let OutboxError::LeaseLost { session, message } = error else {
             return false;
         };
         let session = session.clone();
         let message = message.clone();
-        self.release_scope(&session, &message, now);
+        self.release_scope(&session, &message);
         true
     }
 
@@ -765,71 +767,6 @@ impl<S: OutboxStore> Custody<S> {
         self.effects.pop_front()
     }
 
-    /// Every active run, after the stale reclaim: the seed's read of the active runs
-    /// (`chat_active_runs`) drops the stale ones first (OB-14), so this is a command
-    /// taking `now`, not a getter. [`Custody::runs`] reads without reclaiming.
-    pub fn active_runs(&mut self, now: Millis) -> Vec<(SessionId, RunId)> {
-        self.reclaim_stale_runs(now);
-        self.runs
-            .active_runs(now, &|_: &SessionId, _: &RunId| true)
-            .into_iter()
-            .map(|(s, r)| (s, r.run_id))
-            .collect()
-    }
-
-    /// Drops every run that showed no activity for more than [`STALE_RUN_AFTER`]
-    /// (unless its adapter objects) and wakes the queues behind them (OB-14): what a
-    /// start and a read of the active runs do first, for a host whose clock reached a
-    /// stale run's deadline with nothing else happening.
-    pub fn reclaim_stale_runs(&mut self, now: Millis) {
-        for session in self.reclaim_stale(now) {
-            self.wake_scope(&session, now);
-        }
-    }
-
-    /// Reclaims stale runs the adapter does not veto, and settles what they accepted
-    /// (without waking anyone: the caller does). Returns the sessions whose run went.
-    fn reclaim_stale(&mut self, now: Millis) -> Vec<SessionId> {
-        let vetoes = &self.vetoes;
-        // A run adopted from the shared registry is the registry's to let go.
-        let shared = &self.shared;
-        let veto = |s: &SessionId, r: &RunId| {
-            vetoes.contains(&(s.clone(), r.clone())) || shared.is_adopted(s, r)
-        };
-        let reclaimed = self.runs.reclaim_stale(now, &veto);
-        let mut sessions = Vec::new();
-        for (session, run) in reclaimed {
-            self.shared_ended(&session, &run, now);
-            if let Err(error) = self.settle_run(&session, &run, &[], now) {
-                let work = Work::Settle {
-                    session: session.clone(),
-                    run,
-                    untaken: Vec::new(),
-                };
-                self.retry_later(work, error, now);
-            }
-            sessions.push(session);
-        }
-        sessions
-    }
-
-    /// The stale reclaim before a start in `session`'s scope: every session of a scope
-    /// whose run went is woken, the caller's own session excepted (its pass goes on by
-    /// itself). A run of the caller's own scope blocked the other members of that scope
-    /// too (an alias such as `s1::skills-agent` waits on the run of `s1`), so they are
-    /// woken as well.
-    fn reclaim_before_start(&mut self, session: &SessionId, now: Millis) {
-        for reclaimed in self.reclaim_stale(now) {
-            let members: Vec<SessionId> = crate::ids::scope_members(&reclaimed)
-                .into_iter()
-                .filter(|s| s != session && (s == &reclaimed || self.sessions.contains_key(s)))
-                .collect();
-            for member in members {
-                self.wake(&member, now);
-            }
-        }
-    }
-
     // ----- timers ----------------------------------------------------------------------
 
     /// The earliest deadline.
@@ -894,39 +831,6 @@ impl<S: OutboxStore> Custody<S> {
         self.asked.stop_cache.retain(|_, until| now < *until);
         self.run_due_work(now);
     }
-
-    /// Ends `run` in the registry (and in the shared one); false when it was not the
-    /// active run of `session`.
-    pub(crate) fn end_run(&mut self, session: &SessionId, run: &RunId, now: Millis) -> bool {
-        let ended = self.runs.end(session, run);
-        if ended {
-            self.shared_ended(session, run, now);
-        }
-        ended
-    }
-
-    /// True while `run` is the active run of `session`.
-    pub(crate) fn run_active(&self, session: &SessionId, run: &RunId) -> bool {
-        self.runs.active(session).is_some_and(|a| &a.run_id == run)
-    }
-
-    /// True while `run` works for `session`: the registry holds it, or the agent reports
-    /// it working and its end has not come. A message it accepted, or a steer sent to
-    /// it, is settled by its end.
-    pub(crate) fn run_working(&self, session: &SessionId, run: &RunId) -> bool {
-        self.run_active(session, run)
-            || self
-                .foreign_runs
-                .contains_key(&(session.clone(), run.clone()))
-    }
-}
-
-/// When a run the registry does not hold counts as gone: [`STALE_RUN_AFTER`] after its
-/// latest activity, as the stale reclaim has it for a registered run (OB-14).
-fn foreign_stale_at(last_activity: Millis) -> Millis {
-    last_activity
-        .saturating_add(STALE_RUN_AFTER)
-        .saturating_add(Millis(1))
 }
 
 /// The first attempt number of a machine whose first UUID is `uuid`: its FNV-1a hash in

@@ -8,15 +8,15 @@
 
 use timeline_core::time::Millis;
 
+use super::run_life::awaited_run;
 use super::{
     AttemptId, Custody, CustodyEffect, InFlight, PendingRead, ReadPurpose, Work, SEND_PATH_DEADLINE,
 };
 use crate::adapter::{HistoryRead, ProofKind, SendKind, SendResult};
 use crate::entry::{
-    EntryState, HandoffPhase, OutboxEntry, SendMode, REOPEN_CHECK_TEXT,
-    STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
+    EntryState, OutboxEntry, REOPEN_CHECK_TEXT, STOPPED_BEFORE_DELIVERY_TEXT, UNCONFIRMED_TEXT,
 };
-use crate::ids::{OperationId, RunId, ScopeId, SessionId};
+use crate::ids::{OperationId, ScopeId, SessionId};
 use crate::ledger::{reopen, LedgerRecord, LedgerStatus};
 use crate::store::{OutboxError, OutboxStore};
 
@@ -78,7 +78,7 @@ impl<S: OutboxStore> Custody<S> {
                             self.read_history(&session, ReadPurpose::Settle, new);
                         }
                     }
-                    None => self.record_ledger(&ScopeId::of(&session), &op, record, now)?,
+                    None => self.record_ledger(&ScopeId::of(&session), &op, record)?,
                 }
             }
             SendResult::Deferred { reason } => {
@@ -171,7 +171,7 @@ impl<S: OutboxStore> Custody<S> {
                 let held = e.with_state(held(&e.state));
                 self.replace_recording(session, &e, held, record, now)?;
             }
-            None => self.record_ledger(&ScopeId::of(session), op, record, now)?,
+            None => self.record_ledger(&ScopeId::of(session), op, record)?,
         }
         Ok(())
     }
@@ -285,10 +285,10 @@ impl<S: OutboxStore> Custody<S> {
                 // acceptance nothing applied is dropped, so the next send goes out.
                 if let Some(mut l) = self.ledger_of(&scope, &op)? {
                     if let Some(r) = reopen(&l, now) {
-                        self.write_ledger(&scope, &op, r, now)?;
+                        self.write_ledger(&scope, &op, r)?;
                     } else if l.acceptance.take().is_some() {
                         l.updated_at = now;
-                        self.write_ledger(&scope, &op, l, now)?;
+                        self.write_ledger(&scope, &op, l)?;
                     }
                 }
                 if let Some(e) = current {
@@ -442,7 +442,7 @@ impl<S: OutboxStore> Custody<S> {
         if let Some(mut l) = self.ledger_of(scope, op)? {
             if l.acceptance.take().is_some() {
                 l.updated_at = now;
-                self.write_ledger(scope, op, l, now)?;
+                self.write_ledger(scope, op, l)?;
             }
         }
         Ok(())
@@ -454,7 +454,7 @@ impl<S: OutboxStore> Custody<S> {
     /// auto-drain off and the seed's text. So does a stop and send now whose take-back
     /// the agent never confirmed: only a confirmed detach sends an accepted message again
     /// by itself (OB-13); the user sends it again, or not.
-    fn settle_untaken(
+    pub(super) fn settle_untaken(
         &mut self,
         session: &SessionId,
         e: &OutboxEntry,
@@ -478,164 +478,5 @@ impl<S: OutboxStore> Custody<S> {
             self.replace(session, e, held, now)?;
         }
         Ok(())
-    }
-
-    /// A run ended. Messages it accepted that the agent reported as not taken come back
-    /// with auto-drain off and the seed's text; the rest of what the run accepted, and
-    /// steers sent to it that wait with nothing in flight, are confirmed from history.
-    pub fn handle_run_ended(
-        &mut self,
-        session: &SessionId,
-        run: &RunId,
-        untaken: &[OperationId],
-        now: Millis,
-    ) {
-        self.end_run(session, run, now);
-        self.foreign_runs.remove(&(session.clone(), run.clone()));
-        self.settle_or_retry(session.clone(), run.clone(), untaken.to_vec(), now);
-        self.wake_scope(session, now);
-    }
-
-    /// Settles the entries of `run`, which ended: a requested `handoff` is dedicated, a
-    /// message the run did not take is held with the seed's text (or, when stop and
-    /// send now was requested for it, goes on to its own turn), and the rest are
-    /// confirmed from history, where a missing message is one the run did not take.
-    /// A run whose start the agent refused never ran: the steers sent to it meanwhile
-    /// wait for an end that no agent will report, so they are settled now, as at a run's
-    /// end (sim seed 66039).
-    fn settle_unstarted(
-        &mut self,
-        session: &SessionId,
-        run: Option<&RunId>,
-        now: Millis,
-    ) -> Result<(), OutboxError> {
-        match run {
-            Some(run) => self.settle_run(session, run, &[], now),
-            None => Ok(()),
-        }
-    }
-
-    pub(super) fn settle_run(
-        &mut self,
-        session: &SessionId,
-        run: &RunId,
-        untaken: &[OperationId],
-        now: Millis,
-    ) -> Result<(), OutboxError> {
-        let accepted: Vec<OutboxEntry> = self.state(session)?.accepted().cloned().collect();
-        // Steers sent to the run that wait with nothing in flight: a history read found
-        // them missing while the run worked (its pending input is not in history).
-        let steers: Vec<OutboxEntry> = self
-            .state(session)?
-            .sending()
-            .filter(|e| {
-                matches!(e.state, EntryState::Sending { .. }) && awaited_run(e) == Some(run)
-            })
-            .cloned()
-            .collect();
-        for e in steers {
-            if !self.nothing_in_flight(session, &e) {
-                continue;
-            }
-            if untaken.contains(&e.operation_id) {
-                self.settle_untaken(session, &e, true, now)?;
-            } else {
-                self.read_history(session, ReadPurpose::Settle, e);
-            }
-        }
-        // Uncertain steers held while the run worked: its pending input is in its
-        // history now, or never will be. Found settles them; otherwise they stay held.
-        let unconfirmed: Vec<OutboxEntry> = self
-            .state(session)?
-            .ordered()
-            .filter(|e| held_unconfirmed_steer(e) == Some(run))
-            .cloned()
-            .collect();
-        for e in unconfirmed {
-            if self.nothing_in_flight(session, &e) {
-                self.read_history(session, ReadPurpose::Confirm, e);
-            }
-        }
-        for e in accepted {
-            // A detached steer waits queued for its run to stop; an entry that went
-            // sending again meanwhile is never pulled back.
-            let detached = e.state.is_queued()
-                && e.state.handoff().is_some_and(|h| {
-                    h.phase == HandoffPhase::Requested && &h.acceptance.run_id == run
-                });
-            if detached {
-                self.dedicate(session, &e, now)?;
-                continue;
-            }
-            // Only a sending entry holds an acceptance.
-            if e.state.acceptance().is_none_or(|acc| &acc.run_id != run) {
-                continue;
-            }
-            if untaken.contains(&e.operation_id) {
-                self.settle_untaken(session, &e, true, now)?;
-            } else if !self.reading(session, &e) {
-                self.read_history(session, ReadPurpose::Settle, e);
-            }
-        }
-        Ok(())
-    }
-
-    /// A turn that starts after its predecessor removed the run puts the run back
-    /// (OB-14); refused when a different run is active.
-    pub fn restore_run(
-        &mut self,
-        session: &SessionId,
-        run: crate::runs::ActiveRun,
-        now: Millis,
-    ) -> Result<(), crate::runs::RunError> {
-        let restored = self.runs.active(session).is_none();
-        self.runs.restore(session, run.clone())?;
-        if restored {
-            self.shared_restored(session, &run, now);
-        }
-        Ok(())
-    }
-
-    /// Records agent activity of a run (for the stale reclaim). A run the registry does
-    /// not hold (one from before a restart) is remembered as working until its end, or
-    /// until it is silent for [`crate::runs::STALE_RUN_AFTER`]: a history read cannot
-    /// see its pending input, so what it accepted waits for it.
-    pub fn touch_run(&mut self, session: &SessionId, run: &RunId, now: Millis) {
-        if self.run_active(session, run) {
-            self.runs.touch(session, run, now);
-            self.shared_touched(session, run);
-        } else {
-            let last = self
-                .foreign_runs
-                .entry((session.clone(), run.clone()))
-                .or_insert(now);
-            *last = (*last).max(now);
-        }
-    }
-}
-
-/// The run a steer held with [`UNCONFIRMED_TEXT`] was sent to: its uncertain send met a
-/// history that did not show it while that run worked.
-pub(super) fn held_unconfirmed_steer(e: &OutboxEntry) -> Option<&RunId> {
-    let held = e.state.is_queued() && !e.state.auto_drain();
-    let unconfirmed = e.state.error() == Some(UNCONFIRMED_TEXT);
-    if held && unconfirmed && e.controls.send_mode == SendMode::SteerRunning {
-        e.controls.expected_active_run_id.as_ref()
-    } else {
-        None
-    }
-}
-
-/// The run an out entry waits in: the run that accepted it, or the run a steer that no
-/// turn accepted yet was sent to.
-pub(super) fn awaited_run(e: &OutboxEntry) -> Option<&RunId> {
-    match &e.state {
-        EntryState::Accepted { acceptance, .. } | EntryState::HandingOff { acceptance } => {
-            Some(&acceptance.run_id)
-        }
-        EntryState::Sending { .. } if e.controls.send_mode == SendMode::SteerRunning => {
-            e.controls.expected_active_run_id.as_ref()
-        }
-        EntryState::Ready { .. } | EntryState::Held { .. } | EntryState::Sending { .. } => None,
     }
 }

@@ -406,7 +406,7 @@ impl<S: OutboxStore> Custody<S> {
         let adopting: Vec<SessionId> = self.shared.adopting.iter().cloned().collect();
         for base in adopting {
             if self.adopt_shared(&base, now) > 0 {
-                for member in crate::ids::scope_members(&base) {
+                for member in crate::ids::ScopeId::of(&base).members() {
                     self.wake(&member, now);
                 }
             }
@@ -485,7 +485,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
         every: Millis,
     ) {
-        if self.lease_lost(&error, now) {
+        if self.lease_lost(&error) {
             // The scope is another host's now: it reads the registry itself.
             return;
         }

@@ -4,7 +4,7 @@
 
 use timeline_core::time::Millis;
 
-use super::results::awaited_run;
+use super::run_life::awaited_run;
 use super::{Custody, ReadPurpose};
 use crate::entry::{HandoffPhase, OutboxEntry, StoredEntry, REOPEN_CHECK_TEXT};
 use crate::ids::{ScopeId, SessionId};
@@ -28,7 +28,8 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     /// A client loads an outbox. With no drain and no run active, every entry still
-    /// sending is confirmed from history.
+    /// sending is confirmed from history. `now` times the repair a failed write here
+    /// schedules.
     pub fn load_outbox(
         &mut self,
         session: &SessionId,
@@ -87,7 +88,7 @@ impl<S: OutboxStore> Custody<S> {
                 // The seed's rule: an unreadable ledger holds the entry with the same
                 // text; the embedding learns why.
                 self.hold_unconfirmed(session, &e, now)?;
-                self.note_failure(session, Some(&e.operation_id), error, None, now);
+                self.note_failure(session, Some(&e.operation_id), error, None);
                 continue;
             }
             self.read_history(session, ReadPurpose::Confirm, e);

@@ -240,7 +240,7 @@ impl<S: OutboxStore> Custody<S> {
         now: Millis,
     ) -> Result<(), ActionError> {
         let handed = self.stop_and_send_now_granted(session, queue_id, now);
-        self.action_failed(handed.as_ref().err(), now);
+        self.action_failed(handed.as_ref().err());
         handed
     }
 

@@ -24,7 +24,7 @@ impl<S: OutboxStore> Custody<S> {
     pub fn submit(&mut self, req: SubmitRequest, now: Millis) -> Result<Receipt, SubmitError> {
         let submitted = self.submit_granted(req, now);
         if let Err(SubmitError::Store(error)) = &submitted {
-            self.lease_lost(error, now);
+            self.lease_lost(error);
         }
         submitted
     }
@@ -51,7 +51,8 @@ impl<S: OutboxStore> Custody<S> {
         }
         // An operation is one message in its whole scope: the same ID under another
         // alias is another message, a conflict.
-        let others: Vec<SessionId> = crate::ids::scope_members(&req.session)
+        let others: Vec<SessionId> = crate::ids::ScopeId::of(&req.session)
+            .members()
             .into_iter()
             .filter(|s| s != &req.session && self.sessions.contains_key(s))
             .collect();
@@ -112,7 +113,7 @@ impl<S: OutboxStore> Custody<S> {
                     // The hand-off could not be recorded with the claim: save the entry
                     // alone, and let the drain meet the failure (and the memory ledger).
                     Err(error) => {
-                        self.note_failure(&req.session, Some(&req.operation_id), error, None, now)
+                        self.note_failure(&req.session, Some(&req.operation_id), error, None)
                     }
                 }
             }

@@ -101,7 +101,7 @@ impl<S: OutboxStore> Custody<S> {
 
     /// Records a store failure met while doing `work`, and keeps the work for later.
     pub(super) fn retry_later(&mut self, work: Work, error: OutboxError, now: Millis) {
-        if self.lease_lost(&error, now) {
+        if self.lease_lost(&error) {
             return;
         }
         let session = work.session().clone();

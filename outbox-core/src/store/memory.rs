@@ -401,7 +401,7 @@ impl OutboxStore for MemoryOutboxStore {
         self.ledger
             .insert((scope.clone(), op.clone()), record.clone());
         let mut removed = Vec::new();
-        for s in members {
+        for s in members.iter().filter(|m| scope.contains(m)) {
             let queues: Vec<String> = self
                 .outboxes
                 .get(s)

@@ -12,8 +12,8 @@
 //!   returned (OB-03);
 //! - [`OutboxStore::claim_session_message`]: the route (unique per sender session and
 //!   sender call), the identity and the entry together (OB-16);
-//! - [`OutboxStore::confirm_sent`]: the ledger says sent, then the operation leaves the
-//!   outbox of every session of the scope, in one transaction (OB-06, OB-08);
+//! - [`OutboxStore::confirm_sent`]: the scope's ledger says sent, then the operation
+//!   leaves the outbox of each member named, in one transaction (OB-06, OB-08);
 //! - [`OutboxStore::rekey_entry`]: an edit claims the new operation and rewrites the
 //!   entry together (OB-11);
 //! - [`OutboxStore::claim_sending`]: a claim whose entry goes out at once also records
@@ -197,10 +197,10 @@ pub enum OutboxError {
     },
 }
 
-/// What a caller does about a [`OutboxError`].
+/// What a caller does about an [`OutboxError`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum StoreErrorKind {
+pub enum OutboxErrorKind {
     /// Retry later: the backend is down, busy or refused the write.
     Unavailable,
     /// Show the record as damaged; retrying reads the same bytes.
@@ -229,12 +229,14 @@ impl OutboxError {
     }
 
     /// What the caller does about it.
-    pub fn kind(&self) -> StoreErrorKind {
+    pub fn kind(&self) -> OutboxErrorKind {
         match self {
-            OutboxError::Unavailable { .. } => StoreErrorKind::Unavailable,
-            OutboxError::Corrupt { .. } => StoreErrorKind::Corrupt,
-            OutboxError::OperationTaken(_) | OutboxError::QueueTaken(_) => StoreErrorKind::Conflict,
-            OutboxError::LeaseLost { .. } => StoreErrorKind::LeaseLost,
+            OutboxError::Unavailable { .. } => OutboxErrorKind::Unavailable,
+            OutboxError::Corrupt { .. } => OutboxErrorKind::Corrupt,
+            OutboxError::OperationTaken(_) | OutboxError::QueueTaken(_) => {
+                OutboxErrorKind::Conflict
+            }
+            OutboxError::LeaseLost { .. } => OutboxErrorKind::LeaseLost,
         }
     }
 }
@@ -432,8 +434,10 @@ pub trait OutboxStore {
     ) -> Result<(), OutboxError>;
 
     /// One transaction: the ledger of (`scope`, `op`) becomes `record` (sent), then
-    /// every entry of `op` in each of `members` (the sessions of the scope that may hold
-    /// it) is removed (identities marked removed). Returns what was removed.
+    /// every entry of `op` in each of `members`, the sessions of the scope that may hold
+    /// it, is removed (identities marked removed). A session of another scope among
+    /// `members` is passed over; with no member, only the ledger row is written.
+    /// Returns what was removed.
     fn confirm_sent(
         &mut self,
         scope: &ScopeId,
@@ -464,7 +468,7 @@ mod tests {
     fn errors_carry_their_source_and_say_what_to_do() {
         let io = std::io::Error::other("disk I/O error");
         let e = OutboxError::backend(io);
-        assert_eq!(e.kind(), StoreErrorKind::Unavailable);
+        assert_eq!(e.kind(), OutboxErrorKind::Unavailable);
         assert_eq!(e.to_string(), "outbox store unavailable: disk I/O error");
         assert_eq!(
             e.source().map(ToString::to_string).as_deref(),
@@ -475,13 +479,13 @@ mod tests {
             what: "entry".into(),
             reason: "bad".into(),
         };
-        assert_eq!(corrupt.kind(), StoreErrorKind::Corrupt);
+        assert_eq!(corrupt.kind(), OutboxErrorKind::Corrupt);
         let op = OperationId::new("op-1").expect("id");
         assert_eq!(
             OutboxError::OperationTaken(op).kind(),
-            StoreErrorKind::Conflict
+            OutboxErrorKind::Conflict
         );
         let q = QueueId::new("q-1").expect("id");
-        assert_eq!(OutboxError::QueueTaken(q).kind(), StoreErrorKind::Conflict);
+        assert_eq!(OutboxError::QueueTaken(q).kind(), OutboxErrorKind::Conflict);
     }
 }

@@ -42,6 +42,7 @@ impl MemoryOverlayStore {
     }
 
     /// Sets the counter (to test the cap).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn set_revision(&mut self, revision: u64) {
         self.revision = revision;

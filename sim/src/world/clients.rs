@@ -15,7 +15,7 @@ use outbox_core::ids::QueueId;
 use outbox_core::SubmitRequest;
 use overlay_core::live::{Delivery, LiveProtocol, Payload};
 use timeline_core::anchor::Anchor;
-use timeline_core::timeline::{LoadState, TimelineEffect as Load};
+use timeline_core::timeline::{LoadState, TimelineEffect};
 use timeline_core::wire::{LiveOverlay, LivePatch};
 use timeline_core::{BlockKey, Millis, OperationId, PendingSend, SessionId, TargetId};
 
@@ -488,10 +488,10 @@ impl World {
         }
     }
 
-    pub(crate) fn client_effect(&mut self, c: usize, effect: Load) {
+    pub(crate) fn client_effect(&mut self, c: usize, effect: TimelineEffect) {
         let session = self.clients[c].session.clone();
         match effect {
-            Load::LoadLatestWindow { tag, page_size, .. } => {
+            TimelineEffect::LoadLatestWindow { tag, page_size, .. } => {
                 let request = ClientRequest::LatestWindow {
                     session,
                     target: tag.target.clone(),
@@ -499,7 +499,7 @@ impl World {
                 };
                 self.request(c, Asked::Latest(tag), request);
             }
-            Load::LoadOlderPage {
+            TimelineEffect::LoadOlderPage {
                 tag,
                 cursor,
                 page_size,
@@ -514,7 +514,7 @@ impl World {
                 };
                 self.request(c, Asked::Older(tag), request);
             }
-            Load::LoadAnchored { tag, anchor, .. } => {
+            TimelineEffect::LoadAnchored { tag, anchor, .. } => {
                 let request = ClientRequest::Anchored {
                     session,
                     target: tag.target.clone(),
@@ -522,7 +522,7 @@ impl World {
                 };
                 self.request(c, Asked::Anchored(tag), request);
             }
-            Load::ReceiptOverdue { operation_id } => {
+            TimelineEffect::ReceiptOverdue { operation_id } => {
                 // The phone could not confirm the host saved it: it sends the same
                 // message again (same operation, same content).
                 let again = self.messages.get(&operation_id).map(|m| SubmitRequest {
