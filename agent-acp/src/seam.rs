@@ -25,6 +25,7 @@
 //! the JSON-RPC error "method not found"; notifications and updates it does not know are
 //! counted ([`AcpAgent::skipped`]).
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
@@ -335,12 +336,12 @@ impl AcpAgent {
     fn call(&mut self, call: AgentCall, now: Millis) {
         match call {
             AgentCall::Send(request) => self.send(request, now),
-            AgentCall::ReadHistory {
+            AgentCall::ReadHistory(ReadHistoryRequest {
                 attempt,
                 session,
                 operation_id,
                 ..
-            } => {
+            }) => {
                 let read = if self.history.holds(&session, &operation_id) {
                     HistoryRead::Found
                 } else {
@@ -348,15 +349,17 @@ impl AcpAgent {
                 };
                 self.input(AgentInput::HistoryRead { attempt, read });
             }
-            AgentCall::Stop {
+            AgentCall::Stop(StopRequest {
                 attempt, session, ..
-            } => self.stop(attempt, &session, now),
-            AgentCall::TakeBack { attempt, .. } => self.input(AgentInput::TakeBack {
-                attempt,
-                result: TakeBackResult::NotDetached {
-                    reason: "an ACP agent takes no message into a running turn".into(),
-                },
-            }),
+            }) => self.stop(attempt, &session, now),
+            AgentCall::TakeBack(TakeBackRequest { attempt, .. }) => {
+                self.input(AgentInput::TakeBack {
+                    attempt,
+                    result: TakeBackResult::NotDetached {
+                        reason: "an ACP agent takes no message into a running turn".into(),
+                    },
+                })
+            }
             AgentCall::ResolveApproval {
                 request, decision, ..
             } => self.resolve(&request, decision),

@@ -27,6 +27,7 @@
 //! them as the next turn, which is why the stop asks it to cancel them and counts only
 //! what it cancelled as untaken.
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
@@ -923,23 +924,23 @@ impl Agent for ClaudeAgent {
     fn handle_call(&mut self, call: AgentCall, now: Millis) {
         match call {
             AgentCall::Send(request) => self.send(request),
-            AgentCall::ReadHistory {
+            AgentCall::ReadHistory(ReadHistoryRequest {
                 attempt,
                 session,
                 operation_id,
                 ..
-            } => self.read_history(attempt, &session, &operation_id),
-            AgentCall::Stop {
+            }) => self.read_history(attempt, &session, &operation_id),
+            AgentCall::Stop(StopRequest {
                 attempt,
                 session,
                 run,
-            } => self.stop(attempt, &session, &run, now),
-            AgentCall::TakeBack {
+            }) => self.stop(attempt, &session, &run, now),
+            AgentCall::TakeBack(TakeBackRequest {
                 attempt,
                 session,
                 operation_id,
                 ..
-            } => self.take_back(attempt, &session, &operation_id, now),
+            }) => self.take_back(attempt, &session, &operation_id, now),
             AgentCall::ResolveApproval {
                 request, decision, ..
             } => self.resolve(request, decision, now),

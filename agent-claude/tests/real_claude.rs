@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)] // a test: a failed step is a failed test
 #![allow(clippy::disallowed_methods)] // reads the transcript and the temp dir
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -90,12 +91,12 @@ impl<A: Agent> Rig<A> {
     }
 
     fn read_history(&mut self, op: &str, attempt: u64) -> HistoryRead {
-        self.d.call(AgentCall::ReadHistory {
+        self.d.call(AgentCall::ReadHistory(ReadHistoryRequest {
             attempt: AttemptId(attempt),
             session: self.session.clone(),
             operation_id: OperationId::new(op).unwrap(),
             proof: ProofKind::TranscriptUuid,
-        });
+        }));
         self.d.until("the history read", MINUTE, |i| {
             i.iter().any(|i| matches!(i, AgentInput::HistoryRead { attempt: a, .. } if *a == AttemptId(attempt)))
         });
@@ -205,11 +206,11 @@ fn real_claudes_interruption_marker_is_not_a_user_row() {
             .any(|i| matches!(i, AgentInput::DeliveryProof { .. }))
     });
     std::thread::sleep(Duration::from_millis(800));
-    r.d.call(AgentCall::Stop {
+    r.d.call(AgentCall::Stop(StopRequest {
         attempt: AttemptId(5),
         session: r.session.clone(),
         run: run(),
-    });
+    }));
     r.d.until("the stop and the run's end", MINUTE, |i| {
         i.iter().any(|i| matches!(i, AgentInput::StopResult { .. }))
             && i.iter().any(|i| matches!(i, AgentInput::RunEnded { .. }))

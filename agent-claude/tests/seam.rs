@@ -9,6 +9,7 @@ use host_core::{Agent, AgentCall, AgentEffect, AgentInput, ProcessId, ProcessSpe
 use outbox_core::adapter::{
     AttemptId, ProofKind, SendKind, SendRequest, SendResult, StopResult, TakeBackResult,
 };
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use outbox_core::{HistoryRead, MessageRequest, OperationId};
 use overlay_core::live::RunEventKind;
 use serde_json::{json, Value};
@@ -214,11 +215,11 @@ fn a_stop_cancels_what_waits_and_names_only_what_claude_cancelled_as_untaken() {
     r.line(lifecycle(B, "queued"), Millis(5));
     r.take();
     r.call(
-        AgentCall::Stop {
+        AgentCall::Stop(StopRequest {
             attempt: AttemptId(9),
             session: s,
             run: run(),
-        },
+        }),
         Millis(6),
     );
     let interrupt = r.writes.last().unwrap().clone();
@@ -279,11 +280,11 @@ fn a_message_claude_keeps_through_an_interrupt_is_not_untaken() {
     r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(4));
     r.line(lifecycle(B, "queued"), Millis(5));
     r.call(
-        AgentCall::Stop {
+        AgentCall::Stop(StopRequest {
             attempt: AttemptId(9),
             session: s,
             run: run(),
-        },
+        }),
         Millis(6),
     );
     let id = r.writes.last().unwrap()["request_id"]
@@ -322,11 +323,11 @@ fn a_stop_claude_never_answers_kills_the_run_and_its_end_answers() {
     let mut r = running();
     let s = r.session.clone();
     r.call(
-        AgentCall::Stop {
+        AgentCall::Stop(StopRequest {
             attempt: AttemptId(9),
             session: s.clone(),
             run: run(),
-        },
+        }),
         Millis(10),
     );
     assert_eq!(
@@ -384,12 +385,12 @@ fn a_take_back_asks_claude_to_cancel_the_message_and_reports_what_it_did() {
             accepted_at: Millis(5),
         };
         r.call(
-            AgentCall::TakeBack {
+            AgentCall::TakeBack(TakeBackRequest {
                 attempt: AttemptId(3),
                 session: s,
                 operation_id: OperationId::new(B).unwrap(),
                 acceptance,
-            },
+            }),
             Millis(6),
         );
         let w = r.writes.last().unwrap().clone();
@@ -529,12 +530,12 @@ fn a_history_read_searches_the_sessions_transcript() {
     let mut r = Rig::new(true);
     let s = r.session.clone();
     r.call(
-        AgentCall::ReadHistory {
+        AgentCall::ReadHistory(ReadHistoryRequest {
             attempt: AttemptId(4),
             session: s,
             operation_id: OperationId::new(A).unwrap(),
             proof: ProofKind::TranscriptUuid,
-        },
+        }),
         Millis(1),
     );
     let read = r.reads[0];
@@ -633,11 +634,11 @@ fn a_stop_while_the_start_looks_for_its_transcript_means_it_never_starts() {
     r.call(send(&s, A, SendKind::Start { run: run() }, 1), Millis(1));
     let read = *r.reads.last().unwrap();
     r.call(
-        AgentCall::Stop {
+        AgentCall::Stop(StopRequest {
             attempt: AttemptId(9),
             session: s,
             run: run(),
-        },
+        }),
         Millis(2),
     );
     r.agent.handle_file(
@@ -671,11 +672,11 @@ fn a_stop_while_the_start_looks_for_its_transcript_means_it_never_starts() {
 }
 
 fn stop(session: &SessionId, attempt: u64) -> AgentCall {
-    AgentCall::Stop {
+    AgentCall::Stop(StopRequest {
         attempt: AttemptId(attempt),
         session: session.clone(),
         run: run(),
-    }
+    })
 }
 
 fn interrupts(r: &Rig) -> usize {

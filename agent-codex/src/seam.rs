@@ -37,6 +37,7 @@
 //! the session's next send opens its thread again. Only an `initialize` that passes the
 //! deadline takes Codex down.
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::collections::{BTreeMap, VecDeque};
 
 use host_core::{
@@ -464,12 +465,12 @@ impl CodexAgent {
     fn call(&mut self, call: AgentCall, now: Millis) {
         match call {
             AgentCall::Send(request) => self.send(request, now),
-            AgentCall::ReadHistory {
+            AgentCall::ReadHistory(ReadHistoryRequest {
                 attempt,
                 session,
                 operation_id,
                 ..
-            } => {
+            }) => {
                 let Some(thread_id) = self.thread_of(&session).map(str::to_owned) else {
                     self.input(AgentInput::HistoryRead {
                         attempt,
@@ -479,18 +480,20 @@ impl CodexAgent {
                 };
                 self.read_page(attempt, operation_id, thread_id, None, 0);
             }
-            AgentCall::Stop {
+            AgentCall::Stop(StopRequest {
                 attempt,
                 session,
                 run,
-            } => self.stop(attempt, &session, run),
-            AgentCall::TakeBack { attempt, .. } => self.input(AgentInput::TakeBack {
-                attempt,
-                result: TakeBackResult::NotDetached {
-                    reason: "Codex cannot take accepted input back out of a running turn."
-                        .to_owned(),
-                },
-            }),
+            }) => self.stop(attempt, &session, run),
+            AgentCall::TakeBack(TakeBackRequest { attempt, .. }) => {
+                self.input(AgentInput::TakeBack {
+                    attempt,
+                    result: TakeBackResult::NotDetached {
+                        reason: "Codex cannot take accepted input back out of a running turn."
+                            .to_owned(),
+                    },
+                })
+            }
             AgentCall::ResolveApproval {
                 request, decision, ..
             } => {
@@ -1379,22 +1382,26 @@ impl CodexAgent {
     /// A call other than a send that waited when the process ended.
     fn call_while_down(&mut self, call: AgentCall, _at: Millis) {
         match call {
-            AgentCall::ReadHistory { attempt, .. } => self.input(AgentInput::HistoryRead {
-                attempt,
-                read: HistoryRead::Unreadable,
-            }),
-            AgentCall::Stop { attempt, .. } => self.input(AgentInput::StopResult {
+            AgentCall::ReadHistory(ReadHistoryRequest { attempt, .. }) => {
+                self.input(AgentInput::HistoryRead {
+                    attempt,
+                    read: HistoryRead::Unreadable,
+                })
+            }
+            AgentCall::Stop(StopRequest { attempt, .. }) => self.input(AgentInput::StopResult {
                 attempt,
                 result: StopResult::Stopped {
                     untaken: Vec::new(),
                 },
             }),
-            AgentCall::TakeBack { attempt, .. } => self.input(AgentInput::TakeBack {
-                attempt,
-                result: TakeBackResult::NotDetached {
-                    reason: "Codex ended.".to_owned(),
-                },
-            }),
+            AgentCall::TakeBack(TakeBackRequest { attempt, .. }) => {
+                self.input(AgentInput::TakeBack {
+                    attempt,
+                    result: TakeBackResult::NotDetached {
+                        reason: "Codex ended.".to_owned(),
+                    },
+                })
+            }
             AgentCall::ResolveApproval { request, .. } => {
                 self.input(AgentInput::ApprovalResolved {
                     request_id: request.request_id,

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)] // a test: a failed step is a failed test
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // the driver loop reads the clock
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -144,12 +145,12 @@ fn real_codex_reads_its_history_through_thread_items_list() {
         (3, "op-never-sent", HistoryRead::Missing),
     ] {
         r.d.inputs.clear();
-        r.call(AgentCall::ReadHistory {
+        r.call(AgentCall::ReadHistory(ReadHistoryRequest {
             attempt: AttemptId(attempt),
             session: s.clone(),
             operation_id: OperationId::new(op).unwrap(),
             proof: ProofKind::ClientIdEcho,
-        });
+        }));
         r.until("the history read", |i| {
             has(i, |i| matches!(i, AgentInput::HistoryRead { .. }))
         });
@@ -184,11 +185,11 @@ fn a_stop_that_reaches_real_codex_after_its_turn_ended_is_stopped() {
     });
     // The turn ends at Codex while nothing is read here.
     r.pause(Duration::from_secs(2));
-    r.call(AgentCall::Stop {
+    r.call(AgentCall::Stop(StopRequest {
         attempt: AttemptId(9),
         session: s,
         run: run(),
-    });
+    }));
     r.until("the stop's answer", |i| {
         has(i, |i| matches!(i, AgentInput::StopResult { .. }))
     });
@@ -227,11 +228,11 @@ fn an_approval_real_codex_settled_after_an_interrupt_takes_no_answer() {
                 _ => None,
             })
             .unwrap();
-    r.call(AgentCall::Stop {
+    r.call(AgentCall::Stop(StopRequest {
         attempt: AttemptId(9),
         session: s.clone(),
         run: run(),
-    });
+    }));
     r.until("the approval settled by Codex", |i| {
         has(i, |i| {
             matches!(

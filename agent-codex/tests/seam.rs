@@ -9,6 +9,7 @@ use host_core::{Agent, AgentCall, AgentEffect, AgentInput, ProcessId, ProcessSpe
 use outbox_core::adapter::{
     AttemptId, HistoryRead, ProofKind, SendKind, SendRequest, SendResult, StopResult,
 };
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 use outbox_core::{MessageRequest, OperationId};
 use overlay_core::live::RunEventKind;
 use serde_json::{json, Value};
@@ -346,11 +347,11 @@ fn a_stop_that_races_the_turns_end_is_stopped_not_failed() {
     let mut r = running();
     let s = r.session.clone();
     r.call(
-        AgentCall::Stop {
+        AgentCall::Stop(StopRequest {
             attempt: AttemptId(5),
             session: s,
             run: run(),
-        },
+        }),
         Millis(10),
     );
     assert_eq!(r.writes.last().unwrap().1["method"], "turn/interrupt");
@@ -410,11 +411,11 @@ fn a_turn_codex_calls_not_running_ends_after_the_grace_when_its_end_never_comes(
         let mut r = running();
         let s = r.session.clone();
         r.call(
-            AgentCall::Stop {
+            AgentCall::Stop(StopRequest {
                 attempt: AttemptId(5),
                 session: s,
                 run: run(),
-            },
+            }),
             Millis(10),
         );
         r.refuse("turn/interrupt", -32600, message, Millis(11));
@@ -454,11 +455,11 @@ fn a_stop_waits_for_the_interrupted_turn_and_names_the_steer_it_dropped() {
     r.answer("turn/steer", json!({"turnId": TURN}), Millis(6));
     r.take_inputs();
     r.call(
-        AgentCall::Stop {
+        AgentCall::Stop(StopRequest {
             attempt: AttemptId(9),
             session: s,
             run: run(),
-        },
+        }),
         Millis(10),
     );
     r.answer("turn/interrupt", json!({}), Millis(11));
@@ -617,12 +618,12 @@ fn codex_ending_mid_send_leaves_it_uncertain_ends_the_run_and_starts_again_on_th
     );
     // The history read after a restart: a new process, the thread resumed, then read.
     r.call(
-        AgentCall::ReadHistory {
+        AgentCall::ReadHistory(ReadHistoryRequest {
             attempt: AttemptId(3),
             session: s,
             operation_id: OperationId::new("op-2").unwrap(),
             proof: ProofKind::ClientIdEcho,
-        },
+        }),
         Millis(20),
     );
     assert_eq!(r.spawned.len(), 2, "Codex is started again");
@@ -743,12 +744,12 @@ fn a_codex_0_169_command_approval_allows_decline_though_its_list_leaves_it_out()
 fn read_history(r: &mut Rig, attempt: u64, op: &str) {
     let s = r.session.clone();
     r.call(
-        AgentCall::ReadHistory {
+        AgentCall::ReadHistory(ReadHistoryRequest {
             attempt: AttemptId(attempt),
             session: s,
             operation_id: OperationId::new(op).unwrap(),
             proof: ProofKind::ClientIdEcho,
-        },
+        }),
         Millis(30),
     );
 }
@@ -972,10 +973,12 @@ fn a_long_session_keeps_only_the_last_ended_runs() {
     assert_eq!(ended, n);
     // A late stop of a recent run is answered stopped; one long gone is not this
     // agent's any more.
-    let stop = |run: &str| AgentCall::Stop {
-        attempt: AttemptId(999),
-        session: s.clone(),
-        run: RunId::new(run).unwrap(),
+    let stop = |run: &str| {
+        AgentCall::Stop(StopRequest {
+            attempt: AttemptId(999),
+            session: s.clone(),
+            run: RunId::new(run).unwrap(),
+        })
     };
     r.call(stop(&format!("run-{}", n - 1)), Millis(5));
     assert!(matches!(
@@ -996,11 +999,11 @@ fn a_long_session_keeps_only_the_last_ended_runs() {
 }
 
 fn stop_call(session: &SessionId, attempt: u64) -> AgentCall {
-    AgentCall::Stop {
+    AgentCall::Stop(StopRequest {
         attempt: AttemptId(attempt),
         session: session.clone(),
         run: run(),
-    }
+    })
 }
 
 /// The attempts of the stop results in `inputs`, with their results, in order.

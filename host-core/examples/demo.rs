@@ -16,6 +16,7 @@
 // clock; the host itself never does.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+use outbox_core::adapter::ReadHistoryRequest;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -136,11 +137,11 @@ impl Agent {
                     result,
                 }]
             }
-            AgentCall::ReadHistory {
+            AgentCall::ReadHistory(ReadHistoryRequest {
                 attempt,
                 operation_id,
                 ..
-            } => {
+            }) => {
                 let found = self.transcript.lock().is_ok_and(|t| {
                     t.all_blocks()
                         .iter()

@@ -21,6 +21,7 @@
 //! [`Agent::serves`] for the sessions it was given, and every [`AgentCall`] names its
 //! session ([`AgentCall::session`]).
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -219,9 +220,9 @@ impl AgentCall {
     pub fn session(&self) -> &SessionId {
         match self {
             AgentCall::Send(request) => &request.session,
-            AgentCall::ReadHistory { session, .. }
-            | AgentCall::Stop { session, .. }
-            | AgentCall::TakeBack { session, .. }
+            AgentCall::ReadHistory(ReadHistoryRequest { session, .. })
+            | AgentCall::Stop(StopRequest { session, .. })
+            | AgentCall::TakeBack(TakeBackRequest { session, .. })
             | AgentCall::ResolveApproval { session, .. }
             | AgentCall::SessionMessageResult { session, .. }
             | AgentCall::ClearThreadLink { session } => session,
@@ -243,21 +244,23 @@ pub fn unserved(call: AgentCall) -> Option<AgentInput> {
             },
             attempt: request.attempt,
         }),
-        AgentCall::ReadHistory { attempt, .. } => Some(AgentInput::HistoryRead {
-            attempt,
-            read: HistoryRead::Unreadable,
-        }),
-        AgentCall::Stop {
+        AgentCall::ReadHistory(ReadHistoryRequest { attempt, .. }) => {
+            Some(AgentInput::HistoryRead {
+                attempt,
+                read: HistoryRead::Unreadable,
+            })
+        }
+        AgentCall::Stop(StopRequest {
             attempt, session, ..
-        } => Some(AgentInput::StopResult {
+        }) => Some(AgentInput::StopResult {
             attempt,
             result: StopResult::Failed {
                 error: why(&session),
             },
         }),
-        AgentCall::TakeBack {
+        AgentCall::TakeBack(TakeBackRequest {
             attempt, session, ..
-        } => Some(AgentInput::TakeBack {
+        }) => Some(AgentInput::TakeBack {
             attempt,
             result: TakeBackResult::NotDetached {
                 reason: why(&session),

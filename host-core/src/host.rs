@@ -1570,41 +1570,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 }
                 HostEffect::Agent(AgentCall::Send(req))
             }
-            C::ReadHistory {
-                attempt,
-                session,
-                operation_id,
-                proof,
-            } => HostEffect::Agent(AgentCall::ReadHistory {
-                attempt,
-                session,
-                operation_id,
-                proof,
-            }),
-            C::Stop {
-                attempt,
-                session,
-                run,
-            } => {
+            C::ReadHistory(read) => HostEffect::Agent(AgentCall::ReadHistory(read)),
+            C::Stop(stop) => {
                 // A run custody lets go after a stop was stopped, not failed.
-                self.runs.stop_sent(&session, &run);
-                HostEffect::Agent(AgentCall::Stop {
-                    attempt,
-                    session,
-                    run,
-                })
+                self.runs.stop_sent(&stop.session, &stop.run);
+                HostEffect::Agent(AgentCall::Stop(stop))
             }
-            C::TakeBack {
-                attempt,
-                session,
-                operation_id,
-                acceptance,
-            } => HostEffect::Agent(AgentCall::TakeBack {
-                attempt,
-                session,
-                operation_id,
-                acceptance,
-            }),
+            C::TakeBack(take) => HostEffect::Agent(AgentCall::TakeBack(take)),
             C::StopAnswer { caller, answer } => HostEffect::Reply {
                 to: ReplyTo(caller),
                 reply: Reply::Stop(answer),

@@ -1,9 +1,10 @@
 //! What goes into a [`crate::Host`] and what comes out of it.
 
-use outbox_core::adapter::{AttemptId, HistoryRead, ProofKind, SendRequest, TakeBackResult};
+use outbox_core::adapter::{AttemptId, HistoryRead, SendRequest, TakeBackResult};
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use outbox_core::adapter::{SendResult, StopResult};
 use outbox_core::custody::{ActionError, StopAnswer, StoreFailure, SubmitError, SubmitRequest};
-use outbox_core::entry::{Acceptance, MessageRequest, Receipt};
+use outbox_core::entry::{MessageRequest, Receipt};
 use outbox_core::ids::{CallId, OperationId, QueueId};
 use outbox_core::runs::RunError;
 use outbox_core::session_message::{SessionMessageCall, ToolResult};
@@ -344,36 +345,11 @@ pub enum AgentCall {
     /// Hand a message to the agent: [`AgentInput::SendResult`].
     Send(SendRequest),
     /// Look for an operation in the agent's history: [`AgentInput::HistoryRead`].
-    ReadHistory {
-        /// The attempt the answer names.
-        attempt: AttemptId,
-        /// The app session it concerns.
-        session: SessionId,
-        /// The operation of the message.
-        operation_id: OperationId,
-        /// What proves delivery in this agent's history.
-        proof: ProofKind,
-    },
+    ReadHistory(ReadHistoryRequest),
     /// Stop a run: [`AgentInput::StopResult`].
-    Stop {
-        /// The attempt the answer names.
-        attempt: AttemptId,
-        /// The app session it concerns.
-        session: SessionId,
-        /// The run it concerns.
-        run: RunId,
-    },
+    Stop(StopRequest),
     /// Take back an accepted steer: [`AgentInput::TakeBack`].
-    TakeBack {
-        /// The attempt the answer names.
-        attempt: AttemptId,
-        /// The app session it concerns.
-        session: SessionId,
-        /// The operation of the message.
-        operation_id: OperationId,
-        /// The accepting run, thread and turn.
-        acceptance: Acceptance,
-    },
+    TakeBack(TakeBackRequest),
     /// Answer an approval with a decision: [`AgentInput::ApprovalResolved`].
     ResolveApproval {
         /// The app session it concerns.

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{flaky, flaky_over, take, Flaky};
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 
 use host_core::{AgentCall, AgentInput, ClientRequest, Host, HostConfig, HostEffect, Notice};
 use host_core::{Reply, ReplyTo};
@@ -255,7 +256,9 @@ fn a_stale_run_is_reclaimed_when_it_turns_stale() {
     let read = drain(&mut host)
         .into_iter()
         .find_map(|e| match e {
-            HostEffect::Agent(AgentCall::ReadHistory { attempt, .. }) => Some(attempt),
+            HostEffect::Agent(AgentCall::ReadHistory(ReadHistoryRequest { attempt, .. })) => {
+                Some(attempt)
+            }
             _ => None,
         })
         .expect("the history is read");
@@ -477,7 +480,7 @@ fn a_stopped_run_ends_aborted_for_the_clients() {
     let attempt = drain(&mut host)
         .into_iter()
         .find_map(|e| match e {
-            HostEffect::Agent(AgentCall::Stop { attempt, .. }) => Some(attempt),
+            HostEffect::Agent(AgentCall::Stop(StopRequest { attempt, .. })) => Some(attempt),
             _ => None,
         })
         .expect("the stop goes to the agent");

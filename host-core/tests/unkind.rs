@@ -2,6 +2,7 @@
 //! time jumps; clients ask at any moment. Checked after every step.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 use std::collections::{HashMap, HashSet};
 
 use host_core::{
@@ -126,14 +127,14 @@ proptest! {
                             old.push((req.attempt, run));
                             host.handle_agent(AgentInput::SendResult { attempt: req.attempt, result }, now);
                         }
-                        AgentCall::ReadHistory { attempt, operation_id, .. } => {
+                        AgentCall::ReadHistory(ReadHistoryRequest { attempt, operation_id, .. }) => {
                             let read = if kind % 2 == 0 { HistoryRead::Missing } else { HistoryRead::Unreadable };
                             if read == HistoryRead::Missing {
                                 resend_ok.insert(operation_id);
                             }
                             host.handle_agent(AgentInput::HistoryRead { attempt, read }, now);
                         }
-                        AgentCall::Stop { attempt, .. } => {
+                        AgentCall::Stop(StopRequest { attempt, .. }) => {
                             host.handle_agent(AgentInput::StopResult { attempt, result: outbox_core::adapter::StopResult::Stopped { untaken: Vec::new() } }, now);
                         }
                         _ => {}

@@ -125,6 +125,47 @@ pub enum SendKind {
     },
 }
 
+/// A look for an operation in the agent's history, for one attempt: what custody asks
+/// ([`crate::custody::CustodyEffect::ReadHistory`]) and the host hands the agent
+/// (`host_core::AgentCall::ReadHistory`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadHistoryRequest {
+    /// The attempt the answer names.
+    pub attempt: AttemptId,
+    /// The app session it concerns.
+    pub session: SessionId,
+    /// The operation of the message.
+    pub operation_id: OperationId,
+    /// What proves delivery in this agent's history (from its capabilities).
+    pub proof: ProofKind,
+}
+
+/// A stop of a run, for one attempt ([`crate::custody::CustodyEffect::Stop`],
+/// `host_core::AgentCall::Stop`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StopRequest {
+    /// The attempt the answer names.
+    pub attempt: AttemptId,
+    /// The app session it concerns.
+    pub session: SessionId,
+    /// The run it concerns.
+    pub run: RunId,
+}
+
+/// A take-back of an accepted steer, for one attempt
+/// ([`crate::custody::CustodyEffect::TakeBack`], `host_core::AgentCall::TakeBack`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TakeBackRequest {
+    /// The attempt the answer names.
+    pub attempt: AttemptId,
+    /// The app session it concerns.
+    pub session: SessionId,
+    /// The operation of the message.
+    pub operation_id: OperationId,
+    /// The accepting run, thread and turn.
+    pub acceptance: Acceptance,
+}
+
 /// One send attempt handed to an adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SendRequest {

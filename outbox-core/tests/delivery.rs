@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use fixtures::adapters::{Step, WhenUnscripted};
 use outbox_core::adapter::{HistoryRead, SendResult};
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use outbox_core::custody::{Custody, CustodyEffect, SENDING_WRITE_FAILED_TEXT};
 use outbox_core::entry::{Controls, EntryStatus, HandoffPhase, UNCONFIRMED_TEXT};
 use outbox_core::ids::ScopeId;
@@ -74,7 +75,7 @@ fn deferred_goes_back_with_auto_drain_on() {
     };
     // While the steer is in flight the run is being stopped; the host defers the steer.
     b.c.stop(&s("s1"), &run, None, b.now);
-    let Some(CustodyEffect::Stop { attempt: stop, .. }) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Stop(StopRequest { attempt: stop, .. })) = b.c.poll_effect() else {
         panic!()
     };
     b.c.handle_send_result(
@@ -349,7 +350,10 @@ fn start_up_confirms_sending_entries_from_history() {
     let effects: Vec<CustodyEffect> = std::iter::from_fn(|| c.poll_effect()).collect();
     let read = history_read(&effects, "s1", "op-1").expect("the history read");
     assert!(
-        matches!(&effects[0], CustodyEffect::ReadHistory { .. }),
+        matches!(
+            &effects[0],
+            CustodyEffect::ReadHistory(ReadHistoryRequest { .. })
+        ),
         "the read comes first"
     );
     // The accepted entry does not hold the queue: the entry behind it starts.
@@ -497,7 +501,7 @@ fn stop_and_send_now_replays_only_after_a_confirmed_detach() {
     let run = b.active_run("s1").unwrap();
     b.submit("s1", "1", Controls::steer(run));
     b.c.stop_and_send_now(&s("s1"), &q("q-1"), b.now).unwrap();
-    let Some(CustodyEffect::TakeBack { attempt, .. }) = b.c.poll_effect() else {
+    let Some(CustodyEffect::TakeBack(TakeBackRequest { attempt, .. })) = b.c.poll_effect() else {
         panic!()
     };
     // The echo arrives before the detach answer.

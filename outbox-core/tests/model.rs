@@ -17,6 +17,7 @@
 
 mod common;
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use outbox_core::ids::ScopeId;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -124,29 +125,29 @@ impl World {
                     }
                     self.c.handle_send_result(req.attempt, result, self.now);
                 }
-                CustodyEffect::ReadHistory {
+                CustodyEffect::ReadHistory(ReadHistoryRequest {
                     attempt,
                     session,
                     operation_id,
                     ..
-                } => {
+                }) => {
                     let read = self.agent.read_history(&session, &operation_id);
                     self.c.handle_history_read(attempt, read, self.now);
                 }
-                CustodyEffect::Stop {
+                CustodyEffect::Stop(StopRequest {
                     attempt,
                     session,
                     run,
-                } => {
+                }) => {
                     let r = self.agent.stop(&session, &run);
                     self.c.handle_stop_result(attempt, r, self.now);
                 }
-                CustodyEffect::TakeBack {
+                CustodyEffect::TakeBack(TakeBackRequest {
                     attempt,
                     session,
                     operation_id,
                     acceptance,
-                } => {
+                }) => {
                     let r = self.agent.take_back(&session, &operation_id, &acceptance);
                     if matches!(r, outbox_core::adapter::TakeBackResult::DetachedForReplay) {
                         self.detached.insert(operation_id.clone());

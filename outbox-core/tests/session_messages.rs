@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use fixtures::adapters::WhenUnscripted;
+use outbox_core::adapter::StopRequest;
 use outbox_core::adapter::{AgentKind, Capabilities, SendKind};
 use outbox_core::custody::{CustodyEffect, SessionInfo};
 use outbox_core::entry::{AccessLevel, Controls, Intent, SendMode};
@@ -188,7 +189,7 @@ fn unconfirmed_access_holds_and_the_rule_is_checked_again_before_draining() {
     b.submit("b", "run", Controls::automatic());
     let run = b.active_run("b").unwrap();
     b.c.stop(&s("b"), &run, None, b.now);
-    let Some(CustodyEffect::Stop { attempt, .. }) = b.c.poll_effect() else {
+    let Some(CustodyEffect::Stop(StopRequest { attempt, .. })) = b.c.poll_effect() else {
         panic!()
     };
     let r =

@@ -7,6 +7,7 @@
 
 mod common;
 
+use outbox_core::adapter::StopRequest;
 use outbox_core::ids::ScopeId;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,13 +20,12 @@ use outbox_core::fingerprint::Digest256;
 use outbox_core::ids::RunId;
 use outbox_core::ids::{base_session, OperationId, QueueId, SessionId};
 use outbox_core::ledger::{LedgerRecord, LedgerStatus};
-use outbox_core::runs::{
-    ActiveRun, RunError, SharedCancellation, SharedRun, SharedRuns, SharedScope,
-};
+use outbox_core::runs::{ActiveRun, RunError};
 use outbox_core::store::memory::MemoryOutboxStore;
 use outbox_core::store::{
     Claim, Identity, OutboxError, OutboxErrorKind, OutboxStore, RouteClaim, SessionMessageRoute,
 };
+use outbox_core::store::{SharedCancellation, SharedRun, SharedRuns, SharedScope};
 use timeline_core::time::Millis;
 
 /// One database: the outbox, who holds each scope's lease, and the run registry the
@@ -825,7 +825,7 @@ fn a_stop_the_dead_host_began_is_resumed_by_the_new_owner() {
     a.stop(&s("s1"), &run, None, at(&db, 1_003));
     assert!(effects(&mut a)
         .iter()
-        .any(|e| matches!(e, CustodyEffect::Stop { run: r, .. } if *r == run)));
+        .any(|e| matches!(e, CustodyEffect::Stop(StopRequest { run: r, .. }) if *r == run)));
     assert!(db
         .lock()
         .unwrap()
@@ -841,9 +841,9 @@ fn a_stop_the_dead_host_began_is_resumed_by_the_new_owner() {
     let attempt = taken
         .iter()
         .find_map(|e| match e {
-            CustodyEffect::Stop {
+            CustodyEffect::Stop(StopRequest {
                 attempt, run: r, ..
-            } if *r == run => Some(*attempt),
+            }) if *r == run => Some(*attempt),
             _ => None,
         })
         .unwrap_or_else(|| panic!("the stop is resumed: {taken:?}"));

@@ -6,6 +6,7 @@
 
 mod common;
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use outbox_core::ids::ScopeId;
 use std::sync::{Arc, Mutex};
 
@@ -105,10 +106,10 @@ impl Rig {
     /// Takes the history read of `n` asked for so far, if any.
     fn take_read(&mut self, n: &str) -> Option<AttemptId> {
         let at = self.effects.iter().position(|e| {
-            matches!(e, CustodyEffect::ReadHistory { operation_id, .. } if operation_id == &op(&format!("op-{n}")))
+            matches!(e, CustodyEffect::ReadHistory(ReadHistoryRequest { operation_id, .. }) if operation_id == &op(&format!("op-{n}")))
         })?;
         match self.effects.remove(at) {
-            CustodyEffect::ReadHistory { attempt, .. } => Some(attempt),
+            CustodyEffect::ReadHistory(ReadHistoryRequest { attempt, .. }) => Some(attempt),
             _ => unreachable!("a read was found"),
         }
     }
@@ -196,11 +197,11 @@ impl Rig {
         self.effects
             .iter()
             .find_map(|e| match e {
-                CustodyEffect::TakeBack {
+                CustodyEffect::TakeBack(TakeBackRequest {
                     attempt,
                     operation_id,
                     ..
-                } if operation_id == &op(&format!("op-{n}")) => Some(*attempt),
+                }) if operation_id == &op(&format!("op-{n}")) => Some(*attempt),
                 _ => None,
             })
             .unwrap_or_else(|| panic!("op-{n} is taken back: {:?}", self.effects))
@@ -372,7 +373,7 @@ fn an_acceptance_after_its_run_ended_is_settled_from_history() {
         .effects
         .iter()
         .find_map(|e| match e {
-            CustodyEffect::Stop { attempt, .. } => Some(*attempt),
+            CustodyEffect::Stop(StopRequest { attempt, .. }) => Some(*attempt),
             _ => None,
         })
         .unwrap();
@@ -415,7 +416,7 @@ fn stop_and_send_now_refuses_a_steer_whose_run_ended() {
     assert!(!r
         .effects
         .iter()
-        .any(|e| matches!(e, CustodyEffect::TakeBack { .. })));
+        .any(|e| matches!(e, CustodyEffect::TakeBack(TakeBackRequest { .. }))));
     r.read(read, HistoryRead::Missing);
     assert_eq!(
         r.entry("2").unwrap().state.error(),
@@ -520,7 +521,7 @@ fn a_confirmed_detach_goes_on_when_the_run_ends_first() {
         .effects
         .iter()
         .find_map(|e| match e {
-            CustodyEffect::Stop { attempt, .. } => Some(*attempt),
+            CustodyEffect::Stop(StopRequest { attempt, .. }) => Some(*attempt),
             _ => None,
         })
         .expect("run R is stopped");

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use fixtures::adapters::WhenUnscripted;
+use outbox_core::adapter::StopRequest;
 use outbox_core::adapter::{AttemptId, StopResult};
 use outbox_core::custody::{CustodyEffect, SessionInfo, StopAnswer, MODEL_CHANGED_TEXT};
 use outbox_core::entry::{Controls, EntryStatus, STOPPED_BEFORE_DELIVERY_TEXT};
@@ -32,11 +33,11 @@ fn callers_share_one_worker_and_get_still_settling_after_5_seconds() {
     let e = effects(&mut b);
     assert_eq!(
         e,
-        [CustodyEffect::Stop {
+        [CustodyEffect::Stop(StopRequest {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
-        }],
+        })],
         "one worker"
     );
     assert_eq!(b.c.poll_timeout(), Some(t0.saturating_add(Millis(5_000))));
@@ -101,11 +102,11 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     b.c.stop(&s("s1"), &run, Some(3), t0.saturating_add(Millis(60_000)));
     assert_eq!(
         effects(&mut b),
-        [CustodyEffect::Stop {
+        [CustodyEffect::Stop(StopRequest {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
-        }],
+        })],
         "the cache expired"
     );
 
@@ -132,11 +133,11 @@ fn a_success_is_cached_for_60_seconds_and_a_failure_is_not() {
     b.c.stop(&s("s1"), &run, Some(2), b.now);
     assert_eq!(
         effects(&mut b),
-        [CustodyEffect::Stop {
+        [CustodyEffect::Stop(StopRequest {
             attempt: AttemptId(0),
             session: s("s1"),
             run
-        }],
+        })],
         "the next request checks the run again"
     );
 }
@@ -156,11 +157,11 @@ fn a_crashed_stop_attempt_is_retried_after_250_ms() {
     b.c.handle_timeout(t0.saturating_add(Millis(250)));
     assert_eq!(
         effects(&mut b),
-        [CustodyEffect::Stop {
+        [CustodyEffect::Stop(StopRequest {
             attempt: AttemptId(0),
             session: s("s1"),
             run
-        }]
+        })]
     );
 }
 
@@ -210,11 +211,11 @@ fn an_interrupt_stops_the_run_and_starts_once_it_left_the_registry() {
         .unwrap();
     assert_eq!(
         effects(&mut b),
-        [CustodyEffect::Stop {
+        [CustodyEffect::Stop(StopRequest {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
-        }]
+        })]
     );
     // The stop settles after 300 ms (a crash, then the retry).
     b.c.handle_stop_result(b.stop_attempt(), StopResult::Crashed, t0);
@@ -224,11 +225,11 @@ fn an_interrupt_stops_the_run_and_starts_once_it_left_the_registry() {
     let retry = effects(&mut b);
     assert_eq!(
         retry,
-        [CustodyEffect::Stop {
+        [CustodyEffect::Stop(StopRequest {
             attempt: AttemptId(0),
             session: s("s1"),
             run: run.clone()
-        }]
+        })]
     );
     b.c.handle_stop_result(
         b.stop_attempt(),
@@ -270,11 +271,11 @@ fn an_interrupt_that_meets_a_newer_turn_or_a_slow_stop_stays_queued() {
     let t0 = b.now;
     b.c.submit(submit_req("s1", "int", Controls::interrupt()), t0)
         .unwrap();
-    assert!(effects(&mut b).contains(&CustodyEffect::Stop {
+    assert!(effects(&mut b).contains(&CustodyEffect::Stop(StopRequest {
         attempt: AttemptId(0),
         session: s("s1"),
         run,
-    }));
+    })));
     b.c.handle_stop_result(
         b.stop_attempt(),
         StopResult::Stopped { untaken: vec![] },

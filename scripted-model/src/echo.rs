@@ -2,6 +2,7 @@
 //! server, the browser page and the examples: a reply, a reply that streams, an
 //! approval, a flood of rows, a run that never ends. No process, no model.
 
+use outbox_core::adapter::StopRequest;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -236,11 +237,11 @@ impl Agent for EchoAgent {
                 // cleanup): three seconds, so a person (or a test) sees it.
                 self.end_at = Some((now.saturating_add(Millis(3_000)), session, run));
             }
-            AgentCall::Stop {
+            AgentCall::Stop(StopRequest {
                 attempt,
                 session,
                 run,
-            } => {
+            }) => {
                 let playing = self.after_later.as_ref().is_some_and(|(_, r)| *r == run)
                     || self.end_at.as_ref().is_some_and(|(_, _, r)| *r == run)
                     || self.asked.as_ref().is_some_and(|(_, _, r)| *r == run);

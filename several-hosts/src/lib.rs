@@ -20,6 +20,7 @@
 //! the two leaves a message that the next owner finds in history (the uncertain-delivery
 //! read) instead of sending it again.
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -315,20 +316,20 @@ impl Agent for LogAgent {
     fn handle_call(&mut self, call: AgentCall, now: Millis) {
         match call {
             AgentCall::Send(request) => self.send(request, now),
-            AgentCall::ReadHistory {
+            AgentCall::ReadHistory(ReadHistoryRequest {
                 attempt,
                 session,
                 operation_id,
                 ..
-            } => {
+            }) => {
                 let read = self.read_history(&session, &operation_id);
                 self.input(AgentInput::HistoryRead { attempt, read });
             }
-            AgentCall::Stop {
+            AgentCall::Stop(StopRequest {
                 attempt,
                 session,
                 run,
-            } => {
+            }) => {
                 let held = self.held.contains(&run);
                 let line = format!(
                     "{}\t{session}\t{run}\t{}\n",

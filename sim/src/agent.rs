@@ -32,6 +32,7 @@
 //! the session's thread link), and every message of the old thread has left it. A
 //! Claude session refuses a rollback; one reaching it is a violation.
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -868,12 +869,12 @@ impl Agent {
                     }),
                 );
             }
-            AgentCall::ReadHistory {
+            AgentCall::ReadHistory(ReadHistoryRequest {
                 attempt,
                 session,
                 operation_id,
                 ..
-            } => {
+            }) => {
                 let read = match self.sessions.get(&session) {
                     Some(s) if s.transcript.unreadable() => HistoryRead::Unreadable,
                     Some(s) if s.saved(&operation_id) => HistoryRead::Found,
@@ -882,11 +883,11 @@ impl Agent {
                 };
                 out.push(Out::Answer(AgentInput::HistoryRead { attempt, read }));
             }
-            AgentCall::Stop {
+            AgentCall::Stop(StopRequest {
                 attempt,
                 session,
                 run,
-            } => {
+            }) => {
                 let refuse = strike(rng, FaultKind::AgentRefuses);
                 let crash = rng.chance(0.5);
                 let Some(s) = self.sessions.get_mut(&session) else {
@@ -923,12 +924,12 @@ impl Agent {
                 };
                 out.push(Out::Answer(AgentInput::StopResult { attempt, result }));
             }
-            AgentCall::TakeBack {
+            AgentCall::TakeBack(TakeBackRequest {
                 attempt,
                 session,
                 operation_id,
                 ..
-            } => {
+            }) => {
                 let Some(s) = self.sessions.get_mut(&session) else {
                     return out;
                 };

@@ -20,6 +20,7 @@
 //! 3. The next thing to happen is the earliest of the host's deadline, the clients'
 //!    deadlines and the next arrival.
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::collections::{BTreeMap, BTreeSet};
 
 use host_core::{AgentCall, AgentInput, ClientRequest, Host, HostEffect, Reply};
@@ -1153,17 +1154,17 @@ pub(crate) fn call_line(c: &AgentCall) -> String {
                 outbox_core::adapter::SendKind::Steer { run } => format!("steer {run}"),
             }
         ),
-        AgentCall::ReadHistory {
+        AgentCall::ReadHistory(ReadHistoryRequest {
             attempt,
             operation_id,
             ..
-        } => format!("read-history {operation_id} {attempt}"),
-        AgentCall::Stop { attempt, run, .. } => format!("stop {run} {attempt}"),
-        AgentCall::TakeBack {
+        }) => format!("read-history {operation_id} {attempt}"),
+        AgentCall::Stop(StopRequest { attempt, run, .. }) => format!("stop {run} {attempt}"),
+        AgentCall::TakeBack(TakeBackRequest {
             attempt,
             operation_id,
             ..
-        } => format!("take-back {operation_id} {attempt}"),
+        }) => format!("take-back {operation_id} {attempt}"),
         AgentCall::ResolveApproval {
             request, decision, ..
         } => format!("resolve {} {decision:?}", request.request_id),

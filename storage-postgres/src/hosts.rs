@@ -5,7 +5,7 @@
 //! the seed's design for one host. With several hosts, a session's runs and its outbox
 //! must be owned by one host at a time across all of them, and the claims of a host that
 //! died must pass to another. Custody reaches the run registry through the core trait
-//! [`outbox_core::runs::SharedRuns`], which this store implements once it is given its
+//! [`outbox_core::store::SharedRuns`], which this store implements once it is given its
 //! host ([`PostgresStore::share_runs`]): custody writes its starts, ends, stops and
 //! renewals through, adopts what a host that lost a scope left, and resumes its stops.
 //! The methods below are the registry's whole surface, for a host that drives it by
@@ -42,10 +42,8 @@ use std::time::Duration;
 
 use outbox_core::entry::AccessLevel;
 use outbox_core::ids::{base_session, OperationId, RunId, SessionId};
-use outbox_core::runs::{
-    ActiveRun, RunError, SharedCancellation, SharedRun, SharedScope, STALE_RUN_AFTER,
-};
-use outbox_core::store::OutboxError;
+use outbox_core::runs::{ActiveRun, RunError, STALE_RUN_AFTER};
+use outbox_core::store::{OutboxError, SharedCancellation, SharedRun, SharedScope};
 use postgres::{GenericClient, Row};
 use timeline_core::time::Millis;
 
@@ -965,7 +963,7 @@ impl PostgresStore {
     }
 
     /// Makes this store the run registry custody shares with the other hosts, as `host`
-    /// ([`outbox_core::runs::SharedRuns`]): custody over this store writes its runs and
+    /// ([`outbox_core::store::SharedRuns`]): custody over this store writes its runs and
     /// stops through to `chat_active_runs` and `chat_run_cancellations`, adopts the runs
     /// a host that lost a scope left there, and resumes its stops.
     pub fn share_runs(&mut self, host: HostId) {
@@ -1138,7 +1136,7 @@ impl WakeListener {
 
 /// The run registry shared with the other hosts, as the host given to
 /// [`PostgresStore::share_runs`] (none given: every method fails as unavailable).
-impl outbox_core::runs::SharedRuns for PostgresStore {
+impl outbox_core::store::SharedRuns for PostgresStore {
     fn start_run(
         &mut self,
         session: &SessionId,

@@ -450,7 +450,7 @@ fn parse_route(row: &Row) -> Result<SessionMessageRoute, Fail<OutboxError>> {
 }
 
 impl OutboxStore for PostgresStore {
-    fn shared_runs(&mut self) -> Option<&mut dyn outbox_core::runs::SharedRuns> {
+    fn shared_runs(&mut self) -> Option<&mut dyn outbox_core::store::SharedRuns> {
         if self.local.runs_host.is_some() {
             Some(self)
         } else {

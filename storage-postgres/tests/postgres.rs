@@ -595,7 +595,7 @@ fn active(id: &str) -> outbox_core::runs::ActiveRun {
 // each run with whose it is and how long until another host may reclaim it.
 #[test]
 fn the_shared_registry_custody_writes_through_keeps_one_run_per_session_across_hosts() {
-    use outbox_core::runs::SharedRuns;
+    use outbox_core::store::SharedRuns;
     let db = TestDb::new("shared_runs");
     let mut h = db.open_with(quick());
     let mut g = db.open_with(quick());

@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::disallowed_methods)]
 
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -156,12 +157,12 @@ impl Rig {
     }
 
     pub fn read_history(&mut self, op: &str, attempt: u64) -> HistoryRead {
-        self.d.call(AgentCall::ReadHistory {
+        self.d.call(AgentCall::ReadHistory(ReadHistoryRequest {
             attempt: AttemptId(attempt),
             session: self.session.clone(),
             operation_id: OperationId::new(op).unwrap(),
             proof: ProofKind::Unprovable,
-        });
+        }));
         self.d.until("the history read", MINUTE, |i| {
             i.iter().any(
                 |i| matches!(i, AgentInput::HistoryRead { attempt: a, .. } if *a == AttemptId(attempt)),
@@ -265,11 +266,11 @@ pub fn a_stop_cancels_the_turn(which: Which) {
             if rows.iter().any(|r| r.block.block_type == BlockType::AgentReply))
         })
     });
-    r.d.call(AgentCall::Stop {
+    r.d.call(AgentCall::Stop(StopRequest {
         attempt: AttemptId(2),
         session: r.session.clone(),
         run: RunId::new("run-op-slow").unwrap(),
-    });
+    }));
     assert_eq!(r.until_run_ended("op-slow"), RunEventKind::Aborted);
     let stop = r.d.inputs.iter().find_map(|i| match i {
         AgentInput::StopResult { attempt, result } if *attempt == AttemptId(2) => Some(result),

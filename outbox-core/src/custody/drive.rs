@@ -1,6 +1,7 @@
 //! The synchronous driver: carries out custody's agent effects against an
 //! [`AgentAdapter`] that answers at once (tests, demos, simple embeddings).
 
+use crate::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use timeline_core::time::Millis;
 
 use super::{Custody, CustodyEffect};
@@ -36,29 +37,29 @@ impl<S: OutboxStore> Custody<S> {
                     let result = adapter.send(&req);
                     self.handle_send_result(req.attempt, result, now);
                 }
-                CustodyEffect::ReadHistory {
+                CustodyEffect::ReadHistory(ReadHistoryRequest {
                     attempt,
                     session,
                     operation_id,
                     ..
-                } => {
+                }) => {
                     let read = adapter.read_history(&session, &operation_id);
                     self.handle_history_read(attempt, read, now);
                 }
-                CustodyEffect::Stop {
+                CustodyEffect::Stop(StopRequest {
                     attempt,
                     session,
                     run,
-                } => {
+                }) => {
                     let result = adapter.stop(&session, &run);
                     self.handle_stop_result(attempt, result, now);
                 }
-                CustodyEffect::TakeBack {
+                CustodyEffect::TakeBack(TakeBackRequest {
                     attempt,
                     session,
                     operation_id,
                     acceptance,
-                } => {
+                }) => {
                     let result = adapter.take_back(&session, &operation_id, &acceptance);
                     self.handle_take_back(attempt, result, now);
                 }

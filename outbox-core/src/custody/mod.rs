@@ -163,13 +163,14 @@
 //! assert!(custody.entries(&s).unwrap().is_empty(), "confirmed, then removed");
 //! ```
 
+use crate::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use timeline_core::time::Millis;
 
 pub use crate::adapter::AttemptId;
-use crate::adapter::{Capabilities, ProofKind, SendRequest, SendResult};
-use crate::entry::{Acceptance, AccessLevel, Controls, MessageRequest, StoredEntry};
+use crate::adapter::{Capabilities, SendRequest, SendResult};
+use crate::entry::{AccessLevel, Controls, MessageRequest, StoredEntry};
 use crate::ids::{OperationId, QueueId, RunId, ScopeId, SessionId};
 use crate::ledger::MemoryFallback;
 use crate::runs::{RunError, RunRegistry};
@@ -408,36 +409,11 @@ pub enum CustodyEffect {
     Send(SendRequest),
     /// Look for the operation in the agent's history; answer with
     /// [`Custody::handle_history_read`].
-    ReadHistory {
-        /// The attempt the answer names.
-        attempt: AttemptId,
-        /// The app session it concerns.
-        session: SessionId,
-        /// The operation of the message.
-        operation_id: OperationId,
-        /// What proves delivery in this agent's history (from its capabilities).
-        proof: ProofKind,
-    },
+    ReadHistory(ReadHistoryRequest),
     /// Stop the run; answer with [`Custody::handle_stop_result`].
-    Stop {
-        /// The attempt the answer names.
-        attempt: AttemptId,
-        /// The app session it concerns.
-        session: SessionId,
-        /// The run it concerns.
-        run: RunId,
-    },
+    Stop(StopRequest),
     /// Take back an accepted steer; answer with [`Custody::handle_take_back`].
-    TakeBack {
-        /// The attempt the answer names.
-        attempt: AttemptId,
-        /// The app session it concerns.
-        session: SessionId,
-        /// The operation of the message.
-        operation_id: OperationId,
-        /// The accepting run, thread and turn.
-        acceptance: Acceptance,
-    },
+    TakeBack(TakeBackRequest),
     /// Tell a stop caller the result.
     StopAnswer {
         /// The caller.

@@ -6,6 +6,7 @@
 //! `apply_*` step is idempotent, so an answer whose store write failed is applied
 //! again later (see "Failures are state" in the module docs).
 
+use crate::adapter::ReadHistoryRequest;
 use timeline_core::time::Millis;
 
 use super::run_life::awaited_run;
@@ -391,12 +392,13 @@ impl<S: OutboxStore> Custody<S> {
                 snapshot,
             },
         );
-        self.effects.push_back(CustodyEffect::ReadHistory {
-            attempt,
-            session: session.clone(),
-            operation_id,
-            proof,
-        });
+        self.effects
+            .push_back(CustodyEffect::ReadHistory(ReadHistoryRequest {
+                attempt,
+                session: session.clone(),
+                operation_id,
+                proof,
+            }));
     }
 
     /// Saves `waiting` in place of `head` and, when that took (nobody changed the entry

@@ -43,7 +43,8 @@ use timeline_core::time::Millis;
 
 use super::{Custody, CustodyEffect, StoreFailure, Work};
 use crate::ids::{base_session, OperationId, RunId, SessionId};
-use crate::runs::{ActiveRun, SharedRuns};
+use crate::runs::ActiveRun;
+use crate::store::SharedRuns;
 use crate::store::{OutboxError, OutboxStore};
 
 /// A write to the shared registry not taken yet.
@@ -315,7 +316,7 @@ impl<S: OutboxStore> Custody<S> {
             None => {
                 // No registry any more: nothing holds these runs but custody.
                 for base in bases {
-                    scopes.insert(base, crate::runs::SharedScope::default());
+                    scopes.insert(base, crate::store::SharedScope::default());
                 }
                 Millis(u64::MAX)
             }

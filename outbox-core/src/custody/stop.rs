@@ -4,6 +4,7 @@
 //! agent is an attempt, so a late answer of a crashed attempt is ignored once the retry
 //! went out. A take-back is an attempt too.
 
+use crate::adapter::{StopRequest, TakeBackRequest};
 use timeline_core::time::Millis;
 
 use super::{
@@ -140,11 +141,11 @@ impl<S: OutboxStore> Custody<S> {
         if let Some(attempt) = attempt {
             self.runs.begin_cancellation(session, run);
             self.shared_stop_began(session, run, now);
-            self.effects.push_back(CustodyEffect::Stop {
+            self.effects.push_back(CustodyEffect::Stop(StopRequest {
                 attempt,
                 session: session.clone(),
                 run: run.clone(),
-            });
+            }));
         }
     }
 
@@ -221,11 +222,11 @@ impl<S: OutboxStore> Custody<S> {
             if let Some(w) = self.asked.stops.get_mut(&(session.clone(), run.clone())) {
                 w.attempt = Some(attempt);
             }
-            self.effects.push_back(CustodyEffect::Stop {
+            self.effects.push_back(CustodyEffect::Stop(StopRequest {
                 attempt,
                 session,
                 run,
-            });
+            }));
         }
     }
 
@@ -278,12 +279,13 @@ impl<S: OutboxStore> Custody<S> {
                 snapshot: requested,
             },
         );
-        self.effects.push_back(CustodyEffect::TakeBack {
-            attempt,
-            session: session.clone(),
-            operation_id: current.operation_id.clone(),
-            acceptance,
-        });
+        self.effects
+            .push_back(CustodyEffect::TakeBack(TakeBackRequest {
+                attempt,
+                session: session.clone(),
+                operation_id: current.operation_id.clone(),
+                acceptance,
+            }));
         Ok(())
     }
 

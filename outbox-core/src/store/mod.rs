@@ -83,6 +83,9 @@ impl EntryColumns {
     }
 }
 
+mod shared_runs;
+pub use shared_runs::{SharedCancellation, SharedRun, SharedRuns, SharedScope};
+
 use serde::{Deserialize, Serialize};
 use timeline_core::time::Millis;
 
@@ -305,9 +308,9 @@ impl Eq for OutboxError {}
 /// transaction; see the module docs for the multi-record rules.
 pub trait OutboxStore {
     /// The run registry this store shares with other hosts, when it is one of several
-    /// hosts' stores ([`crate::runs::SharedRuns`]). `None` (the default): custody's runs
+    /// hosts' stores ([`SharedRuns`]). `None` (the default): custody's runs
     /// live in its own memory alone, the seed's design for one host.
-    fn shared_runs(&mut self) -> Option<&mut dyn crate::runs::SharedRuns> {
+    fn shared_runs(&mut self) -> Option<&mut dyn SharedRuns> {
         None
     }
 

@@ -4,6 +4,7 @@
 use fixtures::adapters::ScriptedAdapter;
 use fixtures::failing::FailingStore;
 use outbox_core::adapter::{AttemptId, Capabilities};
+use outbox_core::adapter::{ReadHistoryRequest, StopRequest};
 use outbox_core::custody::{Custody, CustodyEffect, SessionInfo, SubmitRequest};
 use outbox_core::entry::{Controls, MessageRequest, OutboxEntry, Receipt};
 use outbox_core::ids::{OperationId, QueueId, RunId, SessionId};
@@ -114,17 +115,17 @@ impl Bench {
         let raw: Vec<CustodyEffect> = std::iter::from_fn(|| self.c.poll_effect()).collect();
         raw.into_iter()
             .map(|e| match e {
-                CustodyEffect::Stop {
+                CustodyEffect::Stop(StopRequest {
                     attempt,
                     session,
                     run,
-                } => {
+                }) => {
                     self.last_stop = Some(attempt);
-                    CustodyEffect::Stop {
+                    CustodyEffect::Stop(StopRequest {
                         attempt: AttemptId(0),
                         session,
                         run,
-                    }
+                    })
                 }
                 other => other,
             })
@@ -169,12 +170,12 @@ pub fn history_read(
     operation: &str,
 ) -> Option<AttemptId> {
     effects.iter().find_map(|e| match e {
-        CustodyEffect::ReadHistory {
+        CustodyEffect::ReadHistory(ReadHistoryRequest {
             attempt,
             session: at,
             operation_id,
             ..
-        } if at == &s(session) && operation_id == &op(operation) => Some(*attempt),
+        }) if at == &s(session) && operation_id == &op(operation) => Some(*attempt),
         _ => None,
     })
 }

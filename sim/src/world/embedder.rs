@@ -12,6 +12,7 @@ use crate::trace::clip;
 use crate::Defect;
 use host_core::{AgentCall, AgentInput, Host, HostConfig, HostEffect, Notice};
 use outbox_core::adapter::{HistoryRead, SendResult, StopResult, TakeBackResult};
+use outbox_core::adapter::{ReadHistoryRequest, TakeBackRequest};
 use outbox_core::{Capabilities, SessionInfo};
 use std::collections::BTreeSet;
 use timeline_core::{HostKey, Millis, OperationId};
@@ -253,16 +254,16 @@ impl World {
                 }
                 self.sent.insert(op.clone());
             }
-            AgentCall::ReadHistory {
+            AgentCall::ReadHistory(ReadHistoryRequest {
                 attempt,
                 operation_id,
                 ..
-            }
-            | AgentCall::TakeBack {
+            })
+            | AgentCall::TakeBack(TakeBackRequest {
                 attempt,
                 operation_id,
                 ..
-            } => {
+            }) => {
                 self.attempts.insert(attempt.0, operation_id.clone());
             }
             _ => {}
