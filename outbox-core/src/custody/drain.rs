@@ -43,29 +43,17 @@ impl<S: OutboxStore> Custody<S> {
     /// wake-ups).
     #[cfg(feature = "testing")]
     pub fn lane_busy(&self, session: &SessionId) -> (bool, bool) {
-        self.busy_lanes(session)
+        self.asked.busy(session)
     }
 
     /// Whether the normal and the steer lane of `session` are busy.
     #[cfg(not(feature = "testing"))]
     pub(crate) fn lane_busy(&self, session: &SessionId) -> (bool, bool) {
-        self.busy_lanes(session)
-    }
-
-    fn busy_lanes(&self, session: &SessionId) -> (bool, bool) {
-        self.asked
-            .lanes
-            .get(session)
-            .map_or((false, false), |l| (l.normal.busy, l.steer.busy))
+        self.asked.busy(session)
     }
 
     fn pass(&mut self, session: &SessionId, kind: LaneKind, now: Millis) {
-        let lane = self
-            .asked
-            .lanes
-            .entry(session.clone())
-            .or_default()
-            .get(kind);
+        let lane = self.asked.lane(session, kind);
         if lane.busy {
             lane.follow_up = true;
             return;
@@ -94,12 +82,7 @@ impl<S: OutboxStore> Custody<S> {
     }
 
     pub(super) fn finish(&mut self, session: &SessionId, kind: LaneKind, now: Millis) {
-        let lane = self
-            .asked
-            .lanes
-            .entry(session.clone())
-            .or_default()
-            .get(kind);
+        let lane = self.asked.lane(session, kind);
         lane.busy = false;
         // The finishing pass returns the follow-up; wake both lanes of every session of
         // the scope, since any result (a run that ended, an entry that left) can free
@@ -443,12 +426,7 @@ impl<S: OutboxStore> Custody<S> {
                 request: request.clone(),
             },
         );
-        self.asked
-            .lanes
-            .entry(session.clone())
-            .or_default()
-            .get(lane)
-            .busy = true;
+        self.asked.lane(session, lane).busy = true;
         self.effects.push_back(CustodyEffect::Send(request));
     }
 }

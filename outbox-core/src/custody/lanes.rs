@@ -120,6 +120,18 @@ pub(super) struct Asked {
 }
 
 impl Asked {
+    /// The `kind` lane of `session` (idle until first used).
+    pub(super) fn lane(&mut self, session: &SessionId, kind: LaneKind) -> &mut Lane {
+        self.lanes.entry(session.clone()).or_default().get(kind)
+    }
+
+    /// Whether the normal and the steer lane of `session` are busy.
+    pub(super) fn busy(&self, session: &SessionId) -> (bool, bool) {
+        self.lanes
+            .get(session)
+            .map_or((false, false), |l| (l.normal.busy, l.steer.busy))
+    }
+
     /// Nothing asked yet; attempts are numbered from `base`.
     pub(super) fn new(base: u64) -> Self {
         Asked {

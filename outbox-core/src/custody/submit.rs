@@ -147,12 +147,9 @@ impl<S: OutboxStore> Custody<S> {
         for freed in self.reclaim_stale(now) {
             self.wake_scope(&freed, now);
         }
-        let lane_busy = self
-            .asked
-            .lanes
-            .get(session)
-            .is_some_and(|l| l.normal.busy || l.steer.busy);
-        if lane_busy
+        let (normal_busy, steer_busy) = self.asked.busy(session);
+        if normal_busy
+            || steer_busy
             || self.asked.interrupts.contains_key(session)
             || self.runs.scope_ambiguous(session)
             || self.scope_run(session).is_some()
