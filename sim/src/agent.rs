@@ -634,6 +634,17 @@ impl Agent {
         self.sessions.values()
     }
 
+    /// True when some session had `op` in its history: it is there, or a replace latest
+    /// rolled it back, or its thread is gone (delivered, either way).
+    pub fn had(&self, op: &OperationId) -> bool {
+        self.sessions.values().any(|s| s.had(op))
+    }
+
+    /// True when `op` left some session's history (a rollback, a thread that is gone).
+    pub fn left(&self, op: &OperationId) -> bool {
+        self.sessions.values().any(|s| s.left(op).is_some())
+    }
+
     /// True when any session has a turn running.
     pub fn busy(&self) -> bool {
         self.sessions.values().any(|s| s.turn.is_some())

@@ -343,7 +343,7 @@ pub(crate) fn echoes(o: &Observation<'_>) -> Vec<Finding> {
             };
             // A message that left the agent's history (a rollback, a gone thread) leaves
             // the screen with it.
-            if m.removed || m.replaced || o.agent_left(op) {
+            if m.removed || m.replaced || o.agent.left(op) {
                 continue;
             }
             let key = BlockKey::user_message(op);
@@ -414,7 +414,7 @@ pub(crate) fn delivered(o: &Observation<'_>) -> Vec<Finding> {
         if !m.acked || m.removed || m.replaced {
             continue;
         }
-        let delivered = o.agent_saved(op);
+        let delivered = o.agent.had(op);
         match o.outboxes.get(op) {
             None if delivered => {}
             None => stuck.push((Invariant::MessageLost, format!("{op} is gone undelivered"))),

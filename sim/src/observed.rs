@@ -89,16 +89,6 @@ pub(crate) struct Observation<'a> {
 }
 
 impl Observation<'_> {
-    /// True when the agent has `op` in its saved history.
-    pub(crate) fn agent_saved(&self, op: &OperationId) -> bool {
-        self.agent.sessions().any(|s| s.had(op))
-    }
-
-    /// True when `op` left the agent's history (a rollback, a thread that is gone).
-    pub(crate) fn agent_left(&self, op: &OperationId) -> bool {
-        self.agent.sessions().any(|s| s.left(op).is_some())
-    }
-
     /// The saved row with `key` in `session`'s history.
     pub(crate) fn saved_row(&self, session: &SessionId, key: &BlockKey) -> Option<Block> {
         let s = self.sessions.iter().find(|s| &s.id == session)?;

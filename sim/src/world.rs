@@ -1002,17 +1002,6 @@ impl World {
         }
     }
 
-    /// True when the agent had `op` in its history: it is there, or a replace latest
-    /// rolled it back, or its thread is gone (delivered, either way).
-    pub(crate) fn agent_saved(&self, op: &OperationId) -> bool {
-        self.agent.sessions().any(|s| s.had(op))
-    }
-
-    /// True when `op` left the agent's history (a rollback, a thread that is gone).
-    pub(crate) fn agent_left(&self, op: &OperationId) -> bool {
-        self.agent.sessions().any(|s| s.left(op).is_some())
-    }
-
     /// Runs every step, then brings the world to quiescence and checks it.
     pub fn run(&mut self) {
         for _ in 0..self.cfg.steps {
@@ -1027,11 +1016,7 @@ impl World {
             self.check_final();
         }
         self.stats.runs = 1;
-        self.stats.delivered = self
-            .messages
-            .keys()
-            .filter(|op| self.agent_saved(op))
-            .count() as u64;
+        self.stats.delivered = self.messages.keys().filter(|op| self.agent.had(op)).count() as u64;
         self.stats.approvals = self.agent.sessions().map(|s| s.asked.len() as u64).sum();
     }
 }

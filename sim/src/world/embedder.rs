@@ -302,7 +302,7 @@ impl World {
                 for o in &op {
                     // History holds no pending input: the turn has the message, the
                     // read says it is missing.
-                    if self.agent_holds(o) && !self.agent_saved(o) {
+                    if self.agent_holds(o) && !self.agent.had(o) {
                         self.zombies.insert(o.clone());
                     }
                 }
@@ -519,8 +519,8 @@ impl World {
                     continue;
                 };
                 // A message that left the agent's history leaves the screen with it.
-                let gone = m.removed || m.replaced || self.agent_left(&op);
-                let delivered = !queued.contains(&op) && self.agent_saved(&op);
+                let gone = m.removed || m.replaced || self.agent.left(&op);
+                let delivered = !queued.contains(&op) && self.agent.had(&op);
                 let client = &mut self.clients[c];
                 if gone {
                     client.timeline.remove_pending(&op);
