@@ -1130,25 +1130,15 @@ fn thread_closed(thread: &str) -> Value {
     json!({"method": "thread/closed", "params": {"threadId": thread}, "emittedAtMs": 1})
 }
 
-#[test]
-fn a_thread_codex_closed_ends_its_run_and_is_resumed_before_the_next_turn() {
-    // AG-01: Codex 0.169 unloads a thread and says `thread/closed` (its schema:
-    // `ThreadClosedNotification {threadId}`); a `turn/start` on it would be refused
-    // ("thread not found"). The run on it ends (failed: Codex told no outcome), its
-    // open approval closes, and the next send resumes the thread first.
-    let mut r = running();
-    let s = r.session.clone();
-    let request = approval_asked(&mut r);
-    // Another thread's closing is not this session's.
-    r.line(thread_closed("thr-other"), Millis(29));
-    assert!(r.take_inputs().is_empty());
-    r.line(
-        json!({"method": "thread/status/changed", "params": {"threadId": THREAD,
-            "status": {"type": "notLoaded"}}, "emittedAtMs": 1}),
-        Millis(30),
-    );
-    r.line(thread_closed(THREAD), Millis(30));
-    let inputs = r.take_inputs();
+/// `thread/status/changed` of `thread` to a status of type `status`.
+fn thread_status(thread: &str, status: &str) -> Value {
+    json!({"method": "thread/status/changed", "params": {"threadId": thread,
+        "status": {"type": status}}, "emittedAtMs": 1})
+}
+
+/// The inputs of a closed thread: the run on it ended failed with nothing untaken, and
+/// its open approval `request` settled elsewhere.
+fn assert_closed(inputs: &[AgentInput], request: &ApprovalRequest) {
     assert!(
         inputs.iter().any(|i| matches!(i,
             AgentInput::RunEnded { run: rr, outcome: RunEventKind::Failed, untaken, .. }
@@ -1161,6 +1151,23 @@ fn a_thread_codex_closed_ends_its_run_and_is_resumed_before_the_next_turn() {
                 if *request_id == request.request_id)),
         "{inputs:?}"
     );
+}
+
+#[test]
+fn a_thread_codex_closed_ends_its_run_and_is_resumed_before_the_next_turn() {
+    // AG-01: Codex 0.169 unloads a thread and says `thread/closed` (its schema:
+    // `ThreadClosedNotification {threadId}`); a `turn/start` on it would be refused
+    // ("thread not found"). The run on it ends (failed: Codex told no outcome), its
+    // open approval closes, and the next send resumes the thread first.
+    let mut r = running();
+    let s = r.session.clone();
+    let request = approval_asked(&mut r);
+    // Another thread's closing is not this session's.
+    r.line(thread_closed("thr-other"), Millis(29));
+    assert!(r.take_inputs().is_empty());
+    r.line(thread_status(THREAD, "notLoaded"), Millis(30));
+    r.line(thread_closed(THREAD), Millis(30));
+    assert_closed(&r.take_inputs(), &request);
     // A decision after it is refused, nothing written.
     let writes = r.writes.len();
     r.call(
@@ -1211,35 +1218,15 @@ fn a_thread_codex_reports_not_loaded_is_closed_even_when_thread_closed_never_com
     let s = r.session.clone();
     let request = approval_asked(&mut r);
     // An idle status of the thread is no closing.
-    r.line(
-        json!({"method": "thread/status/changed", "params": {"threadId": THREAD,
-            "status": {"type": "idle"}}, "emittedAtMs": 1}),
-        Millis(29),
-    );
+    r.line(thread_status(THREAD, "idle"), Millis(29));
     assert!(
         !r.take_inputs()
             .iter()
             .any(|i| matches!(i, AgentInput::RunEnded { .. })),
         "idle is not notLoaded"
     );
-    r.line(
-        json!({"method": "thread/status/changed", "params": {"threadId": THREAD,
-            "status": {"type": "notLoaded"}}, "emittedAtMs": 1}),
-        Millis(30),
-    );
-    let inputs = r.take_inputs();
-    assert!(
-        inputs.iter().any(|i| matches!(i,
-            AgentInput::RunEnded { run: rr, outcome: RunEventKind::Failed, untaken, .. }
-                if *rr == run() && untaken.is_empty())),
-        "{inputs:?}"
-    );
-    assert!(
-        inputs.iter().any(|i| matches!(i,
-            AgentInput::ApprovalResolved { request_id, result: Ok(ApprovalResult::ResolvedExternally), .. }
-                if *request_id == request.request_id)),
-        "{inputs:?}"
-    );
+    r.line(thread_status(THREAD, "notLoaded"), Millis(30));
+    assert_closed(&r.take_inputs(), &request);
     // The close that follows finds nothing left to end.
     r.line(thread_closed(THREAD), Millis(31));
     assert!(r.take_inputs().is_empty());
