@@ -2,8 +2,9 @@
 //! process per run, driven without blocking and without IO.
 //!
 //! [`ClaudeAgent`] starts each run as `claude -p --input-format stream-json
-//! --output-format stream-json --verbose --replay-user-messages --permission-prompt-tool
-//! stdio`, with `--session-id <the session's Claude session>` while Claude has no
+//! --output-format stream-json --verbose --replay-user-messages --include-partial-messages
+//! --permission-prompt-tool stdio` (the partial messages are the streamed fragments the
+//! host logs, [`AgentInput::Delta`]), with `--session-id <the session's Claude session>` while Claude has no
 //! transcript of it and `--resume <it>` once it has, so the Claude session (the
 //! acceptance's thread, the transcript's name) is known before Claude prints anything. Each line Claude prints goes through
 //! [`crate::run::ClaudeRun`]; what it proves and projects becomes [`AgentInput`]s.
@@ -378,6 +379,7 @@ impl ClaudeAgent {
                     "stream-json",
                     "--verbose",
                     "--replay-user-messages",
+                    "--include-partial-messages",
                     "--permission-prompt-tool",
                     "stdio",
                     flag,
@@ -663,6 +665,14 @@ impl ClaudeAgent {
                 Output::TurnEnded(r) => {
                     live.results += 1;
                     live.last_failed = r.is_error;
+                }
+                Output::Event(e) => {
+                    if let Some(fragment) = host_core::Fragment::of_event(e) {
+                        inputs.push(AgentInput::Delta {
+                            session: session.clone(),
+                            fragment,
+                        });
+                    }
                 }
                 _ => {}
             }

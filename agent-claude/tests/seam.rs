@@ -881,3 +881,58 @@ fn an_echo_held_for_a_merge_is_shown_when_claude_ends() {
         )]
     );
 }
+
+fn stream_event(event: Value) -> Value {
+    json!({"type": "stream_event", "event": event, "session_id": CLAUDE, "uuid": "e-1"})
+}
+
+// PK-06: Claude's streamed text, thinking and tool input are host inputs of the
+// session: text and thinking by message, a tool call's input by its tool use.
+#[test]
+fn streamed_blocks_are_deltas_of_the_session() {
+    use timeline_core::history::DeltaKind;
+    let mut r = running();
+    r.line(lifecycle(A, "started"), Millis(3));
+    r.line(
+        stream_event(
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "content": [], "model": "m"}}),
+        ),
+        Millis(4),
+    );
+    r.line(
+        stream_event(json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}})),
+        Millis(5),
+    );
+    r.line(
+        stream_event(json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": "Hi"}})),
+        Millis(6),
+    );
+    r.line(
+        stream_event(json!({"type": "content_block_start", "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}})),
+        Millis(7),
+    );
+    r.line(
+        stream_event(json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": "{\"command\""}})),
+        Millis(8),
+    );
+    let fragments: Vec<host_core::Fragment> = r
+        .take()
+        .into_iter()
+        .filter_map(|i| match i {
+            AgentInput::Delta { fragment, .. } => Some(fragment),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fragments,
+        [
+            host_core::Fragment::new(DeltaKind::Text, "msg_1", "Hi"),
+            host_core::Fragment::new(DeltaKind::ToolCall, "toolu_1", "{\"command\""),
+        ]
+    );
+}

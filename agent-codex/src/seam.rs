@@ -1170,13 +1170,21 @@ impl CodexAgent {
             Some(s) => s.projector.handle_owned(n, now),
             None => Vec::new(),
         };
-        let rows: Vec<StoredBlock> = projected
-            .into_iter()
-            .filter_map(|p| match p {
-                Projected::Row(row) => Some(row),
-                _ => None,
-            })
-            .collect();
+        let mut rows: Vec<StoredBlock> = Vec::new();
+        for p in projected {
+            match p {
+                Projected::Row(row) => rows.push(row),
+                Projected::Delta(e) => {
+                    if let Some(fragment) = host_core::Fragment::of_event(e) {
+                        self.input(AgentInput::Delta {
+                            session: session.clone(),
+                            fragment,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
         if !rows.is_empty() {
             self.input(AgentInput::Rows {
                 target: TargetId::main(&session),

@@ -1331,3 +1331,35 @@ fn a_second_stop_while_the_first_waits_is_answered_with_it_and_interrupts_once()
         );
     }
 }
+
+// PK-06: a streamed fragment of the agent's message is a host input of its session,
+// with the item as its block and the turn named; command output is not logged.
+#[test]
+fn streamed_message_fragments_are_deltas_of_the_session() {
+    let mut r = running();
+    let s = r.session.clone();
+    for text in ["Hel", "lo"] {
+        r.line(
+            json!({"method": "item/agentMessage/delta", "params": {"threadId": THREAD,
+                "turnId": TURN, "itemId": "msg-1", "delta": text}}),
+            Millis(10),
+        );
+    }
+    r.line(
+        json!({"method": "item/commandExecution/outputDelta", "params": {"threadId": THREAD,
+            "turnId": TURN, "itemId": "cmd-1", "delta": "ok\n"}}),
+        Millis(11),
+    );
+    let fragments: Vec<host_core::Fragment> = r
+        .take_inputs()
+        .into_iter()
+        .filter_map(|i| match i {
+            AgentInput::Delta { session, fragment } if session == s => Some(fragment),
+            _ => None,
+        })
+        .collect();
+    let want = ["Hel", "lo"].map(|t| {
+        host_core::Fragment::new(timeline_core::history::DeltaKind::Text, "msg-1", t).turn(TURN)
+    });
+    assert_eq!(fragments, want);
+}

@@ -8,6 +8,8 @@ use outbox_core::ids::OperationId;
 use outbox_core::runs::STALE_RUN_AFTER;
 use outbox_core::store::{OutboxError, OutboxStore};
 use overlay_core::live::{Delivery, LiveHub, LiveProtocol, Payload, RelayOutcome};
+
+use crate::events::SessionLogs;
 use overlay_core::live::{RunEvent, RunEventKind};
 use overlay_core::overlay::{Change, LiveSequencer};
 use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState};
@@ -55,6 +57,11 @@ pub struct HostConfig {
     /// session): for a host among several on one database, each serving the session
     /// scopes whose lease it holds.
     pub granted_only: bool,
+    /// The bound of each session's event log in bytes ([`SESSION_LOG_BYTES`] by
+    /// default): past it the oldest messages go.
+    ///
+    /// [`SESSION_LOG_BYTES`]: crate::SESSION_LOG_BYTES
+    pub session_log_bytes: usize,
 }
 
 impl HostConfig {
@@ -66,6 +73,7 @@ impl HostConfig {
             replay: ReplayConfig::default(),
             uuids,
             granted_only: false,
+            session_log_bytes: crate::SESSION_LOG_BYTES,
         }
     }
 }
@@ -149,6 +157,7 @@ pub struct Host<O, V> {
     replayed: ReplayedSends,
     stats: HostStats,
     effects: VecDeque<HostEffect>,
+    events: SessionLogs,
 }
 
 /// Counters of what a host did, for diagnostics and metrics ([`Host::stats`]). Each
@@ -290,6 +299,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             rewrites_journaled: BTreeSet::new(),
             left_runs: BTreeMap::new(),
             effects: VecDeque::new(),
+            events: SessionLogs::new(config.session_log_bytes),
         }
     }
 
@@ -834,6 +844,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             }
             ClientRequest::ListRuns => Some(Reply::Runs(self.custody.active_runs(now))),
             ClientRequest::ListSessions => Some(Reply::Sessions(self.session_summaries())),
+            ClientRequest::SessionPage {
+                session,
+                before,
+                max_events,
+            } => Some(Reply::SessionPage(
+                self.session_page(&session, before, max_events),
+            )),
             ClientRequest::NewSession(request) => {
                 self.effects
                     .push_back(HostEffect::OpenSession { to, request });
@@ -896,6 +913,15 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 }
                 if !rows.is_empty() {
                     self.publish_rows(&session, &target, rows, now);
+                }
+            }
+            AgentInput::Delta { session, fragment } => {
+                if self.custody.session(&session).is_some() {
+                    let custody = &mut self.custody;
+                    let event = self
+                        .events
+                        .delta(&session, fragment, now.as_u64(), || custody.fresh_uuid());
+                    self.emit_event(&session, event, now);
                 }
             }
             AgentInput::RunActive { session, run } => self.custody.touch_run(&session, &run, now),
@@ -1406,6 +1432,44 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             self.effects
                 .push_back(HostEffect::Notice(Notice::RelayRefused { session, error }));
         }
+    }
+
+    fn emit_event(
+        &mut self,
+        session: &SessionId,
+        event: timeline_core::history::SessionEvent,
+        now: Millis,
+    ) {
+        let log_id = self.events.id(session).unwrap_or_default().to_owned();
+        self.emit(
+            Payload::SessionEvent {
+                session: session.clone(),
+                log_id,
+                event,
+            },
+            now,
+        );
+    }
+
+    fn session_page(
+        &self,
+        session: &SessionId,
+        before: Option<u64>,
+        max_events: usize,
+    ) -> Result<crate::SessionPage, LoadError> {
+        if self.custody.session(session).is_none() {
+            return Err(LoadError::UnknownTarget {
+                session: session.clone(),
+                target: TargetId::main(session),
+            });
+        }
+        let max_events = max_events.clamp(1, crate::MAX_PAGE_EVENTS);
+        self.events
+            .page(session, before, max_events)
+            .map_err(|error| LoadError::Events {
+                session: session.clone(),
+                error,
+            })
     }
 
     fn run_started(

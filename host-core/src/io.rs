@@ -165,6 +165,19 @@ pub enum ClientRequest {
     ListRuns,
     /// `run.chatListSessions`: every session this host serves: [`Reply::Sessions`].
     ListSessions,
+    /// `session.page`: a page of the session's event log, packed (PK-01, PK-02):
+    /// [`Reply::SessionPage`]. Without `before` it is the newest page, the opening
+    /// snapshot of a client that then follows the session's live events.
+    SessionPage {
+        /// The app session it concerns.
+        session: SessionId,
+        /// `beforeSeq`: the page ends right before this sequence number (`None`: the
+        /// newest page).
+        before: Option<u64>,
+        /// `maxEvents`: about how many logical events (the page widens to the start
+        /// of the message it would cut); at most [`crate::MAX_PAGE_EVENTS`].
+        max_events: usize,
+    },
     /// `run.chatNewSession`: a new session, made by the embedder
     /// ([`HostEffect::OpenSession`]): [`Reply::SessionOpened`].
     NewSession(NewSession),
@@ -292,6 +305,15 @@ pub enum AgentInput {
         /// The run it concerns.
         run: RunId,
     },
+    /// A fragment the agent streamed (text, reasoning, a tool call's input): logged
+    /// with the session's next sequence number for `session.page` (PK-01) and sent on
+    /// live, scalar, to the session's windows and the relay.
+    Delta {
+        /// The app session it concerns.
+        session: SessionId,
+        /// The fragment.
+        fragment: crate::Fragment,
+    },
     /// A run ended.
     RunEnded {
         /// The app session it concerns.
@@ -405,6 +427,8 @@ pub enum Reply {
     Runs(Vec<(SessionId, RunId)>),
     /// [`ClientRequest::ListSessions`]: each session served here, in session order.
     Sessions(Vec<SessionSummary>),
+    /// [`ClientRequest::SessionPage`].
+    SessionPage(Result<crate::SessionPage, LoadError>),
     /// [`ClientRequest::NewSession`]: the session made, served here from now on.
     SessionOpened(Result<SessionId, NewSessionError>),
 }
@@ -441,6 +465,15 @@ pub enum LoadError {
     /// The builder's error (its `errorCode` is [`WindowError::error_code`]).
     #[error(transparent)]
     Window(#[from] WindowError),
+    /// A page of the session's event log could not be packed (a sequence number or a
+    /// time past `2^53 - 1`): `HISTORY_UNAVAILABLE`.
+    #[error("the event log of session {session} could not be paged: {error}")]
+    Events {
+        /// The app session it concerns.
+        session: SessionId,
+        /// Why the page was refused.
+        error: timeline_core::history::RowError,
+    },
     /// The outbox of a session could not be read (a reconcile answers no session then).
     #[error("the outbox of session {session} could not be read: {error}")]
     Outbox {
@@ -459,6 +492,7 @@ impl LoadError {
             LoadError::UnknownTarget { .. } => "UNKNOWN_TARGET",
             LoadError::Window(e) => e.error_code(),
             LoadError::Outbox { .. } => "OUTBOX_UNAVAILABLE",
+            LoadError::Events { .. } => "HISTORY_UNAVAILABLE",
         }
     }
 

@@ -94,6 +94,10 @@
 //!   present ([`EXACT_SCAN_READS`] pages of [`EXACT_SCAN_PAGE`] items at most) for the
 //!   run's keys, settles what it found and sends what it saved. Journal rows left at a
 //!   restart are scanned again when their session is first opened (the restart repair).
+//! - **Session events.** The fragments the agent streams ([`AgentInput::Delta`]) are
+//!   logged per session with sequence numbers and sent on live one by one; [`ClientRequest::SessionPage`] answers a page of the log cut at
+//!   message boundaries and packed into chunk rows (PK-01, PK-02). The log is memory
+//!   only, bounded by [`HostConfig::session_log_bytes`].
 //! - **Replay.** Every event sent to the relay, every user message handed to the agent
 //!   and every approval request is appended to the session's replay buffer; a phone that
 //!   joins ([`ClientRequest::Join`]) gets the replay and then live events.
@@ -110,6 +114,7 @@
 
 mod agent;
 mod approvals;
+mod events;
 mod host;
 mod io;
 mod run_book;
@@ -119,6 +124,7 @@ pub use agent::{
 };
 
 pub use approvals::{DECIDED_KEPT, DECISION_FIELD};
+pub use events::{Fragment, SessionPage, MAX_PAGE_EVENTS, SESSION_LOG_BYTES};
 pub use host::{
     Host, HostConfig, HostStats, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS, REWRITE_JOURNAL_RUN,
 };

@@ -994,3 +994,132 @@ fn a_session_let_go_starts_its_replay_again_empty() {
     assert!(!after.contains(r#""type":"user_message""#), "{after}");
     assert!(after.contains(r#""reclaimed":true"#), "{after}");
 }
+
+fn delta(block: &str, text: &str) -> AgentInput {
+    AgentInput::Delta {
+        session: session(),
+        fragment: host_core::Fragment::new(timeline_core::history::DeltaKind::Text, block, text),
+    }
+}
+
+fn session_page(
+    host: &mut Host<MemoryOutboxStore, MemoryOverlayStore>,
+    before: Option<u64>,
+    max_events: usize,
+) -> Result<host_core::SessionPage, host_core::LoadError> {
+    host.handle_client(
+        ReplyTo(77),
+        ClientRequest::SessionPage {
+            session: session(),
+            before,
+            max_events,
+        },
+        Millis(9_000),
+    );
+    drain(host)
+        .into_iter()
+        .find_map(|e| match e {
+            HostEffect::Reply {
+                to: ReplyTo(77),
+                reply: Reply::SessionPage(page),
+            } => Some(page),
+            _ => None,
+        })
+        .expect("a page request is answered")
+}
+
+// PK-06, PK-01, PK-02, PK-04: the agent's streamed fragments go to the session's windows and
+// the relay one by one, scalar, numbered from 1; a page of the log packs each reply
+// into one row that unpacks to exactly the events sent live.
+#[test]
+fn streamed_fragments_go_out_live_and_come_back_packed_in_a_page() {
+    use timeline_core::history::{unpack_records, SessionHistoryRecord};
+    let mut host = host();
+    window_subscription(&mut host);
+    join_text(&mut host, Millis(2));
+    let mut live = Vec::new();
+    let mut relayed = 0;
+    for (i, (block, text)) in [("m1", "Hel"), ("m1", "lo"), ("m2", "Done"), ("m2", ".")]
+        .into_iter()
+        .enumerate()
+    {
+        host.handle_agent(delta(block, text), Millis(3_000 + i as u64));
+        for effect in drain(&mut host) {
+            match effect {
+                HostEffect::Deliver(Delivery::Window {
+                    window: WindowId(1),
+                    payload: overlay_core::live::Payload::SessionEvent { event, .. },
+                    ..
+                }) => live.push(event),
+                HostEffect::Deliver(Delivery::Relay(e)) => {
+                    assert_eq!(e.json["event"], "session-event");
+                    assert_eq!(e.json["sessionEvent"]["text"], text);
+                    relayed += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(live.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(relayed, 4, "every fragment reaches the relay");
+
+    let page = session_page(&mut host, None, 100).unwrap();
+    assert_eq!(page.records.len(), 2, "one packed row per reply");
+    assert!(page
+        .records
+        .iter()
+        .all(|r| matches!(r, SessionHistoryRecord::Chunks(_))));
+    assert_eq!(unpack_records(&page.records).unwrap(), live);
+    assert_eq!(
+        (page.first_seq, page.next_seq, page.has_older),
+        (1, 5, false)
+    );
+    assert!(page.log_id.is_some());
+
+    // The newest page of one event widens to the whole last reply; the page before it
+    // is the first reply.
+    let newest = session_page(&mut host, None, 1).unwrap();
+    assert_eq!(unpack_records(&newest.records).unwrap(), live[2..]);
+    assert!(newest.has_older);
+    let older = session_page(&mut host, Some(3), 1).unwrap();
+    assert_eq!(unpack_records(&older.records).unwrap(), live[..2]);
+    assert!(!older.has_older);
+}
+
+// A fragment for a session the host does not serve is not logged, and a page of it is
+// refused with the target's error.
+#[test]
+fn fragments_and_pages_of_an_unknown_session_are_refused() {
+    let mut host = host();
+    host.handle_agent(
+        AgentInput::Delta {
+            session: SessionId::new("elsewhere").unwrap(),
+            fragment: host_core::Fragment::new(timeline_core::history::DeltaKind::Text, "m1", "x"),
+        },
+        Millis(5),
+    );
+    assert!(drain(&mut host)
+        .iter()
+        .all(|e| !matches!(e, HostEffect::Deliver(_))));
+    host.handle_client(
+        ReplyTo(78),
+        ClientRequest::SessionPage {
+            session: SessionId::new("elsewhere").unwrap(),
+            before: None,
+            max_events: 10,
+        },
+        Millis(6),
+    );
+    let refused = drain(&mut host).into_iter().any(|e| {
+        matches!(
+            e,
+            HostEffect::Reply {
+                reply: Reply::SessionPage(Err(host_core::LoadError::UnknownTarget { .. })),
+                ..
+            }
+        )
+    });
+    assert!(refused);
+    let empty = session_page(&mut host, None, 10).unwrap();
+    assert_eq!((empty.log_id, empty.records.len()), (None, 0));
+}

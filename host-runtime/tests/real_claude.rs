@@ -10,7 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{active_run, eventually_async, latest_rows, outbox, pending_card, submit, Rig};
+use common::{
+    active_run, eventually_async, latest_rows, outbox, pending_card, streamed, submit, Rig,
+};
 use host_core::{ClientRequest, Reply};
 
 const OP_1: &str = "11111111-2222-4333-8444-555555555555";
@@ -45,6 +47,10 @@ async fn a_message_to_real_claude_is_accepted_proven_answered_and_let_go() {
         },
     )
     .await;
+    // PK-06: the reply's streamed fragments are in the session's log, packed.
+    let (rows, text) = streamed(&client, &rig.session).await;
+    assert!(rows >= 1, "the reply is a packed row");
+    assert!(text.contains("Reply to: Say hello"), "{text:?}");
     eventually_async("the run to end", Duration::from_secs(60), || async {
         active_run(&client, &rig.session).await.is_none()
     })

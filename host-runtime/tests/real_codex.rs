@@ -11,7 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    active_run, eventually_async, latest_rows, outbox, pending_card, submit, wait_for, Rig,
+    active_run, eventually_async, latest_rows, outbox, pending_card, streamed, submit, wait_for,
+    Rig,
 };
 use host_core::{ClientRequest, Reply};
 
@@ -44,6 +45,10 @@ async fn a_message_to_real_codex_is_accepted_proven_answered_and_let_go() {
         },
     )
     .await;
+    // PK-06: the reply's streamed fragments are in the session's log, packed.
+    let (rows, text) = streamed(&client, &rig.session).await;
+    assert!(rows >= 1, "the reply is a packed row");
+    assert!(text.contains("Reply to: Say hello"), "{text:?}");
     // Codex wrote the message, with its client ID, into the thread's rollout.
     let rollouts = rig.rollouts();
     assert!(

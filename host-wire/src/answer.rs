@@ -115,6 +115,28 @@ pub struct ListSessionsResult {
     pub sessions: Vec<ListedSession>,
 }
 
+/// The result of `session.page` (wire version 4): a page of the session's event log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPageResult {
+    /// The log the sequence numbers belong to; `null` while the session has logged
+    /// nothing. A different ID than the one a client holds is a new log (the host
+    /// restarted): drop what it holds of the old one.
+    pub log_id: Option<String>,
+    /// The records, oldest first: `{type:"event", event}` or `{type:"chunks", event}`
+    /// with a chunk row (`chunkrow/text-chunks`, `chunkrow/reasoning-chunks`,
+    /// `chunkrow/tool-call-chunks`) that unpacks to the events it holds (PK-01).
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub records: Vec<timeline_core::history::SessionHistoryRecord>,
+    /// An older page can be asked for (`beforeSeq`: the first record's `seq`).
+    pub has_older: bool,
+    /// The oldest sequence number the host still holds.
+    pub first_seq: u64,
+    /// The sequence number of the next event: live `session-event`s from here on
+    /// follow this page.
+    pub next_seq: u64,
+}
+
 /// The result of `run.chatNewSession` (wire version 3): the session made, which the
 /// host serves from now on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -189,6 +211,16 @@ fn reply_result(reply: &Reply) -> Result<serde_json::Value, WireError> {
         }),
         Reply::SessionOpened(Err(e)) => {
             Err(WireError::refused("SESSION_NOT_CREATED", e.to_string()))
+        }
+        Reply::SessionPage(r) => {
+            let page = r.as_ref().map_err(WireError::from)?;
+            to_json(&SessionPageResult {
+                log_id: page.log_id.clone(),
+                records: page.records.clone(),
+                has_older: page.has_older,
+                first_seq: page.first_seq,
+                next_seq: page.next_seq,
+            })
         }
         Reply::Runs(runs) => to_json(&ListResult {
             runs: runs

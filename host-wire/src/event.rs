@@ -140,6 +140,21 @@ pub enum TimelineUpdated {
         /// The event.
         data: serde_json::Value,
     },
+    /// One event of the session's log, live and scalar (wire version 4): a streamed
+    /// fragment (`assistant/text-delta`, `assistant/reasoning-delta` or
+    /// `assistant/tool-call-delta`). Its `seq` follows the
+    /// `nextSeq` of the `session.page` a client opened with, in the log `logId`.
+    #[serde(rename = "session-event", rename_all = "camelCase")]
+    SessionEvent {
+        /// The app session.
+        app_session_id: SessionId,
+        /// The log the event's `seq` belongs to.
+        log_id: String,
+        /// The event: `seq`, `time`, `type`, `sessionId`, `block`, `text`, and
+        /// `turnId` when the agent named its turn.
+        #[schemars(with = "serde_json::Value")]
+        session_event: timeline_core::history::SessionEvent,
+    },
     /// The agents list of the session changed: load it again.
     #[serde(rename = "agent-threads", rename_all = "camelCase")]
     AgentThreads {
@@ -164,6 +179,7 @@ impl TimelineUpdated {
             TimelineUpdated::Blocks { app_session_id, .. }
             | TimelineUpdated::BlocksPatch { app_session_id, .. }
             | TimelineUpdated::Runtime { app_session_id, .. }
+            | TimelineUpdated::SessionEvent { app_session_id, .. }
             | TimelineUpdated::AgentThreads { app_session_id, .. } => app_session_id,
             TimelineUpdated::Started(e)
             | TimelineUpdated::Completed(e)

@@ -6,7 +6,10 @@
 //! and leave unnamed; they are named here in the same style: `run.chatOutboxSubmit`,
 //! `run.chatOutboxEdit`, `run.chatOutboxRemove`, `run.chatOutboxReorder`,
 //! `run.chatOutboxSendNow`, `run.chatJoin`, `run.chatLeave`, `run.chatListSessions`,
-//! `run.chatNewSession`.
+//! `run.chatNewSession`. Seed 002 names `session.page`, which is served under that name
+//! (wire version 4); its opening `session.follow` snapshot is `session.page` without
+//! `beforeSeq`, and the live events come as `session-event`s on the stream the client
+//! already holds.
 
 use outbox_core::entry::{Controls, Intent, MessageRequest, SendMode};
 use outbox_core::ids::{IdempotencyKey, OperationId, QueueId};
@@ -195,6 +198,31 @@ pub struct ListParams {}
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatListSessionsParams {}
 
+/// `session.page` (wire version 4): a page of the session's event log, packed into
+/// records (PK-01, PK-02). Without `beforeSeq` it is the newest page: the opening
+/// snapshot of a client that then follows the `session-event`s of `chat:timeline-updated`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPageParams {
+    /// The app session.
+    pub app_session_id: SessionId,
+    /// The page ends right before this sequence number (the first record's `seq` of
+    /// the page before it); the newest page when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_seq: Option<u64>,
+    /// About how many logical events, from 1 to [`MAX_SESSION_PAGE_EVENTS`]
+    /// ([`SESSION_PAGE_EVENTS`] when absent); the page widens back to the start of the
+    /// message it would cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_events: Option<u64>,
+}
+
+/// The most logical events one `session.page` may ask for.
+pub const MAX_SESSION_PAGE_EVENTS: usize = host_core::MAX_PAGE_EVENTS;
+
+/// The events of a `session.page` that names no `maxEvents`.
+pub const SESSION_PAGE_EVENTS: usize = 10_000;
+
 /// The longest `cwd` of `run.chatNewSession`, in bytes (Linux's `PATH_MAX`).
 pub const MAX_NEW_SESSION_CWD_BYTES: usize = 4_096;
 
@@ -325,6 +353,9 @@ pub enum Call {
     /// `run.chatListSessions`.
     #[serde(rename = "run.chatListSessions")]
     ChatListSessions(ChatListSessionsParams),
+    /// `session.page`.
+    #[serde(rename = "session.page")]
+    SessionPage(SessionPageParams),
     /// `run.chatNewSession`.
     #[serde(rename = "run.chatNewSession")]
     ChatNewSession(ChatNewSessionParams),
@@ -350,6 +381,7 @@ pub const METHODS: &[&str] = &[
     "run.chatLeave",
     "run.chatListSessions",
     "run.chatNewSession",
+    "session.page",
 ];
 
 /// Which dispatch cap a method has (the seed: 95 s around the 90 s handler deadline for
@@ -382,6 +414,7 @@ impl Call {
             Call::Cancel(p) => vec![&p.app_session_id],
             Call::ChatJoin(p) => vec![&p.app_session_id],
             Call::ChatLeave(p) => vec![&p.app_session_id],
+            Call::SessionPage(p) => vec![&p.app_session_id],
             Call::List(_)
             | Call::ChatResolveApproval(_)
             | Call::ChatListSessions(_)
@@ -410,6 +443,7 @@ impl Call {
             Call::ChatLeave(_) => "run.chatLeave",
             Call::ChatListSessions(_) => "run.chatListSessions",
             Call::ChatNewSession(_) => "run.chatNewSession",
+            Call::SessionPage(_) => "session.page",
         }
     }
 
@@ -460,6 +494,13 @@ impl Call {
                 check_page_size(p.page_size)?;
                 check_cursor(&p.before_cursor)
             }
+            Call::SessionPage(p) => match p.max_events {
+                Some(0) => Err(WireError::invalid_params("maxEvents must be at least 1")),
+                Some(n) if n > MAX_SESSION_PAGE_EVENTS as u64 => Err(WireError::invalid_params(
+                    format!("maxEvents must be at most {MAX_SESSION_PAGE_EVENTS}"),
+                )),
+                _ => Ok(()),
+            },
             Call::ChatReconcileSessions(p) if p.app_session_ids.len() > RECONCILE_MAX_SESSIONS => {
                 Err(WireError::invalid_params(format!(
                     "at most {RECONCILE_MAX_SESSIONS} sessions per call"
@@ -555,6 +596,13 @@ impl Call {
             },
             Call::List(_) => R::ListRuns,
             Call::ChatListSessions(_) => R::ListSessions,
+            Call::SessionPage(p) => R::SessionPage {
+                session: p.app_session_id,
+                before: p.before_seq,
+                max_events: p.max_events.map_or(SESSION_PAGE_EVENTS, |n| {
+                    usize::try_from(n).unwrap_or(MAX_SESSION_PAGE_EVENTS)
+                }),
+            },
             Call::ChatNewSession(p) => {
                 let mut request = host_core::NewSession::new();
                 request.agent = p.agent;

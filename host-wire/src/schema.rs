@@ -11,7 +11,7 @@ use schemars::{JsonSchema, Schema};
 
 use crate::answer::{
     Ack, ApprovalResolved, CancelResult, JoinResult, ListResult, ListSessionsResult,
-    NewSessionResult, ReconcileResult,
+    NewSessionResult, ReconcileResult, SessionPageResult,
 };
 use crate::frame::{Notification, Request, Response};
 
@@ -20,8 +20,9 @@ use crate::frame::{Notification, Request, Response};
 /// still decode (the test of `schema/<version>/examples`).
 ///
 /// Version 2 added `run.chatOutboxReorder` and `run.chatListSessions`; version 3
-/// added `run.chatNewSession` and its error code `SESSION_NOT_CREATED`.
-pub const WIRE_VERSION: u32 = 3;
+/// added `run.chatNewSession` and its error code `SESSION_NOT_CREATED`; version 4
+/// added `session.page` and the `session-event` of `chat:timeline-updated`.
+pub const WIRE_VERSION: u32 = 4;
 
 fn schema_of<T: JsonSchema>() -> Schema {
     SchemaSettings::draft2020_12()
@@ -83,5 +84,6 @@ pub fn result_schemas() -> Vec<(&'static str, Schema)> {
         ("run.chatLeave", schema_of::<Ack>()),
         ("run.chatListSessions", schema_of::<ListSessionsResult>()),
         ("run.chatNewSession", schema_of::<NewSessionResult>()),
+        ("session.page", schema_of::<SessionPageResult>()),
     ]
 }

@@ -1059,3 +1059,79 @@ fn new_session_fields_at_the_limit_and_one_past() {
         assert_eq!((e.code, e.error_code()), (-32602, "INVALID_PARAMS"), "{e}");
     }
 }
+
+// PK-06, PK-01, PK-03 on the wire (version 4): `maxEvents` from 1 to 500,000, 0 and one past
+// refused; fragments go out as `session-event`s the schema and the typed form accept,
+// and `session.page` answers them packed, with the numbers a journal joins on.
+#[test]
+fn session_page_at_its_limits_and_the_live_events_it_joins() {
+    use host_wire::method::MAX_SESSION_PAGE_EVENTS;
+    use timeline_core::history::{unpack_records, DeltaKind, SessionHistoryRecord};
+    let at = frame(
+        "session.page",
+        serde_json::json!({ "appSessionId": "s1", "maxEvents": MAX_SESSION_PAGE_EVENTS }),
+    );
+    let ClientRequest::SessionPage { max_events, .. } = decode_request(&at)
+        .unwrap()
+        .call
+        .into_client_request()
+        .unwrap()
+    else {
+        panic!("a session page")
+    };
+    assert_eq!(max_events, 500_000);
+    for past in [MAX_SESSION_PAGE_EVENTS as u64 + 1, 0, u64::MAX] {
+        let text = frame(
+            "session.page",
+            serde_json::json!({ "appSessionId": "s1", "maxEvents": past }),
+        );
+        assert_eq!(refused(&text).error_code(), "INVALID_PARAMS", "{past}");
+    }
+
+    let mut rig = Rig::new();
+    rig.call(
+        "run.chatJoin",
+        serde_json::json!({ "appSessionId": "s1", "liveUpdates": "snapshots" }),
+    );
+    let empty = rig.call("session.page", serde_json::json!({ "appSessionId": "s1" }));
+    assert_eq!(empty["result"]["logId"], serde_json::Value::Null);
+    assert_eq!(empty["result"]["nextSeq"], 1);
+    for text in ["Hel", "lo", " world"] {
+        rig.agent(AgentInput::Delta {
+            session: sid("s1"),
+            fragment: host_core::Fragment::new(DeltaKind::Text, "item-1", text).turn("turn-1"),
+        });
+    }
+    let live: Vec<serde_json::Value> = rig
+        .notifications("chat:timeline-updated")
+        .into_iter()
+        .filter(|n| n["params"]["event"] == "session-event")
+        .map(|n| n["params"].clone())
+        .collect();
+    assert_eq!(live.len(), 3);
+    assert_eq!(live[2]["sessionEvent"]["seq"], 3);
+    assert_eq!(live[2]["sessionEvent"]["turnId"], "turn-1");
+    let page = rig.call(
+        "session.page",
+        serde_json::json!({ "appSessionId": "s1", "maxEvents": 10 }),
+    );
+    let result = &page["result"];
+    assert_eq!(result["logId"], live[0]["logId"]);
+    assert_eq!(
+        (&result["firstSeq"], &result["nextSeq"]),
+        (&1.into(), &4.into())
+    );
+    assert_eq!(result["records"][0]["type"], "chunks");
+    assert_eq!(
+        result["records"][0]["event"]["type"],
+        "chunkrow/text-chunks"
+    );
+    let records: Vec<SessionHistoryRecord> =
+        serde_json::from_value(result["records"].clone()).unwrap();
+    let events = unpack_records(&records).unwrap();
+    let sent: Vec<serde_json::Value> = live.iter().map(|l| l["sessionEvent"].clone()).collect();
+    assert_eq!(
+        serde_json::to_value(&events).unwrap(),
+        serde_json::Value::Array(sent)
+    );
+}

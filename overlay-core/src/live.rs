@@ -183,6 +183,17 @@ pub enum Payload {
         /// The event.
         data: serde_json::Value,
     },
+    /// One logged event of a session (a streamed fragment, a run's start or end), live
+    /// and scalar: to the windows of the session and to the relay (`session-event`,
+    /// with the log's ID so a client never joins the numbers of two logs).
+    SessionEvent {
+        /// The app session it concerns.
+        session: SessionId,
+        /// The log the event's `seq` belongs to.
+        log_id: String,
+        /// The event.
+        event: timeline_core::history::SessionEvent,
+    },
     /// The agents list of a session changed.
     AgentThreads {
         /// The app session it concerns.
@@ -197,6 +208,7 @@ impl Payload {
         match self {
             Payload::Blocks { session, .. }
             | Payload::Runtime { session, .. }
+            | Payload::SessionEvent { session, .. }
             | Payload::AgentThreads { session, .. } => session,
             Payload::Run(e) => &e.app_session_id,
         }
@@ -626,6 +638,10 @@ impl LiveHub {
                 self.deliver_to_every_window(&payload);
                 self.relay(&payload)
             }
+            Payload::SessionEvent { ref session, .. } => {
+                self.deliver_to_session_windows(session, &payload);
+                self.relay(&payload)
+            }
         }
     }
 
@@ -840,6 +856,25 @@ impl LiveHub {
         }
     }
 
+    /// To each window subscribed to a target of `session`.
+    fn deliver_to_session_windows(&mut self, session: &SessionId, payload: &Payload) {
+        let windows: Vec<(WindowId, u64)> = self
+            .windows
+            .iter()
+            .filter(|(_, sub)| sub.session == *session)
+            .map(|(w, sub)| (*w, sub.subscription_id))
+            .collect();
+        for (w, sub) in windows {
+            self.stream_revision += 1;
+            self.out.push_back(Delivery::Window {
+                window: w,
+                subscription_id: sub,
+                stream_revision: self.stream_revision,
+                payload: payload.clone(),
+            });
+        }
+    }
+
     fn relay(&mut self, payload: &Payload) -> RelayOutcome {
         let session = payload.session();
         if !self.phone_interest.contains(session) {
@@ -984,6 +1019,16 @@ fn relay_json(payload: &Payload) -> Result<serde_json::Value, RelayError> {
             "event": "runtime",
             "appSessionId": session,
             "data": data,
+        }),
+        Payload::SessionEvent {
+            session,
+            log_id,
+            event,
+        } => serde_json::json!({
+            "event": "session-event",
+            "appSessionId": session,
+            "logId": log_id,
+            "sessionEvent": serde_json::to_value(event).map_err(|_| RelayError::Fields)?,
         }),
         Payload::AgentThreads { session, timestamp } => serde_json::json!({
             "event": "agent-threads",

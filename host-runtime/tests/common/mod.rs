@@ -376,6 +376,36 @@ pub async fn latest_rows(client: &host_runtime::Client, session: &SessionId) -> 
         .collect()
 }
 
+/// The session's newest page of streamed fragments (`session.page`): how many of its
+/// records are packed rows, and the text of its reply fragments, joined.
+pub async fn streamed(client: &host_runtime::Client, session: &SessionId) -> (usize, String) {
+    use timeline_core::history::{unpack_records, DeltaKind, SessionHistoryRecord};
+    let reply = client
+        .request(ClientRequest::SessionPage {
+            session: session.clone(),
+            before: None,
+            max_events: 100_000,
+        })
+        .await
+        .unwrap();
+    let Reply::SessionPage(Ok(page)) = reply else {
+        panic!("session page answered {reply:?}");
+    };
+    let rows = page
+        .records
+        .iter()
+        .filter(|r| matches!(r, SessionHistoryRecord::Chunks(_)))
+        .count();
+    let text = unpack_records(&page.records)
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.as_delta())
+        .filter(|(kind, _, _)| *kind == DeltaKind::Text)
+        .map(|(_, _, text)| text.to_owned())
+        .collect();
+    (rows, text)
+}
+
 /// Waits until `done` answers true, at most `limit`.
 pub async fn eventually_async<F, Fut>(what: &str, limit: Duration, mut done: F)
 where

@@ -727,6 +727,12 @@ impl<S: OutboxStore> Custody<S> {
         (self.uuids)()
     }
 
+    /// A fresh UUID from the generator the machine was given, for an embedder that
+    /// names its own things from the same source (the host names its session logs).
+    pub fn fresh_uuid(&mut self) -> String {
+        self.next_uuid()
+    }
+
     fn next_attempt(&mut self) -> AttemptId {
         self.asked.next_attempt = self.asked.next_attempt.wrapping_add(1);
         AttemptId(self.asked.next_attempt)
