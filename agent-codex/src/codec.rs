@@ -64,6 +64,55 @@ pub struct RpcError {
     pub message: String,
 }
 
+/// One entry of a `thread/items/list` page.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ListedItem {
+    /// `turnId`: the turn the item belongs to.
+    pub turn_id: Option<String>,
+    /// `item`, as sent (read with [`crate::protocol::ThreadItem::from_value`]); for an
+    /// `unsupportedItem` entry, that object.
+    pub item: Value,
+    /// The entry was an `unsupportedItem`: a public item this Codex cannot describe.
+    pub unsupported: bool,
+    /// `startedAtMs`, when the producer recorded it.
+    pub started_at_ms: Option<u64>,
+    /// `completedAtMs`, when the producer recorded it.
+    pub completed_at_ms: Option<u64>,
+}
+
+impl ListedItem {
+    /// Reads one entry. An entry with neither or both of `item` and `unsupportedItem`,
+    /// or whose item is not an object, fails the whole page.
+    pub fn from_entry(entry: &Value) -> Result<ListedItem, ShapeError> {
+        let object = |key: &str| entry.get(key).filter(|v| !v.is_null());
+        let (item, unsupported) = match (object("item"), object("unsupportedItem")) {
+            (Some(item), None) => (item, false),
+            (None, Some(item)) => (item, true),
+            _ => {
+                return Err(ShapeError {
+                    field: "data[]",
+                    expected: "exactly one of item and unsupportedItem",
+                })
+            }
+        };
+        if !item.is_object() {
+            return Err(ShapeError {
+                field: "data[].item",
+                expected: "an object",
+            });
+        }
+        let ms = |key: &str| entry.get(key).and_then(Value::as_u64);
+        Ok(ListedItem {
+            turn_id: opt_str(entry, "turnId").map(str::to_owned),
+            item: item.clone(),
+            unsupported,
+            started_at_ms: ms("startedAtMs"),
+            completed_at_ms: ms("completedAtMs"),
+        })
+    }
+}
+
 /// A typed answer to a client request.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -91,8 +140,8 @@ pub enum Response {
     /// `thread/items/list`: one page of items, each with its turn, and the next page's
     /// cursor (`None` on the last page).
     ThreadItemsList {
-        /// `(turnId, item)` of each entry, in the order asked.
-        items: Vec<(Option<String>, Value)>,
+        /// Each entry, in the order asked.
+        items: Vec<ListedItem>,
         /// `nextCursor`.
         next_cursor: Option<String>,
     },
@@ -542,16 +591,7 @@ impl Codec {
                 })?;
                 let mut items = Vec::with_capacity(data.len());
                 for entry in data {
-                    // An entry without its item fails the whole page.
-                    let item = entry
-                        .get("item")
-                        .filter(|i| i.is_object())
-                        .ok_or(ShapeError {
-                            field: "data[].item",
-                            expected: "an object",
-                        })?;
-                    let turn = opt_str(entry, "turnId").map(str::to_owned);
-                    items.push((turn, item.clone()));
+                    items.push(ListedItem::from_entry(entry)?);
                 }
                 Response::ThreadItemsList {
                     items,

@@ -43,6 +43,8 @@ pub struct DriverConfig {
     pub args: Vec<OsString>,
     /// Environment variables set for it, on top of the inherited ones.
     pub env: Vec<(OsString, OsString)>,
+    /// Inherited environment variables it does not get.
+    pub env_remove: Vec<OsString>,
     /// Its working directory (the host's when `None`).
     pub cwd: Option<PathBuf>,
     /// How long an answer to a request may take (the seed's 30 s reply deadline).
@@ -65,9 +67,24 @@ impl DriverConfig {
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
             env: Vec::new(),
+            env_remove: Vec::new(),
             cwd: None,
             reply_timeout: Duration::from_secs(30),
         }
+    }
+
+    /// The process a [`host_core::ProcessSpec`] describes (the spec the agent of the
+    /// same Codex runs with), with a 30 s reply deadline.
+    pub fn from_spec(spec: &host_core::ProcessSpec) -> DriverConfig {
+        let mut config = DriverConfig::command(spec.program.as_os_str(), spec.args.clone());
+        for (key, value) in &spec.env {
+            match value {
+                Some(v) => config.env.push((key.clone(), v.clone())),
+                None => config.env_remove.push(key.clone()),
+            }
+        }
+        config.cwd = spec.cwd.clone();
+        config
     }
 
     /// Adds an environment variable.
@@ -209,6 +226,9 @@ impl Driver {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        for k in &config.env_remove {
+            cmd.env_remove(k);
+        }
         for (k, v) in &config.env {
             cmd.env(k, v);
         }

@@ -22,8 +22,12 @@
 //!   steps without blocking and without IO, for a runtime to drive. One process serves
 //!   every session: a thread that does not open in time fails only its own session's
 //!   sends, and a thread Codex closes (`thread/closed`) is resumed before its next turn.
+//! - [`items`]: the session's history as the seed reads it, through `thread/items/list`
+//!   of a `codex app-server` of its own ([`ItemsSource`] over an [`ItemsReader`]): the
+//!   rows the live stream showed, under the same keys, so the exact scans settle them.
+//!   This is the history source a host gives its Codex sessions.
 //! - [`edge`]: the file IO: rollout bytes (plain or `.jsonl.zst`) and the rollout as an
-//!   `overlay-core` history source ([`edge::RolloutSource`]).
+//!   `overlay-core` history source ([`edge::RolloutSource`]), for rollout files on disk.
 //!
 //! Versions known to work: `codex app-server` of `@openai/codex` 0.169.0 (the pinned
 //! one: its JSON Schema is checked in under `schema/0.169.0/`, every request the codec
@@ -44,6 +48,7 @@ pub mod diag;
 pub mod driver;
 pub mod edge;
 pub mod history;
+pub mod items;
 pub mod project;
 pub mod proof;
 pub mod protocol;
@@ -54,11 +59,12 @@ pub mod tail;
 pub mod time;
 
 pub use adapter::{AdapterError, AdapterEvent, CodexAdapter};
-pub use codec::{Codec, Incoming, Response};
+pub use codec::{Codec, Incoming, ListedItem, Response};
 pub use diag::{Diagnostics, Skip};
 pub use driver::{Driver, DriverConfig, ReadLine};
 pub use edge::{read_rollout_file, rollout_holds, EdgeError, RolloutBytes, RolloutSource};
 pub use history::{CallOutput, Entry, LineRole};
+pub use items::{ItemPages, ItemsPage, ItemsReader, ItemsSource, SharedPages, ThreadLink};
 pub use project::{Projected, Projector};
 pub use proof::{DeliveryWatch, Verdict};
 pub use rollout::{RolloutLine, RolloutReader, RolloutRecord};

@@ -85,6 +85,110 @@ pub struct Projector {
     diagnostics: Diagnostics,
 }
 
+/// The row one item shows: its key, its data and the operation it carries.
+struct ItemRow {
+    key: BlockKey,
+    data: Value,
+    op: Option<OperationId>,
+}
+
+/// The row of `item` (none for an item that shows none), and what a run that is still
+/// on it is busy with (the status row's activity).
+fn item_row(item: &ThreadItem) -> (Option<ItemRow>, Option<ActivityKind>) {
+    let Some(id) = item
+        .id()
+        .and_then(|i| timeline_core::key::BlockId::new(i).ok())
+    else {
+        return (None, None);
+    };
+    let row = |key: BlockKey, data: Value| ItemRow {
+        key,
+        data,
+        op: None,
+    };
+    match item {
+        ThreadItem::UserMessage {
+            client_id, text, ..
+        } => {
+            let op = client_id.as_deref().and_then(|c| OperationId::new(c).ok());
+            let key = match &op {
+                Some(op) => BlockKey::user_message(op),
+                None => BlockKey::new(BlockType::User, id),
+            };
+            let data = json!({ "text": text });
+            (Some(ItemRow { key, data, op }), None)
+        }
+        ThreadItem::AgentMessage { text, phase, .. } => (
+            Some(row(
+                BlockKey::new(BlockType::AgentReply, id),
+                json!({ "text": text, "phase": phase }),
+            )),
+            None,
+        ),
+        ThreadItem::Reasoning {
+            summary, content, ..
+        } => {
+            let text = if summary.is_empty() { content } else { summary };
+            let text = text.join("\n\n");
+            // Reasoning without words (encrypted only, or not streamed yet) is no row;
+            // the status row still says the run reasons.
+            let shown = (!text.trim().is_empty()).then(|| {
+                row(
+                    BlockKey::new(BlockType::Thinking, id),
+                    json!({ "text": text }),
+                )
+            });
+            (shown, Some(ActivityKind::Reasoning))
+        }
+        ThreadItem::ContextCompaction { .. } => (
+            Some(row(
+                BlockKey::new(BlockType::System, id),
+                json!({ "text": "Context compacted" }),
+            )),
+            None,
+        ),
+        other => match activity_row(other) {
+            Some(activity) => {
+                let kind = activity.kind;
+                let data = serde_json::to_value(&activity).unwrap_or(Value::Null);
+                (
+                    Some(row(BlockKey::new(BlockType::Activity, id), data)),
+                    Some(kind),
+                )
+            }
+            None => (None, None),
+        },
+    }
+}
+
+/// The history row of a saved item (a `thread/items/list` entry) seen at `at`: the key,
+/// data and operation of the row the live stream showed for it (TL-03), so history
+/// settles that row in place. An item type this crate does not project shows no row;
+/// the history source shows it as a diagnostic row ([`unsupported_block`]).
+pub fn history_block(item: &ThreadItem, at: Millis) -> Option<Block> {
+    let r = item_row(item).0?;
+    let mut block = Block::new(r.key, at).with_data(r.data);
+    block.operation_id = r.op;
+    Some(block)
+}
+
+/// The diagnostic row of a saved item Codex could not describe (`unsupportedItem`) or
+/// this crate does not project: a system row that names its type, keyed by its ID (or
+/// by `fallback` when it has none), so the page still advances past it.
+pub fn unsupported_block(item: &Value, fallback: &str, at: Millis) -> Option<Block> {
+    let item_type = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    let id = item.get("id").and_then(Value::as_str).unwrap_or(fallback);
+    let id = timeline_core::key::BlockId::new(id).ok()?;
+    let data = json!({
+        "text": format!("An item this host cannot show ({item_type})"),
+        "diagnostic": { "unsupportedItem": item_type },
+    });
+    Some(Block::new(BlockKey::new(BlockType::System, id), at).with_data(data))
+}
+
 fn row_status(s: &ItemStatus) -> RowStatus {
     match s {
         ItemStatus::InProgress => RowStatus::InProgress,
@@ -248,81 +352,13 @@ impl Projector {
         completed: bool,
         out: &mut Vec<Projected>,
     ) {
-        let Some(id) = item
-            .id()
-            .and_then(|i| timeline_core::key::BlockId::new(i).ok())
-        else {
-            return;
-        };
-        match item {
-            ThreadItem::UserMessage {
-                client_id, text, ..
-            } => {
-                let op = client_id.as_deref().and_then(|c| OperationId::new(c).ok());
-                let key = match &op {
-                    Some(op) => BlockKey::user_message(op),
-                    None => BlockKey::new(BlockType::User, id),
-                };
-                let r = self.row_with(key, at, RowClass::Ordinary, json!({ "text": text }), op);
-                out.push(r);
-            }
-            ThreadItem::AgentMessage { text, phase, .. } => {
-                let data = json!({ "text": text, "phase": phase });
-                let r = self.row(
-                    BlockKey::new(BlockType::AgentReply, id),
-                    at,
-                    RowClass::Ordinary,
-                    data,
-                );
-                out.push(r);
-            }
-            ThreadItem::Reasoning {
-                summary, content, ..
-            } => {
-                let text = if summary.is_empty() { content } else { summary };
-                let text = text.join("\n\n");
-                // Reasoning without words (encrypted only, or not streamed yet) is no
-                // row; the status row still says the run reasons.
-                if !text.trim().is_empty() {
-                    let r = self.row(
-                        BlockKey::new(BlockType::Thinking, id),
-                        at,
-                        RowClass::Ordinary,
-                        json!({ "text": text }),
-                    );
-                    out.push(r);
-                }
-                if !completed {
-                    out.extend(self.status(Some(ActivityKind::Reasoning)));
-                }
-            }
-            ThreadItem::ContextCompaction { .. } => {
-                let data = json!({ "text": "Context compacted" });
-                let r = self.row(
-                    BlockKey::new(BlockType::System, id),
-                    at,
-                    RowClass::Ordinary,
-                    data,
-                );
-                out.push(r);
-            }
-            other => {
-                let Some(activity) = activity_row(other) else {
-                    return;
-                };
-                let kind = activity.kind;
-                let data = serde_json::to_value(&activity).unwrap_or(Value::Null);
-                let r = self.row(
-                    BlockKey::new(BlockType::Activity, id),
-                    at,
-                    RowClass::Ordinary,
-                    data,
-                );
-                out.push(r);
-                if !completed {
-                    out.extend(self.status(Some(kind)));
-                }
-            }
+        let (row, busy) = item_row(item);
+        if let Some(r) = row {
+            let p = self.row_with(r.key, at, RowClass::Ordinary, r.data, r.op);
+            out.push(p);
+        }
+        if !completed && busy.is_some() {
+            out.extend(self.status(busy));
         }
     }
 

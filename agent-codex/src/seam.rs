@@ -40,6 +40,7 @@
 use outbox_core::adapter::{ReadHistoryRequest, StopRequest, TakeBackRequest};
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::items::ThreadLink;
 use host_core::{
     Agent, AgentCall, AgentEffect, AgentInput, FileError, ProcessId, ProcessSpec, ReadId,
     WriteFailure, WriteId,
@@ -124,6 +125,15 @@ struct SessionThread {
     /// Calls waiting for the thread to open.
     queued: Vec<(AgentCall, Millis)>,
     projector: Projector,
+    /// The thread, shared with the history source that reads it.
+    link: ThreadLink,
+}
+
+impl SessionThread {
+    fn set_thread(&mut self, thread: Option<String>) {
+        self.link.set(thread.clone());
+        self.thread_id = thread;
+    }
 }
 
 impl std::fmt::Debug for SessionThread {
@@ -377,6 +387,8 @@ impl CodexAgent {
         if let Some(id) = &thread.resume {
             self.threads.insert(id.clone(), session.clone());
         }
+        let link = ThreadLink::default();
+        link.set(thread.resume.clone());
         self.sessions.insert(
             session.clone(),
             SessionThread {
@@ -386,6 +398,7 @@ impl CodexAgent {
                 opening: None,
                 queued: Vec::new(),
                 projector: Projector::new(session.as_str(), None, 1),
+                link,
             },
         );
     }
@@ -393,6 +406,12 @@ impl CodexAgent {
     /// The thread of `session`, once Codex named it.
     pub fn thread_of(&self, session: &SessionId) -> Option<&str> {
         self.sessions.get(session)?.thread_id.as_deref()
+    }
+
+    /// The thread of `session` as a link that follows it (a new thread after the old
+    /// one was lost): what [`crate::items::ItemsSource`] reads the history of.
+    pub fn thread_link(&self, session: &SessionId) -> Option<ThreadLink> {
+        Some(self.sessions.get(session)?.link.clone())
     }
 
     /// The process Codex runs as now, if one runs.
@@ -535,7 +554,7 @@ impl CodexAgent {
             AgentCall::SessionMessageResult { .. } => {}
             AgentCall::ClearThreadLink { session } => {
                 if let Some(s) = self.sessions.get_mut(&session) {
-                    s.thread_id = None;
+                    s.set_thread(None);
                     s.loaded = false;
                 }
             }
@@ -566,7 +585,7 @@ impl CodexAgent {
             return refuse(self, reason);
         };
         if request.fresh_thread {
-            s.thread_id = None;
+            s.set_thread(None);
             s.loaded = false;
         }
         if !s.loaded {
@@ -754,7 +773,7 @@ impl CodexAgent {
                     s.opening = None;
                     let queued = std::mem::take(&mut s.queued);
                     self.threads.insert(thread.id.clone(), session.clone());
-                    s.thread_id = Some(thread.id);
+                    s.set_thread(Some(thread.id));
                     s.loaded = true;
                     for (call, at) in queued {
                         self.call(call, at.max(now));
@@ -815,9 +834,9 @@ impl CodexAgent {
                 let read = match (answer, pages) {
                     (Ok(Response::ThreadItemsList { items, next_cursor }), Some(pages)) => {
                         let op = operation_id.as_str();
-                        let found = items.iter().any(|(_, item)| {
+                        let found = items.iter().any(|listed| {
                             matches!(
-                                crate::protocol::ThreadItem::from_value(item),
+                                crate::protocol::ThreadItem::from_value(&listed.item),
                                 Ok(crate::protocol::ThreadItem::UserMessage { client_id: Some(c), .. })
                                     if c == op
                             )
@@ -1421,7 +1440,7 @@ impl CodexAgent {
             }
             AgentCall::ClearThreadLink { session } => {
                 if let Some(s) = self.sessions.get_mut(&session) {
-                    s.thread_id = None;
+                    s.set_thread(None);
                     s.loaded = false;
                 }
             }

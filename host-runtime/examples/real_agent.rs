@@ -8,18 +8,19 @@
 //! `CODEX_BIN`).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_codex::{CodexAgent, ThreadConfig};
+use agent_codex::{CodexAgent, DriverConfig, ItemsReader, ItemsSource, SharedPages, ThreadConfig};
 use host_core::{ClientRequest, Host, HostConfig, ProcessSpec, Reply};
 use host_runtime::{Client, Runtime};
 use outbox_core::adapter::Capabilities;
 use outbox_core::{
     Controls, MemoryOutboxStore, MessageRequest, OperationId, QueueId, SessionInfo, SubmitRequest,
 };
-use overlay_core::{MemoryOverlayStore, MemorySource, SourceKind};
+use overlay_core::MemoryOverlayStore;
 use scripted_model::ModelServer;
-use timeline_core::{BoundaryToken, HostKey, Millis, SessionId, TargetId};
+use timeline_core::{HostKey, Millis, SessionId, TargetId};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -125,16 +126,13 @@ async fn main() -> Result<(), Error> {
     let model = ModelServer::start()?;
     let home = codex_home(&model)?;
     let session = SessionId::new("demo-session")?;
-    let mut codex = CodexAgent::new(
-        ProcessSpec::new(codex_bin()?)
-            .args(["app-server"])
-            .env("CODEX_HOME", home.as_os_str())
-            .env("SCRIPTED_MODEL_KEY", "demo")
-            .env_remove("OPENAI_API_KEY")
-            .cwd(&home),
-        "custody-demo",
-        env!("CARGO_PKG_VERSION"),
-    );
+    let spec = ProcessSpec::new(codex_bin()?)
+        .args(["app-server"])
+        .env("CODEX_HOME", home.as_os_str())
+        .env("SCRIPTED_MODEL_KEY", "demo")
+        .env_remove("OPENAI_API_KEY")
+        .cwd(&home);
+    let mut codex = CodexAgent::new(spec.clone(), "custody-demo", env!("CARGO_PKG_VERSION"));
     codex.add_session(
         &session,
         ThreadConfig::new(home.join("work").display().to_string()),
@@ -149,16 +147,21 @@ async fn main() -> Result<(), Error> {
         MemoryOverlayStore::new(),
         HostConfig::new(HostKey::from_bytes([7; 32]), uuids),
     );
+    // The session's history is its Codex thread's, read through `thread/items/list` of
+    // a Codex of its own.
+    let reader = ItemsReader::start(
+        DriverConfig::from_spec(&spec),
+        "custody-demo-history",
+        env!("CARGO_PKG_VERSION"),
+    )?;
+    let pages: SharedPages = Arc::new(Mutex::new(reader));
+    let link = codex
+        .thread_link(&session)
+        .ok_or("the session was just added")?;
     host.add_session(
         &session,
         SessionInfo::new(Capabilities::codex()),
-        Box::new(MemorySource::new(
-            SourceKind::Codex {
-                thread_id: "demo".into(),
-                generation: 1,
-            },
-            BoundaryToken::codex_rollout("demo"),
-        )),
+        Box::new(ItemsSource::new(pages, link, 1)),
     );
     let mut runtime = Runtime::builder(host).agent(codex).start()?;
     let mut outputs = runtime.take_outputs();

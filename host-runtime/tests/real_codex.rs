@@ -391,3 +391,91 @@ async fn a_stop_ends_a_real_codex_turn_whose_model_hangs() {
     .await;
     rig.stop().await;
 }
+
+/// The rows of the session's latest window: `(id, text)` of its history rows and of its
+/// live overlay rows.
+async fn window_rows(
+    client: &host_runtime::Client,
+    session: &timeline_core::SessionId,
+) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let reply = client
+        .request(ClientRequest::LatestWindow {
+            session: session.clone(),
+            target: timeline_core::TargetId::main(session),
+            page_size: 100,
+        })
+        .await
+        .unwrap();
+    let Reply::LatestWindow(Ok(window)) = reply else {
+        panic!("{reply:?}");
+    };
+    let rows = |blocks: &[timeline_core::Block]| -> Vec<(String, String)> {
+        blocks
+            .iter()
+            .filter_map(|b| {
+                Some((
+                    b.id.as_str().to_owned(),
+                    b.data["text"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    };
+    let overlay = window
+        .live_overlay
+        .map(|o| rows(&o.blocks))
+        .unwrap_or_default();
+    (rows(&window.blocks), overlay)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_history_real_codex_lists_gives_the_rows_the_clients_were_shown() {
+    // AG-05, TL-01, OV-06, AG-02: read through `thread/items/list`, the thread's history holds
+    // every row a window was shown live (the user's message, the reply streaming slowly)
+    // under the same key, with the reply's words, so the run's exact scan settles them
+    // out of the overlay.
+    let rig = Rig::codex().await;
+    let client = rig.client();
+    let reply = client
+        .request(ClientRequest::Subscribe {
+            window: overlay_core::WindowId(1),
+            session: rig.session.clone(),
+            target: timeline_core::TargetId::main(&rig.session),
+            protocol: overlay_core::LiveProtocol::Snapshots,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(reply, Reply::Subscribed(Ok(_))), "{reply:?}");
+    client
+        .request(submit(&rig.session, "op-real-1", "Say hello [[slow]]"))
+        .await
+        .unwrap();
+    let (history, overlay) = wait_for(
+        "the rows shown live settled into the history Codex lists",
+        Duration::from_secs(60),
+        || async {
+            let shown = rig.shown.lock().unwrap().clone();
+            let (history, overlay) = window_rows(&client, &rig.session).await;
+            let replied = history
+                .iter()
+                .any(|(_, t)| t.contains("Reply to: Say hello"));
+            let settled = !shown.is_empty()
+                && shown.iter().all(|(id, _)| {
+                    history.iter().any(|h| h.0 == *id) && overlay.iter().all(|o| o.0 != *id)
+                });
+            (replied && settled).then_some((history, overlay))
+        },
+    )
+    .await;
+    let shown = rig.shown.lock().unwrap().clone();
+    // The reply was shown live, under the key history gives it.
+    let (reply_id, _) = history
+        .iter()
+        .find(|(_, t)| t.contains("Reply to: Say hello"))
+        .unwrap();
+    assert!(shown.iter().any(|(id, _)| id == reply_id), "{shown:?}");
+    assert!(history
+        .iter()
+        .any(|(id, t)| id == "user-message::op-real-1" && t == "Say hello [[slow]]"));
+    assert!(overlay.is_empty(), "{overlay:?}");
+    rig.stop().await;
+}

@@ -16,10 +16,9 @@ use host_core::{ClientRequest, Host, HostConfig, Reply};
 use host_runtime::Runtime;
 use outbox_core::adapter::Capabilities;
 use outbox_core::SessionInfo;
-use overlay_core::{MemorySource, SourceKind};
 use scripted_model::ModelServer;
 use storage_sqlite::{Settings, SqliteStore};
-use timeline_core::{BoundaryToken, HostKey, SessionId};
+use timeline_core::{HostKey, SessionId};
 
 fn start(file: &Path, home: &Path, session: &SessionId, thread: Option<String>) -> Runtime {
     // A restarted host draws fresh IDs, as a real one would (its generator is random).
@@ -33,18 +32,6 @@ fn start(file: &Path, home: &Path, session: &SessionId, thread: Option<String>) 
         SqliteStore::open(file, Settings::default()).unwrap(),
         HostConfig::new(HostKey::from_bytes([7; 32]), uuids),
     );
-    let source = MemorySource::new(
-        SourceKind::Codex {
-            thread_id: "thread-1".into(),
-            generation: 1,
-        },
-        BoundaryToken::codex_rollout("/sessions/rollout-1.jsonl"),
-    );
-    host.add_session(
-        session,
-        SessionInfo::new(Capabilities::codex()),
-        Box::new(source),
-    );
     let mut agent = CodexAgent::new(codex_spec(home), "custody-tests", "0.1.0");
     let mut config =
         ThreadConfig::new(home.join("work").display().to_string()).sandbox("danger-full-access");
@@ -52,6 +39,20 @@ fn start(file: &Path, home: &Path, session: &SessionId, thread: Option<String>) 
         config = config.resume(t);
     }
     agent.add_session(session, config);
+    // The history is the thread's own, through `thread/items/list`.
+    let reader = agent_codex::ItemsReader::start(
+        agent_codex::DriverConfig::from_spec(&codex_spec(home)),
+        "custody-tests-history",
+        "0.1.0",
+    )
+    .unwrap();
+    let pages: agent_codex::SharedPages = std::sync::Arc::new(std::sync::Mutex::new(reader));
+    let source = agent_codex::ItemsSource::new(pages, agent.thread_link(session).unwrap(), 1);
+    host.add_session(
+        session,
+        SessionInfo::new(Capabilities::codex()),
+        Box::new(source),
+    );
     let mut runtime = Runtime::builder(host).agent(agent).start().unwrap();
     let mut outputs = runtime.take_outputs();
     tokio::spawn(async move { while outputs.next().await.is_some() {} });

@@ -93,23 +93,44 @@ pub fn host_with(
     host
 }
 
-/// Reads the runtime's outputs on a task of their own, keeping each as debug text.
-fn keep_outputs(runtime: &mut Runtime) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+/// `(id, text)` of each row with a text that a desktop window was shown, in order.
+pub type Shown = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// Reads the runtime's outputs on a task of their own, keeping each as debug text, and
+/// the rows windows were shown.
+fn keep_outputs(runtime: &mut Runtime) -> (std::sync::Arc<std::sync::Mutex<Vec<String>>>, Shown) {
+    use overlay_core::live::{Delivery, Payload};
     let outputs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let shown: Shown = Default::default();
     let mut stream = runtime.take_outputs();
     let kept = std::sync::Arc::clone(&outputs);
+    let rows = std::sync::Arc::clone(&shown);
     tokio::spawn(async move {
         while let Some(o) = stream.next().await {
+            if let host_runtime::Output::Deliver(Delivery::Window {
+                payload: Payload::Blocks { overlay, .. },
+                ..
+            }) = &o
+            {
+                let mut rows = rows.lock().unwrap();
+                for b in &overlay.blocks {
+                    if let Some(text) = b.data["text"].as_str() {
+                        rows.push((b.id.as_str().to_owned(), text.to_owned()));
+                    }
+                }
+            }
             kept.lock().unwrap().push(format!("{o:?}"));
         }
     });
-    outputs
+    (outputs, shown)
 }
 
 /// A runtime with one session served by a real agent, and the model it talks to.
 pub struct Rig {
     /// Every output of the host, as debug text, in order.
     pub outputs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The rows a desktop window subscribed to the session was shown.
+    pub shown: Shown,
     pub model: ModelServer,
     pub home: PathBuf,
     pub session: SessionId,
@@ -166,13 +187,22 @@ impl Rig {
             &session,
             thread(ThreadConfig::new(work.display().to_string()).sandbox("danger-full-access")),
         );
-        let mut runtime = Runtime::builder(host(&session, Capabilities::codex()))
-            .agent(agent)
-            .start()
-            .unwrap();
-        let outputs = keep_outputs(&mut runtime);
+        // The history is the thread's own, through `thread/items/list` of a Codex of its
+        // own, as the seed reads it.
+        let reader = agent_codex::ItemsReader::start(
+            agent_codex::DriverConfig::from_spec(&codex_spec(&home)),
+            "custody-tests-history",
+            "0.1.0",
+        )
+        .unwrap();
+        let pages: agent_codex::SharedPages = std::sync::Arc::new(std::sync::Mutex::new(reader));
+        let source = agent_codex::ItemsSource::new(pages, agent.thread_link(&session).unwrap(), 1);
+        let host = host_with(&session, Capabilities::codex(), Box::new(source));
+        let mut runtime = Runtime::builder(host).agent(agent).start().unwrap();
+        let (outputs, shown) = keep_outputs(&mut runtime);
         Rig {
             outputs,
+            shown,
             model,
             home,
             session,
@@ -213,9 +243,10 @@ impl Rig {
         );
         let host = host_with(&session, Capabilities::claude(), Box::new(transcript));
         let mut runtime = Runtime::builder(host).agent(agent).start().unwrap();
-        let outputs = keep_outputs(&mut runtime);
+        let (outputs, shown) = keep_outputs(&mut runtime);
         Rig {
             outputs,
+            shown,
             model,
             home,
             session,
@@ -250,9 +281,10 @@ impl Rig {
             Box::new(history.source(&session)),
         );
         let mut runtime = Runtime::builder(host).agent(agent).start().unwrap();
-        let outputs = keep_outputs(&mut runtime);
+        let (outputs, shown) = keep_outputs(&mut runtime);
         Rig {
             outputs,
+            shown,
             model,
             home,
             session,

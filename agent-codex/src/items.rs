@@ -1,0 +1,448 @@
+//! Codex history through `thread/items/list` (AG-05), as the seed reads owned Codex
+//! history: an `overlay-core` history source ([`ItemsSource`]) over a `codex app-server`
+//! of its own ([`ItemsReader`]).
+//!
+//! - **Pages.** Codex is asked for [`ITEMS_PAGE`] items a page (its most), newest first
+//!   (`sortDirection: desc`), and each later page with the `nextCursor` of the one
+//!   before. The window builders read up to four such pages per request until one
+//!   yields a visible row; the exact scans and windows read through the same source.
+//! - **Positions.** An item's position is its ID and, as a hint, the raw sidecar cursor
+//!   of the page it came in (`<id>\u{1f}<cursor>`). The window cursor
+//!   (`thread-items-v5:`) carries it, with the generation, the source token, the seam
+//!   key and the window revision. A read before an item asks for that page again and
+//!   goes on after the item; when the page no longer holds it (the newest page moved),
+//!   the read looks for it from the present, and a position not found there is gone.
+//! - **Rows.** Each item shows the row the live stream showed for it: the same key (the
+//!   item ID; a user message by its `clientId`), data and operation
+//!   ([`crate::project::history_block`]), timed by its `startedAtMs` (else
+//!   `completedAtMs`). An `unsupportedItem`, and an item type this crate does not
+//!   project, is a diagnostic row that still advances the position
+//!   ([`crate::project::unsupported_block`]); an entry with neither or both of `item`
+//!   and `unsupportedItem` fails the whole page ([`SourceError::Malformed`]).
+//! - **The thread** is the session's, as the agent learns it ([`ThreadLink`], from
+//!   [`crate::CodexAgent::thread_link`]): until Codex named one, the history is empty.
+//!   So is the history of a thread whose first turn Codex has not saved yet: Codex
+//!   0.168 and 0.169 answer `-32601` `thread/items/list is not supported yet` for it.
+//!
+//! The reader blocks its caller while Codex answers, at most the reply deadline of its
+//! [`DriverConfig`] (the seed's 30 s). The host thread of `host-runtime` calls history
+//! sources as it calls its stores, so a read there waits like a store write does. The
+//! rollout reader ([`crate::edge::RolloutSource`]) stays for files on disk and for a
+//! Codex without `thread/items/list`.
+
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // drives a process, waits on the clock
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use overlay_core::source::{
+    HistorySource, SourceError, SourceItem, SourceKind, SourcePage, SourcePosition,
+    MAX_READS_PER_NEWER_SCAN,
+};
+use serde_json::Value;
+use timeline_core::cursor::BoundaryToken;
+use timeline_core::time::Millis;
+
+use crate::adapter::AdapterError;
+use crate::codec::{Codec, Incoming, ListedItem, Response};
+use crate::driver::{Driver, DriverConfig, ReadLine};
+use crate::project::{history_block, unsupported_block};
+use crate::protocol::{ClientRequest, ThreadItem};
+
+/// Items asked for per `thread/items/list` page (Codex 0.169's most).
+pub const ITEMS_PAGE: u32 = 100;
+
+/// Pages a read that lost its page looks through from the present for its item.
+pub const FIND_PAGES: usize = 100;
+
+/// The JSON-RPC code Codex answers a thread it has no listable history of with.
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// The words of that answer (`thread/items/list is not supported yet`).
+const NOTHING_SAVED: &str = "not supported yet";
+
+/// The separator of an item's ID and its page's cursor in a position.
+const SEP: char = '\u{1f}';
+
+/// The thread of one session, as the agent learns it: empty until Codex named it.
+/// Clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadLink(Arc<Mutex<Option<String>>>);
+
+impl ThreadLink {
+    /// A link to `thread` (a thread the embedder already knows).
+    pub fn to(thread: impl Into<String>) -> ThreadLink {
+        ThreadLink(Arc::new(Mutex::new(Some(thread.into()))))
+    }
+
+    /// The thread, once known.
+    pub fn get(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set(&self, thread: Option<String>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = thread;
+    }
+}
+
+/// One page as Codex answered it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ItemsPage {
+    /// The entries, newest first.
+    pub items: Vec<ListedItem>,
+    /// The next (older) page's cursor; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// What answers `thread/items/list` pages: [`ItemsReader`], or a stand-in in tests.
+pub trait ItemPages: Send {
+    /// One page of `thread`, newest first, from `cursor` (`None`: the newest).
+    ///
+    /// # Errors
+    ///
+    /// [`AdapterError`]: the page could not be had, or cannot be read.
+    fn page(&mut self, thread: &str, cursor: Option<&str>) -> Result<ItemsPage, AdapterError>;
+}
+
+/// A `codex app-server` that answers history reads, one at a time, blocking.
+#[derive(Debug)]
+pub struct ItemsReader {
+    config: DriverConfig,
+    driver: Driver,
+    codec: Codec,
+}
+
+impl ItemsReader {
+    /// Starts the process and initializes the connection as client `name` `version`.
+    ///
+    /// # Errors
+    ///
+    /// [`AdapterError`] when the process does not start or does not answer `initialize`.
+    pub fn start(config: DriverConfig, name: &str, version: &str) -> Result<Self, AdapterError> {
+        let driver = Driver::spawn(&config)?;
+        let mut reader = ItemsReader {
+            config,
+            driver,
+            codec: Codec::new(),
+        };
+        reader.call(
+            &ClientRequest::Initialize {
+                name: name.to_owned(),
+                version: version.to_owned(),
+            },
+            "initialize",
+        )?;
+        let initialized = reader.codec.initialized();
+        reader.driver.write_line(&initialized)?;
+        Ok(reader)
+    }
+
+    /// One page of `thread`, newest first, from `cursor` (`None`: the newest).
+    ///
+    /// # Errors
+    ///
+    /// [`AdapterError`]: Codex refused, did not answer within the deadline, ended, or
+    /// answered a page that cannot be read (a malformed entry fails it whole).
+    pub fn read_page(
+        &mut self,
+        thread: &str,
+        cursor: Option<&str>,
+    ) -> Result<ItemsPage, AdapterError> {
+        let request = ClientRequest::ThreadItemsList {
+            thread_id: thread.to_owned(),
+            cursor: cursor.map(str::to_owned),
+            limit: ITEMS_PAGE,
+            newest_first: true,
+        };
+        match self.call(&request, "thread/items/list")? {
+            Response::ThreadItemsList { items, next_cursor } => {
+                Ok(ItemsPage { items, next_cursor })
+            }
+            other => Err(AdapterError::UnexpectedAnswer {
+                method: "thread/items/list",
+                answer: format!("{other:?}"),
+            }),
+        }
+    }
+
+    fn call(
+        &mut self,
+        request: &ClientRequest,
+        what: &'static str,
+    ) -> Result<Response, AdapterError> {
+        if !self.driver.is_running() {
+            // The process ended since the last read: start it again.
+            *self = ItemsReader::start(self.config.clone(), "custody-history", "1")?;
+        }
+        let (id, line) = self.codec.request(request);
+        self.driver.write_line(&line)?;
+        let deadline = Instant::now() + self.config.reply_timeout;
+        loop {
+            match self.driver.read_line(deadline) {
+                ReadLine::Line(line) => match self.codec.handle_line(&line) {
+                    Ok(Incoming::Response { id: got, response }) if got == id => {
+                        return Ok(response)
+                    }
+                    Ok(Incoming::Error {
+                        id: Some(got),
+                        error,
+                        ..
+                    }) if got == id => {
+                        return Err(AdapterError::Rpc {
+                            code: error.code,
+                            message: error.message,
+                        })
+                    }
+                    // A reader answers no request: Codex sends it none that needs one
+                    // (it starts no turn); notifications are not its business.
+                    Ok(_) => {}
+                    Err(error) if !self.codec.pending().any(|(p, _)| p == id) => {
+                        return Err(AdapterError::Unreadable {
+                            method: what,
+                            error,
+                        })
+                    }
+                    Err(_) => {}
+                },
+                ReadLine::Timeout => return Err(AdapterError::Timeout(what)),
+                ReadLine::Exited { reason } => return Err(AdapterError::Exited(reason)),
+            }
+        }
+    }
+}
+
+impl ItemPages for ItemsReader {
+    fn page(&mut self, thread: &str, cursor: Option<&str>) -> Result<ItemsPage, AdapterError> {
+        self.read_page(thread, cursor)
+    }
+}
+
+/// Where an [`ItemsSource`] gets its pages; one may serve every session of a host.
+pub type SharedPages = Arc<Mutex<dyn ItemPages>>;
+
+/// The history of one Codex session read through `thread/items/list`. See the module
+/// docs.
+pub struct ItemsSource {
+    reader: SharedPages,
+    link: ThreadLink,
+    generation: u64,
+}
+
+impl ItemsSource {
+    /// The history of the thread `link` names, read through `reader` (one reader may
+    /// serve every session of a host), at history generation `generation`.
+    pub fn new(reader: SharedPages, link: ThreadLink, generation: u64) -> Self {
+        ItemsSource {
+            reader,
+            link,
+            generation,
+        }
+    }
+
+    /// One page; `None` when Codex holds no saved history of the thread yet.
+    fn page(&self, thread: &str, cursor: Option<&str>) -> Result<Option<ItemsPage>, SourceError> {
+        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        match reader.page(thread, cursor) {
+            Ok(page) => Ok(Some(page)),
+            // Codex 0.168 and 0.169 answer so for a thread whose first turn is not
+            // saved yet (and for a thread they do not know).
+            Err(AdapterError::Rpc { code, message })
+                if code == METHOD_NOT_FOUND && message.contains(NOTHING_SAVED) =>
+            {
+                Ok(None)
+            }
+            Err(AdapterError::Unreadable { error, .. }) => {
+                Err(SourceError::Malformed(error.to_string()))
+            }
+            Err(other) => Err(SourceError::Unavailable(other.to_string())),
+        }
+    }
+
+    /// Where the items older than `before` start: the page and the index after it.
+    fn find(
+        &self,
+        thread: &str,
+        before: &SourcePosition,
+    ) -> Result<(ItemsPage, Option<String>, usize), SourceError> {
+        let (id, hint) = split(&before.0).ok_or(SourceError::PositionGone)?;
+        let hint = (!hint.is_empty()).then(|| hint.to_owned());
+        let page = self
+            .page(thread, hint.as_deref())?
+            .ok_or(SourceError::PositionGone)?;
+        if let Some(at) = index_of(&page, id, hint.as_deref()) {
+            return Ok((page, hint, at + 1));
+        }
+        // The page moved (the newest page grew): look for the item from the present.
+        let mut cursor: Option<String> = None;
+        for _ in 0..FIND_PAGES {
+            let page = self
+                .page(thread, cursor.as_deref())?
+                .ok_or(SourceError::PositionGone)?;
+            if let Some(at) = index_of(&page, id, cursor.as_deref()) {
+                return Ok((page, cursor, at + 1));
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Err(SourceError::PositionGone)
+    }
+}
+
+/// `(id, cursor)` of a position.
+fn split(position: &str) -> Option<(&str, &str)> {
+    position.split_once(SEP)
+}
+
+/// The ID a position names an entry by: its item's ID, else its place in its page.
+fn entry_id(item: &ListedItem, cursor: Option<&str>, index: usize) -> String {
+    match item.item.get("id").and_then(Value::as_str) {
+        Some(id) if !id.contains(SEP) => id.to_owned(),
+        // FNV-1a of the page's cursor: the entry's place is unique across pages.
+        _ => {
+            let page = cursor
+                .unwrap_or_default()
+                .bytes()
+                .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                });
+            format!("entry-{page:016x}-{index}")
+        }
+    }
+}
+
+fn index_of(page: &ItemsPage, id: &str, cursor: Option<&str>) -> Option<usize> {
+    page.items
+        .iter()
+        .enumerate()
+        .position(|(i, item)| entry_id(item, cursor, i) == id)
+}
+
+fn source_item(item: &ListedItem, cursor: Option<&str>, index: usize) -> SourceItem {
+    let id = entry_id(item, cursor, index);
+    let at = Millis(item.started_at_ms.or(item.completed_at_ms).unwrap_or(0));
+    let shown = if item.unsupported {
+        None
+    } else {
+        match ThreadItem::from_value(&item.item) {
+            Ok(ThreadItem::Unknown { .. }) | Err(_) => None,
+            Ok(known) => Some(history_block(&known, at)),
+        }
+    };
+    let blocks = match shown {
+        // A known item that shows no row (reasoning without words) is no diagnostic.
+        Some(block) => block.into_iter().collect(),
+        None => unsupported_block(&item.item, &id, at).into_iter().collect(),
+    };
+    SourceItem {
+        position: SourcePosition(format!("{id}{SEP}{}", cursor.unwrap_or_default())),
+        blocks,
+    }
+}
+
+impl std::fmt::Debug for ItemsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemsSource")
+            .field("thread", &self.link.get())
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HistorySource for ItemsSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Codex {
+            thread_id: self.link.get().unwrap_or_default(),
+            generation: self.generation,
+        }
+    }
+
+    fn boundary_token(&self) -> BoundaryToken {
+        BoundaryToken::codex_owned_thread_store(&self.link.get().unwrap_or_default())
+    }
+
+    fn read(
+        &mut self,
+        before: Option<&SourcePosition>,
+        limit: usize,
+    ) -> Result<SourcePage, SourceError> {
+        let Some(thread) = self.link.get() else {
+            return Ok(SourcePage::default());
+        };
+        let (mut page, mut cursor, mut at) = match before {
+            None => match self.page(&thread, None)? {
+                Some(page) => (page, None, 0),
+                None => return Ok(SourcePage::default()),
+            },
+            Some(p) => self.find(&thread, p)?,
+        };
+        let mut items = Vec::new();
+        loop {
+            while items.len() < limit {
+                let Some(item) = page.items.get(at) else {
+                    break;
+                };
+                items.push(source_item(item, cursor.as_deref(), at));
+                at += 1;
+            }
+            let rest = at < page.items.len();
+            match page.next_cursor.clone() {
+                Some(next) if !rest && items.len() < limit => {
+                    page = self
+                        .page(&thread, Some(&next))?
+                        .ok_or(SourceError::PositionGone)?;
+                    cursor = Some(next);
+                    at = 0;
+                }
+                next => {
+                    let more = rest || next.is_some();
+                    return Ok(SourcePage { items, more });
+                }
+            }
+        }
+    }
+
+    fn read_newer(
+        &mut self,
+        after: &SourcePosition,
+        limit: usize,
+    ) -> Result<SourcePage, SourceError> {
+        // Positions name items by ID; the hint in them may differ between two reads of
+        // one item, so the item is looked for by its ID from the present.
+        let (id, _) = split(&after.0).ok_or(SourceError::PositionGone)?;
+        let id = id.to_owned();
+        // The items read since the present, newest first, trimmed to the `limit + 1`
+        // nearest to `after` (the last one pushed is the nearest).
+        let mut newer: VecDeque<SourceItem> = VecDeque::new();
+        let mut dropped = false;
+        let mut before: Option<SourcePosition> = None;
+        for _ in 0..MAX_READS_PER_NEWER_SCAN {
+            let page = self.read(before.as_ref(), ITEMS_PAGE as usize)?;
+            let Some(last) = page.items.last() else {
+                break;
+            };
+            before = Some(last.position.clone());
+            for item in page.items {
+                if split(&item.position.0).is_some_and(|(i, _)| i == id) {
+                    let more = dropped || newer.len() > limit;
+                    let items = newer.into_iter().rev().take(limit).collect();
+                    return Ok(SourcePage { items, more });
+                }
+                newer.push_back(item);
+                if newer.len() > limit.saturating_add(1) {
+                    newer.pop_front();
+                    dropped = true;
+                }
+            }
+            if !page.more {
+                break;
+            }
+        }
+        Err(SourceError::PositionGone)
+    }
+}
