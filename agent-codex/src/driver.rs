@@ -77,7 +77,10 @@ impl DriverConfig {
     /// same Codex runs with), with a 30 s reply deadline.
     pub fn from_spec(spec: &host_core::ProcessSpec) -> DriverConfig {
         let mut config = DriverConfig::command(spec.program.as_os_str(), spec.args.clone());
+        // In the spec's order: a later change of a variable wins.
         for (key, value) in &spec.env {
+            config.env.retain(|(k, _)| k != key);
+            config.env_remove.retain(|k| k != key);
             match value {
                 Some(v) => config.env.push((key.clone(), v.clone())),
                 None => config.env_remove.push(key.clone()),

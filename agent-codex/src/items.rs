@@ -38,7 +38,6 @@ use std::time::Instant;
 
 use overlay_core::source::{
     HistorySource, SourceError, SourceItem, SourceKind, SourcePage, SourcePosition,
-    MAX_READS_PER_NEWER_SCAN,
 };
 use serde_json::Value;
 use timeline_core::cursor::BoundaryToken;
@@ -53,7 +52,8 @@ use crate::protocol::{ClientRequest, ThreadItem};
 /// Items asked for per `thread/items/list` page (Codex 0.169's most).
 pub const ITEMS_PAGE: u32 = 100;
 
-/// Pages a read that lost its page looks through from the present for its item.
+/// Pages one read goes through at most: from the present when it looks for its item
+/// (the page it came in moved), and after its item while pages hold nothing.
 pub const FIND_PAGES: usize = 100;
 
 /// The JSON-RPC code Codex answers a thread it has no listable history of with.
@@ -108,10 +108,12 @@ pub trait ItemPages: Send {
     fn page(&mut self, thread: &str, cursor: Option<&str>) -> Result<ItemsPage, AdapterError>;
 }
 
-/// A `codex app-server` that answers history reads, one at a time, blocking.
+/// A `codex app-server` that answers history reads, one at a time, blocking. A process
+/// that ended is started again at the next read, once: a read that cannot start it fails.
 #[derive(Debug)]
 pub struct ItemsReader {
     config: DriverConfig,
+    client: (String, String),
     driver: Driver,
     codec: Codec,
 }
@@ -123,22 +125,31 @@ impl ItemsReader {
     ///
     /// [`AdapterError`] when the process does not start or does not answer `initialize`.
     pub fn start(config: DriverConfig, name: &str, version: &str) -> Result<Self, AdapterError> {
-        let driver = Driver::spawn(&config)?;
-        let mut reader = ItemsReader {
+        let (driver, codec) = ItemsReader::connect(&config, name, version)?;
+        Ok(ItemsReader {
             config,
+            client: (name.to_owned(), version.to_owned()),
             driver,
-            codec: Codec::new(),
+            codec,
+        })
+    }
+
+    /// A started, initialized process.
+    fn connect(
+        config: &DriverConfig,
+        name: &str,
+        version: &str,
+    ) -> Result<(Driver, Codec), AdapterError> {
+        let mut driver = Driver::spawn(config)?;
+        let mut codec = Codec::new();
+        let initialize = ClientRequest::Initialize {
+            name: name.to_owned(),
+            version: version.to_owned(),
         };
-        reader.call(
-            &ClientRequest::Initialize {
-                name: name.to_owned(),
-                version: version.to_owned(),
-            },
-            "initialize",
-        )?;
-        let initialized = reader.codec.initialized();
-        reader.driver.write_line(&initialized)?;
-        Ok(reader)
+        exchange(&mut driver, &mut codec, config, &initialize, "initialize")?;
+        let initialized = codec.initialized();
+        driver.write_line(&initialized)?;
+        Ok((driver, codec))
     }
 
     /// One page of `thread`, newest first, from `cursor` (`None`: the newest).
@@ -175,42 +186,61 @@ impl ItemsReader {
         what: &'static str,
     ) -> Result<Response, AdapterError> {
         if !self.driver.is_running() {
-            // The process ended since the last read: start it again.
-            *self = ItemsReader::start(self.config.clone(), "custody-history", "1")?;
+            // The process ended since the last read: start it again (once; a start
+            // that fails fails this read, and the next read tries again).
+            let (name, version) = &self.client;
+            let (driver, codec) = ItemsReader::connect(&self.config, name, version)?;
+            self.driver = driver;
+            self.codec = codec;
         }
-        let (id, line) = self.codec.request(request);
-        self.driver.write_line(&line)?;
-        let deadline = Instant::now() + self.config.reply_timeout;
-        loop {
-            match self.driver.read_line(deadline) {
-                ReadLine::Line(line) => match self.codec.handle_line(&line) {
-                    Ok(Incoming::Response { id: got, response }) if got == id => {
-                        return Ok(response)
-                    }
-                    Ok(Incoming::Error {
-                        id: Some(got),
+        exchange(
+            &mut self.driver,
+            &mut self.codec,
+            &self.config,
+            request,
+            what,
+        )
+    }
+}
+
+/// Writes `request` and waits for its answer, at most the reply deadline.
+fn exchange(
+    driver: &mut Driver,
+    codec: &mut Codec,
+    config: &DriverConfig,
+    request: &ClientRequest,
+    what: &'static str,
+) -> Result<Response, AdapterError> {
+    let (id, line) = codec.request(request);
+    driver.write_line(&line)?;
+    let deadline = Instant::now() + config.reply_timeout;
+    loop {
+        match driver.read_line(deadline) {
+            ReadLine::Line(line) => match codec.handle_line(&line) {
+                Ok(Incoming::Response { id: got, response }) if got == id => return Ok(response),
+                Ok(Incoming::Error {
+                    id: Some(got),
+                    error,
+                    ..
+                }) if got == id => {
+                    return Err(AdapterError::Rpc {
+                        code: error.code,
+                        message: error.message,
+                    })
+                }
+                // A reader answers no request: Codex sends it none that needs one (it
+                // starts no turn); notifications are not its business.
+                Ok(_) => {}
+                Err(error) if !codec.pending().any(|(p, _)| p == id) => {
+                    return Err(AdapterError::Unreadable {
+                        method: what,
                         error,
-                        ..
-                    }) if got == id => {
-                        return Err(AdapterError::Rpc {
-                            code: error.code,
-                            message: error.message,
-                        })
-                    }
-                    // A reader answers no request: Codex sends it none that needs one
-                    // (it starts no turn); notifications are not its business.
-                    Ok(_) => {}
-                    Err(error) if !self.codec.pending().any(|(p, _)| p == id) => {
-                        return Err(AdapterError::Unreadable {
-                            method: what,
-                            error,
-                        })
-                    }
-                    Err(_) => {}
-                },
-                ReadLine::Timeout => return Err(AdapterError::Timeout(what)),
-                ReadLine::Exited { reason } => return Err(AdapterError::Exited(reason)),
-            }
+                    })
+                }
+                Err(_) => {}
+            },
+            ReadLine::Timeout => return Err(AdapterError::Timeout(what)),
+            ReadLine::Exited { reason } => return Err(AdapterError::Exited(reason)),
         }
     }
 }
@@ -245,6 +275,10 @@ impl ItemsSource {
 
     /// One page; `None` when Codex holds no saved history of the thread yet.
     fn page(&self, thread: &str, cursor: Option<&str>) -> Result<Option<ItemsPage>, SourceError> {
+        self.fetch(thread, cursor).map_err(source_error)
+    }
+
+    fn fetch(&self, thread: &str, cursor: Option<&str>) -> Result<Option<ItemsPage>, AdapterError> {
         let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
         match reader.page(thread, cursor) {
             Ok(page) => Ok(Some(page)),
@@ -255,11 +289,38 @@ impl ItemsSource {
             {
                 Ok(None)
             }
-            Err(AdapterError::Unreadable { error, .. }) => {
-                Err(SourceError::Malformed(error.to_string()))
-            }
-            Err(other) => Err(SourceError::Unavailable(other.to_string())),
+            Err(e) => Err(e),
         }
+    }
+
+    /// The pages of `thread` from the present, newest first, at most [`FIND_PAGES`];
+    /// `f` says when to stop. A cursor Codex gives twice fails the walk (it would never
+    /// end).
+    fn walk<T>(
+        &self,
+        thread: &str,
+        mut f: impl FnMut(&ItemsPage, Option<&str>) -> Option<T>,
+    ) -> Result<Option<T>, SourceError> {
+        let mut cursor: Option<String> = None;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..FIND_PAGES {
+            let Some(page) = self.page(thread, cursor.as_deref())? else {
+                return Ok(None);
+            };
+            if let Some(found) = f(&page, cursor.as_deref()) {
+                return Ok(Some(found));
+            }
+            match page.next_cursor {
+                Some(next) if !seen.insert(next.clone()) => {
+                    return Err(SourceError::Malformed(format!(
+                        "thread/items/list gave the cursor {next:?} twice"
+                    )))
+                }
+                Some(next) => cursor = Some(next),
+                None => return Ok(None),
+            }
+        }
+        Ok(None)
     }
 
     /// Where the items older than `before` start: the page and the index after it.
@@ -270,27 +331,24 @@ impl ItemsSource {
     ) -> Result<(ItemsPage, Option<String>, usize), SourceError> {
         let (id, hint) = split(&before.0).ok_or(SourceError::PositionGone)?;
         let hint = (!hint.is_empty()).then(|| hint.to_owned());
-        let page = self
-            .page(thread, hint.as_deref())?
-            .ok_or(SourceError::PositionGone)?;
-        if let Some(at) = index_of(&page, id, hint.as_deref()) {
-            return Ok((page, hint, at + 1));
+        match self.fetch(thread, hint.as_deref()) {
+            Ok(Some(page)) => {
+                if let Some(at) = index_of(&page, id) {
+                    return Ok((page, hint, at + 1));
+                }
+            }
+            Ok(None) => return Err(SourceError::PositionGone),
+            // A cursor Codex no longer takes (a restarted Codex, a compacted thread):
+            // the item is looked for from the present.
+            Err(AdapterError::Rpc { .. }) if hint.is_some() => {}
+            Err(e) => return Err(source_error(e)),
         }
         // The page moved (the newest page grew): look for the item from the present.
-        let mut cursor: Option<String> = None;
-        for _ in 0..FIND_PAGES {
-            let page = self
-                .page(thread, cursor.as_deref())?
-                .ok_or(SourceError::PositionGone)?;
-            if let Some(at) = index_of(&page, id, cursor.as_deref()) {
-                return Ok((page, cursor, at + 1));
-            }
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
-        Err(SourceError::PositionGone)
+        self.walk(thread, |page, cursor| {
+            let at = index_of(page, id)?;
+            Some((page.clone(), cursor.map(str::to_owned), at + 1))
+        })?
+        .ok_or(SourceError::PositionGone)
     }
 }
 
@@ -299,32 +357,37 @@ fn split(position: &str) -> Option<(&str, &str)> {
     position.split_once(SEP)
 }
 
-/// The ID a position names an entry by: its item's ID, else its place in its page.
-fn entry_id(item: &ListedItem, cursor: Option<&str>, index: usize) -> String {
+/// The ID a position names an entry by: its item's ID, else a hash of the item (an
+/// entry without an ID keeps its name when the newest page grows).
+fn entry_id(item: &ListedItem) -> String {
     match item.item.get("id").and_then(Value::as_str) {
-        Some(id) if !id.contains(SEP) => id.to_owned(),
-        // FNV-1a of the page's cursor: the entry's place is unique across pages.
+        Some(id) if !id.is_empty() && !id.contains(SEP) => id.to_owned(),
         _ => {
-            let page = cursor
-                .unwrap_or_default()
+            let hash = item
+                .item
+                .to_string()
                 .bytes()
                 .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
                     (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
                 });
-            format!("entry-{page:016x}-{index}")
+            format!("entry-{hash:016x}")
         }
     }
 }
 
-fn index_of(page: &ItemsPage, id: &str, cursor: Option<&str>) -> Option<usize> {
-    page.items
-        .iter()
-        .enumerate()
-        .position(|(i, item)| entry_id(item, cursor, i) == id)
+fn index_of(page: &ItemsPage, id: &str) -> Option<usize> {
+    page.items.iter().position(|item| entry_id(item) == id)
 }
 
-fn source_item(item: &ListedItem, cursor: Option<&str>, index: usize) -> SourceItem {
-    let id = entry_id(item, cursor, index);
+fn source_error(e: AdapterError) -> SourceError {
+    match e {
+        AdapterError::Unreadable { error, .. } => SourceError::Malformed(error.to_string()),
+        other => SourceError::Unavailable(other.to_string()),
+    }
+}
+
+fn source_item(item: &ListedItem, cursor: Option<&str>) -> SourceItem {
+    let id = entry_id(item);
     let at = Millis(item.started_at_ms.or(item.completed_at_ms).unwrap_or(0));
     let shown = if item.unsupported {
         None
@@ -382,22 +445,31 @@ impl HistorySource for ItemsSource {
             Some(p) => self.find(&thread, p)?,
         };
         let mut items = Vec::new();
+        let mut pages = 1;
         loop {
             while items.len() < limit {
                 let Some(item) = page.items.get(at) else {
                     break;
                 };
-                items.push(source_item(item, cursor.as_deref(), at));
+                items.push(source_item(item, cursor.as_deref()));
                 at += 1;
             }
             let rest = at < page.items.len();
             match page.next_cursor.clone() {
-                Some(next) if !rest && items.len() < limit => {
+                // Pages of nothing with a cursor each end the read after FIND_PAGES:
+                // what was read so far is answered, with more to come.
+                Some(next) if !rest && items.len() < limit && pages < FIND_PAGES => {
+                    if cursor.as_deref() == Some(next.as_str()) {
+                        return Err(SourceError::Malformed(format!(
+                            "thread/items/list gave the cursor {next:?} twice"
+                        )));
+                    }
                     page = self
                         .page(&thread, Some(&next))?
                         .ok_or(SourceError::PositionGone)?;
                     cursor = Some(next);
                     at = 0;
+                    pages += 1;
                 }
                 next => {
                     let more = rest || next.is_some();
@@ -413,36 +485,33 @@ impl HistorySource for ItemsSource {
         limit: usize,
     ) -> Result<SourcePage, SourceError> {
         // Positions name items by ID; the hint in them may differ between two reads of
-        // one item, so the item is looked for by its ID from the present.
+        // one item, so the item is looked for by its ID from the present, page by page
+        // (at most FIND_PAGES). The items met before it are the newer ones: the
+        // `limit + 1` nearest to it are kept.
+        let Some(thread) = self.link.get() else {
+            return Err(SourceError::PositionGone);
+        };
         let (id, _) = split(&after.0).ok_or(SourceError::PositionGone)?;
-        let id = id.to_owned();
-        // The items read since the present, newest first, trimmed to the `limit + 1`
-        // nearest to `after` (the last one pushed is the nearest).
         let mut newer: VecDeque<SourceItem> = VecDeque::new();
         let mut dropped = false;
-        let mut before: Option<SourcePosition> = None;
-        for _ in 0..MAX_READS_PER_NEWER_SCAN {
-            let page = self.read(before.as_ref(), ITEMS_PAGE as usize)?;
-            let Some(last) = page.items.last() else {
-                break;
-            };
-            before = Some(last.position.clone());
-            for item in page.items {
-                if split(&item.position.0).is_some_and(|(i, _)| i == id) {
-                    let more = dropped || newer.len() > limit;
-                    let items = newer.into_iter().rev().take(limit).collect();
-                    return Ok(SourcePage { items, more });
+        let found = self.walk(&thread, |page, cursor| {
+            for item in &page.items {
+                if entry_id(item) == id {
+                    return Some(());
                 }
-                newer.push_back(item);
+                newer.push_back(source_item(item, cursor));
                 if newer.len() > limit.saturating_add(1) {
                     newer.pop_front();
                     dropped = true;
                 }
             }
-            if !page.more {
-                break;
-            }
+            None
+        })?;
+        if found.is_none() {
+            return Err(SourceError::PositionGone);
         }
-        Err(SourceError::PositionGone)
+        let more = dropped || newer.len() > limit;
+        let items = newer.into_iter().rev().take(limit).collect();
+        Ok(SourcePage { items, more })
     }
 }

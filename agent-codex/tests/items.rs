@@ -12,21 +12,38 @@ use overlay_core::source::{HistorySource, SourceError, SourcePosition};
 use serde_json::{json, Value};
 use timeline_core::time::Millis;
 
-/// A thread's entries, oldest first, paged as Codex pages them: `c<n>` starts `n` items
-/// back from the newest.
+/// A thread's entries, oldest first, paged as Codex pages them: `e<epoch>c<n>` starts
+/// `n` items back from the newest.
 #[derive(Default)]
 struct Thread {
     entries: Vec<Value>,
     calls: Vec<Option<String>>,
+    /// Cursors carry it; one of an earlier epoch is refused (a restarted Codex that no
+    /// longer knows the cursors it gave before).
+    epoch: u32,
+    /// Answer every page with its own cursor as the next (a Codex that loops).
+    looping: bool,
 }
 
 impl ItemPages for Thread {
     fn page(&mut self, thread: &str, cursor: Option<&str>) -> Result<ItemsPage, AdapterError> {
         assert_eq!(thread, "th-1");
         self.calls.push(cursor.map(str::to_owned));
+        if self.looping {
+            return Ok(ItemsPage {
+                items: Vec::new(),
+                next_cursor: Some("e0c0".into()),
+            });
+        }
+        if cursor.is_some_and(|c| !c.starts_with(&format!("e{}c", self.epoch))) {
+            return Err(AdapterError::Rpc {
+                code: -32600,
+                message: "invalid cursor".into(),
+            });
+        }
         let skip: usize = match cursor {
             None => 0,
-            Some(c) => c.trim_start_matches('c').parse().unwrap(),
+            Some(c) => c.split_once('c').unwrap().1.parse().unwrap(),
         };
         let newest_first: Vec<&Value> = self.entries.iter().rev().skip(skip).collect();
         let page = ITEMS_PAGE as usize;
@@ -42,7 +59,8 @@ impl ItemPages for Thread {
                 })?,
             );
         }
-        let next_cursor = (newest_first.len() > page).then(|| format!("c{}", skip + page));
+        let next_cursor =
+            (newest_first.len() > page).then(|| format!("e{}c{}", self.epoch, skip + page));
         Ok(ItemsPage { items, next_cursor })
     }
 }
@@ -57,7 +75,7 @@ fn reply(n: usize) -> Value {
 fn source(entries: Vec<Value>) -> (ItemsSource, Arc<Mutex<Thread>>) {
     let thread = Arc::new(Mutex::new(Thread {
         entries,
-        calls: Vec::new(),
+        ..Thread::default()
     }));
     let pages: agent_codex::items::SharedPages = thread.clone();
     (ItemsSource::new(pages, ThreadLink::to("th-1"), 1), thread)
@@ -206,4 +224,42 @@ fn unsupported_items_are_diagnostic_rows_and_malformed_entries_fail_the_page() {
         );
         thread.lock().unwrap().entries.pop();
     }
+}
+
+// AG-05: a page cursor Codex no longer takes sends the read to look for its item from
+// the present; a Codex that gives one cursor twice fails the read instead of looping;
+// an entry without an ID keeps its position when the newest page grows.
+#[test]
+fn refused_cursors_looping_pages_and_entries_without_ids() {
+    let (mut refusing, thread) = source((0..150).map(reply).collect());
+    let first = refusing.read(None, 120).unwrap();
+    let last = first.items.last().unwrap().position.clone();
+    assert!(last.0.ends_with("e0c100"), "{last:?}");
+    thread.lock().unwrap().epoch = 1;
+    let next = refusing.read(Some(&last), 5).unwrap();
+    assert_eq!(
+        texts(&next),
+        ["reply 29", "reply 28", "reply 27", "reply 26", "reply 25"]
+    );
+
+    let (mut looping, thread) = source(Vec::new());
+    thread.lock().unwrap().looping = true;
+    assert!(matches!(
+        looping.read(None, 5),
+        Err(SourceError::Malformed(_))
+    ));
+
+    let unnamed = json!({"turnId": "turn-0", "item": {"type": "hologram"}});
+    let (mut unnamed_source, thread) = source(vec![reply(0), unnamed, reply(1)]);
+    let page = unnamed_source.read(None, 2).unwrap();
+    assert_eq!(
+        page.items[1].blocks[0].data["diagnostic"]["unsupportedItem"],
+        "hologram"
+    );
+    thread.lock().unwrap().entries.extend((2..5).map(reply));
+    let next = unnamed_source
+        .read(Some(&page.items[1].position), 5)
+        .unwrap();
+    assert_eq!(texts(&next), ["reply 0"]);
+    assert!(!next.more);
 }

@@ -9,13 +9,18 @@
 //! message boundaries and only then packed, so a long reply is a few chunk rows rather
 //! than one record per token.
 //!
-//! The log is memory only and bounded: past [`HostConfig::session_log_bytes`] of one
-//! session the oldest events go, whole messages at a time, and a page says where the
-//! log now starts. A restarted host starts new logs with new IDs ([`SessionPage::log_id`]),
+//! The log is memory only and bounded twice: past [`HostConfig::session_log_bytes`] of
+//! one session the oldest events go, whole messages at a time, and a page says where the
+//! log now starts; past [`HostConfig::session_logs_bytes`] of every session together,
+//! the log appended to longest ago goes whole. The bytes counted are an event's text,
+//! IDs and type plus its fixed size; allocator overhead is not counted, so the memory
+//! held may pass the bound by about half. A session let go, and one whose history was
+//! rewritten (a rollback), loses its log: its next page starts a new one. A restarted host starts new logs with new IDs ([`SessionPage::log_id`]),
 //! so a client never joins the sequence numbers of two logs. What a restart keeps is the
 //! agent's own history, read as rows.
 //!
 //! [`HostConfig::session_log_bytes`]: crate::HostConfig::session_log_bytes
+//! [`HostConfig::session_logs_bytes`]: crate::HostConfig::session_logs_bytes
 
 use std::collections::HashMap;
 
@@ -24,6 +29,9 @@ use timeline_core::SessionId;
 
 /// The default bound of one session's log: the text, IDs and bookkeeping of its events.
 pub const SESSION_LOG_BYTES: usize = 32 * 1024 * 1024;
+
+/// The default bound of every session's log together.
+pub const SESSION_LOGS_BYTES: usize = 256 * 1024 * 1024;
 
 /// The most logical events one page request may ask for.
 pub const MAX_PAGE_EVENTS: usize = 500_000;
@@ -51,12 +59,18 @@ pub struct SessionPage {
 #[derive(Debug)]
 pub(crate) struct SessionLogs {
     limit: usize,
+    total_limit: usize,
+    total: usize,
+    /// Appends so far: orders the logs by their last append.
+    clock: u64,
     logs: HashMap<SessionId, Log>,
 }
 
 #[derive(Debug)]
 struct Log {
     id: String,
+    /// When it was appended to last ([`SessionLogs::clock`]).
+    last: u64,
     /// The sequence number of `events[0]` (or the next one, when empty).
     first_seq: u64,
     events: Vec<SessionEvent>,
@@ -79,10 +93,20 @@ fn cost(e: &SessionEvent) -> usize {
 }
 
 impl SessionLogs {
-    pub(crate) fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize, total_limit: usize) -> Self {
         SessionLogs {
             limit,
+            total_limit,
+            total: 0,
+            clock: 0,
             logs: HashMap::new(),
+        }
+    }
+
+    /// Drops the session's log.
+    pub(crate) fn forget(&mut self, session: &SessionId) {
+        if let Some(log) = self.logs.remove(session) {
+            self.total -= log.bytes;
         }
     }
 
@@ -118,17 +142,39 @@ impl SessionLogs {
         mut e: SessionEvent,
         log_id: impl FnOnce() -> String,
     ) -> SessionEvent {
+        self.clock += 1;
         let log = self.logs.entry(session.clone()).or_insert_with(|| Log {
             id: log_id(),
+            last: 0,
             first_seq: 1,
             events: Vec::new(),
             bytes: 0,
         });
+        log.last = self.clock;
         e.seq = log.first_seq.saturating_add(log.events.len() as u64);
+        let before = log.bytes;
         log.bytes += cost(&e);
         log.events.push(e.clone());
         if log.bytes > self.limit {
             log.trim(self.limit / 4 * 3);
+            if log.bytes < log.events.capacity() / 4 * std::mem::size_of::<SessionEvent>() {
+                log.events.shrink_to_fit();
+            }
+        }
+        self.total = self.total - before + log.bytes;
+        while self.total > self.total_limit {
+            // The log appended to longest ago goes whole (never the one just appended
+            // to: its own bound keeps it under the total's).
+            let Some(oldest) = self
+                .logs
+                .iter()
+                .filter(|(s, _)| *s != session)
+                .min_by_key(|(_, l)| l.last)
+                .map(|(s, _)| s.clone())
+            else {
+                break;
+            };
+            self.forget(&oldest);
         }
         e
     }
@@ -263,7 +309,7 @@ mod tests {
     // are one row, and unpacking gives back every event with its sequence number.
     #[test]
     fn a_page_packs_a_reply_into_one_row_and_unpacks_to_every_event() {
-        let mut logs = SessionLogs::new(SESSION_LOG_BYTES);
+        let mut logs = SessionLogs::new(SESSION_LOG_BYTES, SESSION_LOGS_BYTES);
         for (i, t) in ["Hel", "lo", " wörld"].iter().enumerate() {
             let e = logs.delta(
                 &s(),
@@ -299,7 +345,7 @@ mod tests {
     // ends right before it.
     #[test]
     fn pages_are_cut_at_message_starts() {
-        let mut logs = SessionLogs::new(SESSION_LOG_BYTES);
+        let mut logs = SessionLogs::new(SESSION_LOG_BYTES, SESSION_LOGS_BYTES);
         for i in 0..4 {
             logs.delta(&s(), Fragment::new(DeltaKind::Text, "m1", "a"), i, id);
         }
@@ -328,7 +374,7 @@ mod tests {
     #[test]
     fn the_log_drops_its_oldest_messages_past_its_bound() {
         let one = cost(&SessionEvent::delta(1, 0, "s1", DeltaKind::Text, "m1", "x"));
-        let mut logs = SessionLogs::new(one * 10);
+        let mut logs = SessionLogs::new(one * 10, SESSION_LOGS_BYTES);
         for i in 0..10 {
             logs.delta(&s(), Fragment::new(DeltaKind::Text, "m1", "x"), i, id);
         }
@@ -347,7 +393,7 @@ mod tests {
     #[test]
     fn a_message_larger_than_the_bound_keeps_its_newest_part() {
         let one = cost(&SessionEvent::delta(1, 0, "s1", DeltaKind::Text, "m1", "x"));
-        let mut logs = SessionLogs::new(one * 10);
+        let mut logs = SessionLogs::new(one * 10, SESSION_LOGS_BYTES);
         for i in 0..11 {
             logs.delta(&s(), Fragment::new(DeltaKind::Text, "m1", "x"), i, id);
         }
@@ -356,9 +402,34 @@ mod tests {
         assert_eq!(unpack_records(&page.records).unwrap().len(), 7);
     }
 
+    // PK-06: every session's logs together are bounded: past it the log appended to
+    // longest ago goes whole, and forgetting a log gives its bytes back.
+    #[test]
+    fn the_logs_together_are_bounded_and_the_oldest_goes_whole() {
+        let one = cost(&SessionEvent::delta(1, 0, "s1", DeltaKind::Text, "m1", "x"));
+        let mut logs = SessionLogs::new(one * 100, one * 10);
+        let sid = |n: u32| SessionId::new(format!("s{n}")).unwrap();
+        for n in 1..=5 {
+            for _ in 0..2 {
+                logs.delta(&sid(n), Fragment::new(DeltaKind::Text, "m1", "x"), 1, id);
+            }
+        }
+        assert_eq!(logs.total, one * 10, "at the bound, nothing goes");
+        logs.delta(&sid(6), Fragment::new(DeltaKind::Text, "m1", "x"), 1, id);
+        assert!(logs.total <= one * 10);
+        assert_eq!(
+            logs.page(&sid(1), None, 10).unwrap().log_id,
+            None,
+            "s1 went whole"
+        );
+        assert!(logs.page(&sid(2), None, 10).unwrap().log_id.is_some());
+        logs.forget(&sid(2));
+        assert_eq!(logs.total, one * 7);
+    }
+
     #[test]
     fn a_session_with_no_log_pages_empty() {
-        let logs = SessionLogs::new(SESSION_LOG_BYTES);
+        let logs = SessionLogs::new(SESSION_LOG_BYTES, SESSION_LOGS_BYTES);
         let page = logs.page(&s(), None, 10).unwrap();
         assert_eq!(page.log_id, None);
         assert!(page.records.is_empty());

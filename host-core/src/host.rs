@@ -10,6 +10,7 @@ use outbox_core::store::{OutboxError, OutboxStore};
 use overlay_core::live::{Delivery, LiveHub, LiveProtocol, Payload, RelayOutcome};
 
 use crate::events::SessionLogs;
+use overlay_core::live::SESSION_EVENT;
 use overlay_core::live::{RunEvent, RunEventKind};
 use overlay_core::overlay::{Change, LiveSequencer};
 use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState};
@@ -62,6 +63,11 @@ pub struct HostConfig {
     ///
     /// [`SESSION_LOG_BYTES`]: crate::SESSION_LOG_BYTES
     pub session_log_bytes: usize,
+    /// The bound of every session's event log together in bytes ([`SESSION_LOGS_BYTES`]
+    /// by default): past it the log appended to longest ago goes.
+    ///
+    /// [`SESSION_LOGS_BYTES`]: crate::SESSION_LOGS_BYTES
+    pub session_logs_bytes: usize,
 }
 
 impl HostConfig {
@@ -74,6 +80,7 @@ impl HostConfig {
             uuids,
             granted_only: false,
             session_log_bytes: crate::SESSION_LOG_BYTES,
+            session_logs_bytes: crate::SESSION_LOGS_BYTES,
         }
     }
 }
@@ -299,7 +306,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
             rewrites_journaled: BTreeSet::new(),
             left_runs: BTreeMap::new(),
             effects: VecDeque::new(),
-            events: SessionLogs::new(config.session_log_bytes),
+            events: SessionLogs::new(config.session_log_bytes, config.session_logs_bytes),
         }
     }
 
@@ -664,6 +671,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 state.rewrite = false;
                 self.replay.reclaim(s);
                 self.replayed.by_session.remove(s);
+                self.events.forget(s);
             }
         }
     }
@@ -916,7 +924,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 }
             }
             AgentInput::Delta { session, fragment } => {
-                if self.custody.session(&session).is_some() {
+                // Only a session served here is logged: a scope let go is the next
+                // owner's to show.
+                if self.custody.session(&session).is_some() && self.serves(&session) {
                     let custody = &mut self.custody;
                     let event = self
                         .events
@@ -1239,6 +1249,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
     /// is sent. Those runs' rows waiting for a retry are dropped, and a late row of
     /// theirs is not published. A refused write is said and tried again.
     fn history_rewritten(&mut self, session: &SessionId, now: Millis) {
+        // The fragments of the turns that left history leave its log too: the next
+        // page starts a new log.
+        self.events.forget(session);
         self.rewrite_history(session, true, now);
     }
 
@@ -1422,7 +1435,9 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
 
     fn emit(&mut self, payload: Payload, now: Millis) {
         let session = match &payload {
-            Payload::Blocks { session, .. } => Some(session.clone()),
+            Payload::Blocks { session, .. } | Payload::SessionEvent { session, .. } => {
+                Some(session.clone())
+            }
             Payload::Run(e) => Some(e.app_session_id.clone()),
             _ => None,
         };
@@ -1457,7 +1472,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
         before: Option<u64>,
         max_events: usize,
     ) -> Result<crate::SessionPage, LoadError> {
-        if self.custody.session(session).is_none() {
+        if self.custody.session(session).is_none() || !self.serves(session) {
             return Err(LoadError::UnknownTarget {
                 session: session.clone(),
                 target: TargetId::main(session),
@@ -1601,7 +1616,13 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     if serde_json::to_writer(&mut bytes, &json).is_ok() {
                         self.stats.relay_bytes = self.stats.relay_bytes.saturating_add(bytes.0);
                     }
-                    self.append_replay(&session, EventKind::Other, &json, now);
+                    // A streamed fragment is not kept for a joining phone: it would
+                    // push the events the replay exists for out of its bounds, and the
+                    // log serves it (`session.page`, from the page's `nextSeq` on).
+                    if json.get("event").and_then(serde_json::Value::as_str) != Some(SESSION_EVENT)
+                    {
+                        self.append_replay(&session, EventKind::Other, &json, now);
+                    }
                 }
                 self.effects.push_back(HostEffect::Deliver(delivery));
             }

@@ -97,7 +97,9 @@
 //! - **Session events.** The fragments the agent streams ([`AgentInput::Delta`]) are
 //!   logged per session with sequence numbers and sent on live one by one; [`ClientRequest::SessionPage`] answers a page of the log cut at
 //!   message boundaries and packed into chunk rows (PK-01, PK-02). The log is memory
-//!   only, bounded by [`HostConfig::session_log_bytes`].
+//!   only, bounded by [`HostConfig::session_log_bytes`] per session and
+//!   [`HostConfig::session_logs_bytes`] in all; it is not kept in the replay (a joining
+//!   phone pages it).
 //! - **Replay.** Every event sent to the relay, every user message handed to the agent
 //!   and every approval request is appended to the session's replay buffer; a phone that
 //!   joins ([`ClientRequest::Join`]) gets the replay and then live events.
@@ -124,7 +126,7 @@ pub use agent::{
 };
 
 pub use approvals::{DECIDED_KEPT, DECISION_FIELD};
-pub use events::{Fragment, SessionPage, MAX_PAGE_EVENTS, SESSION_LOG_BYTES};
+pub use events::{Fragment, SessionPage, MAX_PAGE_EVENTS, SESSION_LOGS_BYTES, SESSION_LOG_BYTES};
 pub use host::{
     Host, HostConfig, HostStats, StartError, EXACT_SCAN_PAGE, EXACT_SCAN_READS, REWRITE_JOURNAL_RUN,
 };

@@ -1062,6 +1062,9 @@ fn streamed_fragments_go_out_live_and_come_back_packed_in_a_page() {
     }
     assert_eq!(live.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
     assert_eq!(relayed, 4, "every fragment reaches the relay");
+    // RB-02: fragments are not kept for a joining phone; it pages them.
+    let replay = join_text(&mut host, Millis(4_000));
+    assert!(!replay.contains("session-event"), "{replay}");
 
     let page = session_page(&mut host, None, 100).unwrap();
     assert_eq!(page.records.len(), 2, "one packed row per reply");

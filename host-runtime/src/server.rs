@@ -162,6 +162,8 @@ pub struct ServerStats {
     pub timed_out: u64,
     /// Relay events sent to connections.
     pub relayed: u64,
+    /// Streamed fragments not sent to a connection whose queue had no room for them.
+    pub events_dropped: u64,
 }
 
 /// Which snapshot a queued frame is: a newer `blocks` snapshot of the same session and
@@ -206,6 +208,8 @@ struct Joined {
     count: u32,
     /// Events held while a replay is on its way; `None` once live.
     held: Option<Vec<String>>,
+    /// A join asked for the streamed fragments (`sessionEvents`).
+    events: bool,
 }
 
 impl Conn {
@@ -256,6 +260,28 @@ impl Conn {
         } else {
             self.ready.notify_one();
         }
+    }
+
+    /// Queues a streamed fragment when the queue has room for it in its first half (the
+    /// other half stays for every other frame, so fragments never make one of those
+    /// overflow it); a fragment with no room is not sent (the client pages what it
+    /// missed) and never cuts the connection. Returns whether it was queued.
+    fn offer_event(&self, frame: String, shared: &Shared) -> bool {
+        let queued = {
+            let mut q = lock(&self.queue);
+            let room = q.count < shared.config.send_queue / 2
+                && q.bytes + frame.len() <= shared.config.send_queue_bytes / 2;
+            if room {
+                q.count += 1;
+                q.bytes += frame.len();
+                q.frames.push_back((None, frame, true));
+            }
+            room
+        };
+        if queued {
+            self.ready.notify_one();
+        }
+        queued
     }
 
     /// Queues a replay chunk outside the bounds.
@@ -507,7 +533,27 @@ async fn pump(
                     continue;
                 }
                 let frame = host_wire::relay_frame(&event);
+                let fragment = event.json.get("event").and_then(serde_json::Value::as_str)
+                    == Some(overlay_core::live::SESSION_EVENT);
                 for conn in conns {
+                    if fragment {
+                        // Only to the joins that asked, once live (one that falls in a
+                        // join's replay is paged by the client, as any it missed).
+                        let live = lock(&conn.state)
+                            .joined
+                            .get(&event.session)
+                            .is_some_and(|j| j.events && j.held.is_none());
+                        if live {
+                            let sent = conn.offer_event(frame.clone(), &shared.0);
+                            let mut stats = lock(&shared.0.stats);
+                            if sent {
+                                stats.relayed += 1;
+                            } else {
+                                stats.events_dropped += 1;
+                            }
+                        }
+                        continue;
+                    }
                     let held = {
                         let mut s = lock(&conn.state);
                         match s.joined.get_mut(&event.session).map(|j| &mut j.held) {
@@ -973,21 +1019,21 @@ async fn read(
 ) {
     let shared_ref = &shared.0;
     let join = match &call {
-        Call::ChatJoin(p) => Some(p.app_session_id.clone()),
+        Call::ChatJoin(p) => Some((p.app_session_id.clone(), p.session_events)),
         _ => None,
     };
     let leave = match &call {
         Call::ChatLeave(p) => Some(p.app_session_id.clone()),
         _ => None,
     };
-    if let Some(session) = &join {
+    if let Some((session, events)) = &join {
         // Route first and hold what comes until the replay is sent: no event falls
         // between the replay and the live stream.
-        lock(&conn.state)
-            .joined
-            .entry(session.clone())
-            .or_default()
-            .held = Some(Vec::new());
+        let mut state = lock(&conn.state);
+        let joined = state.joined.entry(session.clone()).or_default();
+        joined.held = Some(Vec::new());
+        joined.events |= *events;
+        drop(state);
         lock(&shared_ref.sessions)
             .entry(session.clone())
             .or_default()
@@ -1004,7 +1050,7 @@ async fn read(
         conn.send_replay(frame);
     }
     conn.send(response(id, outcome), shared_ref);
-    if let Some(session) = join {
+    if let Some((session, _)) = join {
         let held = {
             let mut state = lock(&conn.state);
             let joined = state.joined.entry(session.clone()).or_default();

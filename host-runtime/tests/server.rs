@@ -359,3 +359,65 @@ async fn a_submit_retried_after_a_reconnect_is_one_message() {
     server.shutdown().await.unwrap();
     runtime.shutdown().await.unwrap();
 }
+
+// PK-06, SV-01: streamed fragments reach only the joins that asked for them
+// (`sessionEvents`), in order, and a phone too slow for them loses fragments (it pages
+// them with `session.page`), never its connection; the page gives them all back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_fragments_go_to_the_joins_that_ask_and_never_cut_a_slow_phone() {
+    use timeline_core::history::{unpack_records, SessionHistoryRecord};
+    let (runtime, server, _) = serve(ServerConfig::default(), 0).await;
+    let (a, b, c) = (
+        pair(&server, "follows").await,
+        pair(&server, "plain").await,
+        pair(&server, "slow").await,
+    );
+    let mut follows = Phone::new(connect(server.local_addr(), &a).await.unwrap());
+    let mut plain = Phone::new(connect(server.local_addr(), &b).await.unwrap());
+    let mut slow = Phone::new(connect(server.local_addr(), &c).await.unwrap());
+    let join = |events: bool| serde_json::json!({ "appSessionId": "s1", "sessionEvents": events });
+    follows.call("run.chatJoin", join(true)).await;
+    plain.call("run.chatJoin", join(false)).await;
+    slow.call("run.chatJoin", join(true)).await;
+    // 20,000 fragments at once (about 7 MB of frames): more than a phone that reads
+    // nothing has room for, in its queue and its socket together.
+    follows
+        .call(
+            "run.chatOutboxSubmit",
+            submit("op-1", "deltas:20000", "k-1"),
+        )
+        .await;
+    for phone in [&mut follows, &mut plain] {
+        phone
+            .read_text_until("the reply row", |t| {
+                t.contains(r#""event":"blocks""#) && t.contains("t19999 ")
+            })
+            .await;
+    }
+    assert!(
+        plain.events("session-event").is_empty(),
+        "plain did not ask"
+    );
+    let got: Vec<u64> = follows
+        .events("session-event")
+        .iter()
+        .map(|e| e["params"]["sessionEvent"]["seq"].as_u64().unwrap())
+        .collect();
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "in order");
+    assert!(
+        server.stats().events_dropped > 0,
+        "the slow phone had no room"
+    );
+    assert_eq!(server.stats().cut_off, 0, "fragments cut nobody off");
+    // What the slow phone missed, the page gives back whole, as one packed row.
+    let page = slow
+        .call("session.page", serde_json::json!({ "appSessionId": "s1" }))
+        .await;
+    let records: Vec<SessionHistoryRecord> =
+        serde_json::from_value(page["result"]["records"].clone()).unwrap();
+    let events = unpack_records(&records).unwrap();
+    assert_eq!((events.len(), records.len()), (20_000, 1));
+    assert_eq!(events[19_999].text.as_deref(), Some("t19999 "));
+    server.shutdown().await.unwrap();
+    runtime.shutdown().await.unwrap();
+}

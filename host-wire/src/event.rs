@@ -142,8 +142,9 @@ pub enum TimelineUpdated {
     },
     /// One event of the session's log, live and scalar (wire version 4): a streamed
     /// fragment (`assistant/text-delta`, `assistant/reasoning-delta` or
-    /// `assistant/tool-call-delta`). Its `seq` follows the
-    /// `nextSeq` of the `session.page` a client opened with, in the log `logId`.
+    /// `assistant/tool-call-delta`), to a join that asked (`sessionEvents`). Its `seq`
+    /// follows the `nextSeq` of the `session.page` a client opened with, in the log
+    /// `logId`; a gap is a fragment the connection had no room for: page it.
     #[serde(rename = "session-event", rename_all = "camelCase")]
     SessionEvent {
         /// The app session.

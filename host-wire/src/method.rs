@@ -214,6 +214,7 @@ pub struct SessionPageParams {
     /// ([`SESSION_PAGE_EVENTS`] when absent); the page widens back to the start of the
     /// message it would cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 500_000))]
     pub max_events: Option<u64>,
 }
 
@@ -286,6 +287,12 @@ pub struct ChatJoinParams {
     /// How the phone takes `blocks` updates; snapshots when absent.
     #[serde(default)]
     pub live_updates: LiveUpdates,
+    /// Wire version 4: also take the streamed fragments as they come (`session-event`
+    /// of `chat:timeline-updated`; off when absent). They are never a reason to cut a
+    /// slow connection: one its queue has no room for is not sent, and the client's
+    /// journal, seeing the gap in `seq`, pages it with `session.page`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session_events: bool,
 }
 
 /// `run.chatLeave`: a phone leaves a session.

@@ -161,6 +161,9 @@ pub struct RunEvent {
     pub agent_error_info: Option<serde_json::Value>,
 }
 
+/// The relay `event` of [`Payload::SessionEvent`].
+pub const SESSION_EVENT: &str = "session-event";
+
 /// What a producer emits.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -183,9 +186,9 @@ pub enum Payload {
         /// The event.
         data: serde_json::Value,
     },
-    /// One logged event of a session (a streamed fragment, a run's start or end), live
-    /// and scalar: to the windows of the session and to the relay (`session-event`,
-    /// with the log's ID so a client never joins the numbers of two logs).
+    /// One logged event of a session (a streamed fragment), live and scalar: to the
+    /// windows of the session and to the relay ([`SESSION_EVENT`], with the log's ID so
+    /// a client never joins the numbers of two logs).
     SessionEvent {
         /// The app session it concerns.
         session: SessionId,
@@ -1025,7 +1028,7 @@ fn relay_json(payload: &Payload) -> Result<serde_json::Value, RelayError> {
             log_id,
             event,
         } => serde_json::json!({
-            "event": "session-event",
+            "event": SESSION_EVENT,
             "appSessionId": session,
             "logId": log_id,
             "sessionEvent": serde_json::to_value(event).map_err(|_| RelayError::Fields)?,

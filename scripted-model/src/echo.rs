@@ -30,6 +30,8 @@ use timeline_core::Block;
 /// - `slow`: one reply row whose text grows by a word every 40 ms, 40 times;
 /// - `approve`: an approval card (accept or decline); the decision's result is the reply;
 /// - `hold`: nothing more, and the run never ends (nor is a stop answered);
+/// - `deltas:N`: N streamed fragments of the reply at once (`t0 `, `t1 `, ...), then the
+///   reply row with their text;
 /// - anything else: the reply `echo: <text>`.
 ///
 /// The run ends 50 ms after the last row (3 s after an approval's decision). A stop
@@ -191,6 +193,22 @@ impl Agent for EchoAgent {
                     return;
                 } else if text.starts_with("hold") {
                     return;
+                } else if let Some(n) = number("deltas:") {
+                    let mut whole = String::new();
+                    for i in 0..n {
+                        let fragment = format!("t{i} ");
+                        whole.push_str(&fragment);
+                        self.out.push_back(AgentEffect::Input(AgentInput::Delta {
+                            session: session.clone(),
+                            fragment: host_core::Fragment::new(
+                                timeline_core::history::DeltaKind::Text,
+                                reply_key.clone(),
+                                fragment,
+                            ),
+                        }));
+                    }
+                    let r = row(BlockType::AgentReply, &reply_key, &whole, &run, None, now);
+                    self.publish(&session, vec![r]);
                 } else {
                     let reply = format!("echo: {text}");
                     let r = row(BlockType::AgentReply, &reply_key, &reply, &run, None, now);
