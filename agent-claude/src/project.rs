@@ -206,7 +206,11 @@ impl Projector {
                 version: i.version.clone(),
             }),
             StreamLine::Event(e) => {
-                self.flush();
+                // The reply starting shows the held echoes (no merge comes after it);
+                // a streamed fragment is no row and shows nothing early.
+                if matches!(e.event, StreamEvent::MessageStart { .. }) {
+                    self.flush();
+                }
                 self.event(&e.event, now);
             }
             StreamLine::Assistant(a) => {

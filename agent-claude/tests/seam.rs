@@ -936,3 +936,48 @@ fn streamed_blocks_are_deltas_of_the_session() {
         ]
     );
 }
+
+// AG-01, TL-02: with partial messages on, a streamed fragment between a held echo and
+// the echo that merges it shows nothing early: the merged message is still one row.
+#[test]
+fn a_streamed_fragment_does_not_show_an_echo_held_for_a_merge() {
+    const C: &str = "cccccccc-0000-4000-8000-00000000000c";
+    let mut r = running();
+    let s = r.session.clone();
+    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(3));
+    r.call(send(&s, C, SendKind::Steer { run: run() }, 3), Millis(3));
+    r.line(lifecycle(B, "queued"), Millis(4));
+    r.line(lifecycle(C, "queued"), Millis(4));
+    r.line(lifecycle(A, "started"), Millis(5));
+    r.line(
+        echo(A, "First.", Some("2026-12-02T20:39:39.653Z")),
+        Millis(6),
+    );
+    r.line(reply("msg_1", "Reply to: First."), Millis(7));
+    r.line(result(A, false), Millis(8));
+    r.line(echo(B, "Second.", None), Millis(9));
+    r.line(
+        stream_event(json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": "late"}})),
+        Millis(9),
+    );
+    r.line(
+        echo(C, "Second.\nThird.", Some("2026-12-02T20:39:45.977Z")),
+        Millis(10),
+    );
+    r.line(
+        stream_event(json!({"type": "message_start", "message": {"id": "msg_2",
+            "type": "message", "role": "assistant", "content": [], "model": "m"}})),
+        Millis(11),
+    );
+    r.line(reply("msg_2", "Reply to: Second. Third."), Millis(12));
+    r.line(result(C, false), Millis(13));
+    let inputs = r.take();
+    assert_eq!(
+        user_rows(&inputs),
+        [
+            (format!("user-message::{A}"), json!("First.")),
+            (format!("user-message::{C}"), json!("Second.\nThird.")),
+        ]
+    );
+}

@@ -137,6 +137,17 @@ pub struct SessionPageResult {
     pub next_seq: u64,
 }
 
+/// [`SessionPageResult`] borrowed from the host's page, for writing.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PageRef<'a> {
+    log_id: Option<&'a str>,
+    records: &'a [timeline_core::history::SessionHistoryRecord],
+    has_older: bool,
+    first_seq: u64,
+    next_seq: u64,
+}
+
 /// The result of `run.chatNewSession` (wire version 3): the session made, which the
 /// host serves from now on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -214,9 +225,10 @@ fn reply_result(reply: &Reply) -> Result<serde_json::Value, WireError> {
         }
         Reply::SessionPage(r) => {
             let page = r.as_ref().map_err(WireError::from)?;
-            to_json(&SessionPageResult {
-                log_id: page.log_id.clone(),
-                records: page.records.clone(),
+            // Written from the page as it is: its records are not copied first.
+            to_json(&PageRef {
+                log_id: page.log_id.as_deref(),
+                records: &page.records,
                 has_older: page.has_older,
                 first_seq: page.first_seq,
                 next_seq: page.next_seq,
