@@ -652,23 +652,29 @@ where
         stop: &tokio::sync::Notify,
     ) {
         self.settle(local);
+        // One timer for the loop's life, moved to each round's deadline (not one made
+        // and dropped per round).
+        let sleep = {
+            let _runtime = local.enter();
+            tokio::time::sleep_until(tokio::time::Instant::now())
+        };
+        tokio::pin!(sleep);
         loop {
             let wake = self
                 .deadline()
                 .map(|at| tokio::time::Instant::from_std(self.clock.instant(at)));
+            if let Some(at) = wake {
+                if sleep.deadline() != at {
+                    sleep.as_mut().reset(at);
+                }
+            }
             let next = local.block_on(async {
-                let sleep = async move {
-                    match wake {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
                 tokio::select! {
                     biased;
                     () = stop.notified() => Next::Stop,
                     command = commands.recv() => Next::Command(command),
                     Some(event) = io.recv() => Next::Io(event),
-                    () = sleep => Next::Timeout,
+                    () = &mut sleep, if wake.is_some() => Next::Timeout,
                 }
             });
             let go_on = match next {
@@ -861,9 +867,18 @@ where
                 if !self.pending.is_empty() {
                     // One hand-off per round: the embedder wakes once, not per output.
                     let batch = std::mem::take(&mut self.pending);
-                    // Fails only when the embedder dropped its outputs, or at shutdown:
-                    // nobody is left to read them.
-                    if local.block_on(self.out.send(batch)).is_err() {
+                    // Without waiting when the channel has room; when it is full the
+                    // host waits for the embedder (bounded). Fails only when the
+                    // embedder dropped its outputs, or at shutdown: nobody is left to
+                    // read them.
+                    let sent = match self.out.try_send(batch) {
+                        Ok(()) => Ok(()),
+                        Err(mpsc::error::TrySendError::Full(batch)) => {
+                            local.block_on(self.out.send(batch)).map_err(drop)
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+                    };
+                    if sent.is_err() {
                         tracing::debug!("the embedder's outputs are gone; a batch was dropped");
                     }
                 }
