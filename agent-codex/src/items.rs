@@ -52,8 +52,9 @@ use crate::protocol::{ClientRequest, ThreadItem};
 /// Items asked for per `thread/items/list` page (Codex 0.169's most).
 pub const ITEMS_PAGE: u32 = 100;
 
-/// Pages one read goes through at most: from the present when it looks for its item
-/// (the page it came in moved), and after its item while pages hold nothing.
+/// Pages a read goes through at most to find its item from the present (the page it
+/// came in moved), and again after it while pages hold nothing (100 such pages with no
+/// item at all fail the read).
 pub const FIND_PAGES: usize = 100;
 
 /// The JSON-RPC code Codex answers a thread it has no listable history of with.
@@ -357,26 +358,34 @@ fn split(position: &str) -> Option<(&str, &str)> {
     position.split_once(SEP)
 }
 
-/// The ID a position names an entry by: its item's ID, else a hash of the item (an
-/// entry without an ID keeps its name when the newest page grows).
-fn entry_id(item: &ListedItem) -> String {
-    match item.item.get("id").and_then(Value::as_str) {
-        Some(id) if !id.is_empty() && !id.contains(SEP) => id.to_owned(),
-        _ => {
-            let hash = item
-                .item
-                .to_string()
-                .bytes()
-                .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+/// The names positions give a page's entries, in its order: an item's ID, else a hash
+/// of the entry (its item, turn and times) and which of the page's identical entries
+/// before it this is, so an entry without an ID keeps its name when the newest page
+/// grows, and two identical ones are two names.
+fn entry_ids(page: &ItemsPage) -> Vec<String> {
+    let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    page.items
+        .iter()
+        .map(|item| match item.item.get("id").and_then(Value::as_str) {
+            Some(id) if !id.is_empty() && !id.contains(SEP) => id.to_owned(),
+            _ => {
+                let entry = format!(
+                    "{}|{:?}|{:?}|{:?}",
+                    item.item, item.turn_id, item.started_at_ms, item.completed_at_ms
+                );
+                let hash = entry.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
                     (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
                 });
-            format!("entry-{hash:016x}")
-        }
-    }
+                let n = seen.entry(hash).or_default();
+                *n += 1;
+                format!("entry-{hash:016x}-{n}")
+            }
+        })
+        .collect()
 }
 
 fn index_of(page: &ItemsPage, id: &str) -> Option<usize> {
-    page.items.iter().position(|item| entry_id(item) == id)
+    entry_ids(page).iter().position(|e| e == id)
 }
 
 fn source_error(e: AdapterError) -> SourceError {
@@ -386,8 +395,7 @@ fn source_error(e: AdapterError) -> SourceError {
     }
 }
 
-fn source_item(item: &ListedItem, cursor: Option<&str>) -> SourceItem {
-    let id = entry_id(item);
+fn source_item(item: &ListedItem, id: &str, cursor: Option<&str>) -> SourceItem {
     let at = Millis(item.started_at_ms.or(item.completed_at_ms).unwrap_or(0));
     let shown = if item.unsupported {
         None
@@ -400,7 +408,7 @@ fn source_item(item: &ListedItem, cursor: Option<&str>) -> SourceItem {
     let blocks = match shown {
         // A known item that shows no row (reasoning without words) is no diagnostic.
         Some(block) => block.into_iter().collect(),
-        None => unsupported_block(&item.item, &id, at).into_iter().collect(),
+        None => unsupported_block(&item.item, id, at).into_iter().collect(),
     };
     SourceItem {
         position: SourcePosition(format!("{id}{SEP}{}", cursor.unwrap_or_default())),
@@ -446,23 +454,33 @@ impl HistorySource for ItemsSource {
         };
         let mut items = Vec::new();
         let mut pages = 1;
+        let mut cursors: std::collections::HashSet<String> = cursor.iter().cloned().collect();
         loop {
+            let ids = entry_ids(&page);
             while items.len() < limit {
-                let Some(item) = page.items.get(at) else {
+                let (Some(item), Some(id)) = (page.items.get(at), ids.get(at)) else {
                     break;
                 };
-                items.push(source_item(item, cursor.as_deref()));
+                items.push(source_item(item, id, cursor.as_deref()));
                 at += 1;
             }
             let rest = at < page.items.len();
             match page.next_cursor.clone() {
-                // Pages of nothing with a cursor each end the read after FIND_PAGES:
-                // what was read so far is answered, with more to come.
-                Some(next) if !rest && items.len() < limit && pages < FIND_PAGES => {
-                    if cursor.as_deref() == Some(next.as_str()) {
+                Some(next) if !rest && items.len() < limit => {
+                    if !cursors.insert(next.clone()) {
                         return Err(SourceError::Malformed(format!(
                             "thread/items/list gave the cursor {next:?} twice"
                         )));
+                    }
+                    if pages >= FIND_PAGES {
+                        // Pages of nothing, each naming another: what was read is
+                        // answered; were it nothing, the history would seem to end.
+                        if items.is_empty() {
+                            return Err(SourceError::Unavailable(format!(
+                                "thread/items/list gave {FIND_PAGES} pages with no item"
+                            )));
+                        }
+                        return Ok(SourcePage { items, more: true });
                     }
                     page = self
                         .page(&thread, Some(&next))?
@@ -495,11 +513,11 @@ impl HistorySource for ItemsSource {
         let mut newer: VecDeque<SourceItem> = VecDeque::new();
         let mut dropped = false;
         let found = self.walk(&thread, |page, cursor| {
-            for item in &page.items {
-                if entry_id(item) == id {
+            for (item, name) in page.items.iter().zip(entry_ids(page)) {
+                if name == id {
                     return Some(());
                 }
-                newer.push_back(source_item(item, cursor));
+                newer.push_back(source_item(item, &name, cursor));
                 if newer.len() > limit.saturating_add(1) {
                     newer.pop_front();
                     dropped = true;

@@ -21,18 +21,20 @@ struct Thread {
     /// Cursors carry it; one of an earlier epoch is refused (a restarted Codex that no
     /// longer knows the cursors it gave before).
     epoch: u32,
-    /// Answer every page with its own cursor as the next (a Codex that loops).
-    looping: bool,
+    /// Answer every page empty, naming these cursors in turn (a Codex that loops, or
+    /// one whose pages hold nothing).
+    looping: Vec<String>,
 }
 
 impl ItemPages for Thread {
     fn page(&mut self, thread: &str, cursor: Option<&str>) -> Result<ItemsPage, AdapterError> {
         assert_eq!(thread, "th-1");
         self.calls.push(cursor.map(str::to_owned));
-        if self.looping {
+        if !self.looping.is_empty() {
+            let n = self.calls.len() - 1;
             return Ok(ItemsPage {
                 items: Vec::new(),
-                next_cursor: Some("e0c0".into()),
+                next_cursor: Some(self.looping[n % self.looping.len()].clone()),
             });
         }
         if cursor.is_some_and(|c| !c.starts_with(&format!("e{}c", self.epoch))) {
@@ -242,12 +244,22 @@ fn refused_cursors_looping_pages_and_entries_without_ids() {
         ["reply 29", "reply 28", "reply 27", "reply 26", "reply 25"]
     );
 
+    // A cycle of two cursors, A then B then A again, fails the read.
     let (mut looping, thread) = source(Vec::new());
-    thread.lock().unwrap().looping = true;
+    thread.lock().unwrap().looping = vec!["e0cA".into(), "e0cB".into()];
     assert!(matches!(
         looping.read(None, 5),
         Err(SourceError::Malformed(_))
     ));
+    // Pages of nothing, each naming a new cursor: after 100 the read fails, rather
+    // than answer an end of history that is not one.
+    let (mut empty, thread) = source(Vec::new());
+    thread.lock().unwrap().looping = (0..1_000).map(|n| format!("e0c{n}")).collect();
+    assert!(matches!(
+        empty.read(None, 5),
+        Err(SourceError::Unavailable(_))
+    ));
+    assert_eq!(thread.lock().unwrap().calls.len(), 100);
 
     let unnamed = json!({"turnId": "turn-0", "item": {"type": "hologram"}});
     let (mut unnamed_source, thread) = source(vec![reply(0), unnamed, reply(1)]);
@@ -262,4 +274,18 @@ fn refused_cursors_looping_pages_and_entries_without_ids() {
         .unwrap();
     assert_eq!(texts(&next), ["reply 0"]);
     assert!(!next.more);
+}
+
+// AG-05: two identical entries without an ID are two positions: a read before the
+// second goes on after it, and reads each entry once.
+#[test]
+fn identical_entries_without_ids_are_read_once_each() {
+    let unnamed = json!({"turnId": "turn-0", "item": {"type": "hologram"}});
+    let (mut source, _) = source(vec![reply(0), unnamed.clone(), unnamed, reply(1)]);
+    let first = source.read(None, 2).unwrap();
+    assert_ne!(first.items[0].position, first.items[1].position);
+    let second = source.read(Some(&first.items[1].position), 5).unwrap();
+    assert_eq!(second.items.len(), 2, "the other hologram, then reply 0");
+    assert_ne!(second.items[0].position, first.items[1].position);
+    assert_eq!(texts(&second)[1], "reply 0");
 }

@@ -22,7 +22,7 @@
 //! [`HostConfig::session_log_bytes`]: crate::HostConfig::session_log_bytes
 //! [`HostConfig::session_logs_bytes`]: crate::HostConfig::session_logs_bytes
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use timeline_core::history::{pack, DeltaKind, RowError, SessionEvent, SessionHistoryRecord};
 use timeline_core::SessionId;
@@ -40,8 +40,9 @@ pub const MAX_PAGE_EVENTS: usize = 500_000;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct SessionPage {
-    /// The log the sequence numbers belong to (`None`: the session has logged nothing
-    /// since this host began serving it).
+    /// The log the sequence numbers belong to (`None`: the session has no log now). A
+    /// new log starts after a restart, a scope let go, a history rewrite, or the log
+    /// dropped past the bound of all logs.
     pub log_id: Option<String>,
     /// The records, oldest first: events and packed chunk rows.
     pub records: Vec<SessionHistoryRecord>,
@@ -64,6 +65,8 @@ pub(crate) struct SessionLogs {
     /// Appends so far: orders the logs by their last append.
     clock: u64,
     logs: HashMap<SessionId, Log>,
+    /// Each log by its last append, oldest first.
+    by_last: BTreeMap<u64, SessionId>,
 }
 
 #[derive(Debug)]
@@ -95,11 +98,13 @@ fn cost(e: &SessionEvent) -> usize {
 impl SessionLogs {
     pub(crate) fn new(limit: usize, total_limit: usize) -> Self {
         SessionLogs {
-            limit,
+            // One log alone never passes the bound of them all.
+            limit: limit.min(total_limit),
             total_limit,
             total: 0,
             clock: 0,
             logs: HashMap::new(),
+            by_last: BTreeMap::new(),
         }
     }
 
@@ -107,6 +112,7 @@ impl SessionLogs {
     pub(crate) fn forget(&mut self, session: &SessionId) {
         if let Some(log) = self.logs.remove(session) {
             self.total -= log.bytes;
+            self.by_last.remove(&log.last);
         }
     }
 
@@ -150,7 +156,9 @@ impl SessionLogs {
             events: Vec::new(),
             bytes: 0,
         });
+        self.by_last.remove(&log.last);
         log.last = self.clock;
+        self.by_last.insert(log.last, session.clone());
         e.seq = log.first_seq.saturating_add(log.events.len() as u64);
         let before = log.bytes;
         log.bytes += cost(&e);
@@ -164,14 +172,8 @@ impl SessionLogs {
         self.total = self.total - before + log.bytes;
         while self.total > self.total_limit {
             // The log appended to longest ago goes whole (never the one just appended
-            // to: its own bound keeps it under the total's).
-            let Some(oldest) = self
-                .logs
-                .iter()
-                .filter(|(s, _)| *s != session)
-                .min_by_key(|(_, l)| l.last)
-                .map(|(s, _)| s.clone())
-            else {
+            // to: its own bound, at most the total's, keeps it under).
+            let Some(oldest) = self.by_last.values().find(|s| *s != session).cloned() else {
                 break;
             };
             self.forget(&oldest);
@@ -425,6 +427,12 @@ mod tests {
         assert!(logs.page(&sid(2), None, 10).unwrap().log_id.is_some());
         logs.forget(&sid(2));
         assert_eq!(logs.total, one * 7);
+        // One log alone never passes the bound of all of them.
+        let mut alone = SessionLogs::new(one * 100, one * 10);
+        for _ in 0..50 {
+            alone.delta(&sid(1), Fragment::new(DeltaKind::Text, "m1", "x"), 1, id);
+            assert!(alone.total <= one * 10);
+        }
     }
 
     #[test]

@@ -262,10 +262,10 @@ impl Conn {
         }
     }
 
-    /// Queues a streamed fragment when the queue has room for it in its first half (the
-    /// other half stays for every other frame, so fragments never make one of those
-    /// overflow it); a fragment with no room is not sent (the client pages what it
-    /// missed) and never cuts the connection. Returns whether it was queued.
+    /// Queues a streamed fragment while the queue is under half its bounds, so
+    /// fragments alone never fill it (the other frames keep at least the other half);
+    /// a fragment with no room is not sent (the client pages what it missed) and never
+    /// cuts the connection itself. Returns whether it was queued.
     fn offer_event(&self, frame: String, shared: &Shared) -> bool {
         let queued = {
             let mut q = lock(&self.queue);
@@ -1026,14 +1026,14 @@ async fn read(
         Call::ChatLeave(p) => Some(p.app_session_id.clone()),
         _ => None,
     };
-    if let Some((session, events)) = &join {
+    if let Some((session, _)) = &join {
         // Route first and hold what comes until the replay is sent: no event falls
         // between the replay and the live stream.
-        let mut state = lock(&conn.state);
-        let joined = state.joined.entry(session.clone()).or_default();
-        joined.held = Some(Vec::new());
-        joined.events |= *events;
-        drop(state);
+        lock(&conn.state)
+            .joined
+            .entry(session.clone())
+            .or_default()
+            .held = Some(Vec::new());
         lock(&shared_ref.sessions)
             .entry(session.clone())
             .or_default()
@@ -1050,12 +1050,15 @@ async fn read(
         conn.send_replay(frame);
     }
     conn.send(response(id, outcome), shared_ref);
-    if let Some((session, _)) = join {
+    if let Some((session, events)) = join {
         let held = {
             let mut state = lock(&conn.state);
             let joined = state.joined.entry(session.clone()).or_default();
             if ok {
                 joined.count += 1;
+                // A join that asked turns them on for the connection's joins of the
+                // session until it leaves the session.
+                joined.events |= events;
             }
             let held = joined.held.take();
             let gone = joined.count == 0;

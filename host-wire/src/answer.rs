@@ -119,9 +119,10 @@ pub struct ListSessionsResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionPageResult {
-    /// The log the sequence numbers belong to; `null` while the session has logged
-    /// nothing. A different ID than the one a client holds is a new log (the host
-    /// restarted): drop what it holds of the old one.
+    /// The log the sequence numbers belong to; `null` while the session has no log. A
+    /// different ID than the one a client holds is a new log (the host restarted, let
+    /// the session go, rewrote its history, or dropped the log past its bound): drop
+    /// what it holds of the old one.
     pub log_id: Option<String>,
     /// The records, oldest first: `{type:"event", event}` or `{type:"chunks", event}`
     /// with a chunk row (`chunkrow/text-chunks`, `chunkrow/reasoning-chunks`,

@@ -288,9 +288,11 @@ pub struct ChatJoinParams {
     #[serde(default)]
     pub live_updates: LiveUpdates,
     /// Wire version 4: also take the streamed fragments as they come (`session-event`
-    /// of `chat:timeline-updated`; off when absent). They are never a reason to cut a
-    /// slow connection: one its queue has no room for is not sent, and the client's
-    /// journal, seeing the gap in `seq`, pages it with `session.page`.
+    /// of `chat:timeline-updated`; off when absent; once a join of the connection asked,
+    /// until it leaves the session). A fragment is queued only while the connection's
+    /// queue is under half its bounds, and one with no room is not sent: the client's
+    /// journal, seeing the gap in `seq`, pages it with `session.page` (fragments missed
+    /// at a reply's end show no gap; the reply's row carries their words).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub session_events: bool,
 }
