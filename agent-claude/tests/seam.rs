@@ -19,6 +19,7 @@ use timeline_core::time::Millis;
 const CLAUDE: &str = "06eafd0e-6b42-4190-908b-f052c59225bb";
 const A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
 const B: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
+const C: &str = "cccccccc-0000-4000-8000-00000000000c";
 
 struct Rig {
     agent: ClaudeAgent,
@@ -788,13 +789,9 @@ fn user_rows(inputs: &[AgentInput]) -> Vec<(String, Value)> {
     rows.into_iter().collect()
 }
 
-#[test]
-fn messages_claude_merges_are_one_row_and_their_turn_keeps_the_run_open() {
-    // AG-01, TL-02: the order of lines Claude Code 2.1.328 printed for B and C queued
-    // behind A and merged into one turn under C (shortened): B's own echo, without a
-    // `timestamp`, gives no row; C's echo carries both texts. The run goes on until
-    // the merged turn's result.
-    const C: &str = "cccccccc-0000-4000-8000-00000000000c";
+/// A run of A with B and C queued behind it, A's turn over (its echo `first`, its
+/// reply, its result), as Claude Code 2.1.328 prints them.
+fn b_and_c_queued_behind_a_that_ended(first: &str) -> Rig {
     let mut r = running();
     let s = r.session.clone();
     r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(3));
@@ -802,12 +799,19 @@ fn messages_claude_merges_are_one_row_and_their_turn_keeps_the_run_open() {
     r.line(lifecycle(B, "queued"), Millis(4));
     r.line(lifecycle(C, "queued"), Millis(4));
     r.line(lifecycle(A, "started"), Millis(5));
-    r.line(
-        echo(A, "First. [[slow]]", Some("2026-12-02T20:39:39.653Z")),
-        Millis(6),
-    );
+    r.line(echo(A, first, Some("2026-12-02T20:39:39.653Z")), Millis(6));
     r.line(reply("msg_1", "Reply to: First."), Millis(7));
     r.line(result(A, false), Millis(8));
+    r
+}
+
+#[test]
+fn messages_claude_merges_are_one_row_and_their_turn_keeps_the_run_open() {
+    // AG-01, TL-02: the order of lines Claude Code 2.1.328 printed for B and C queued
+    // behind A and merged into one turn under C (shortened): B's own echo, without a
+    // `timestamp`, gives no row; C's echo carries both texts. The run goes on until
+    // the merged turn's result.
+    let mut r = b_and_c_queued_behind_a_that_ended("First. [[slow]]");
     r.line(lifecycle(A, "completed"), Millis(8));
     r.line(echo(B, "Second, queued. [[text]]", None), Millis(9));
     r.line(lifecycle(B, "started"), Millis(9));
@@ -941,20 +945,7 @@ fn streamed_blocks_are_deltas_of_the_session() {
 // the echo that merges it shows nothing early: the merged message is still one row.
 #[test]
 fn a_streamed_fragment_does_not_show_an_echo_held_for_a_merge() {
-    const C: &str = "cccccccc-0000-4000-8000-00000000000c";
-    let mut r = running();
-    let s = r.session.clone();
-    r.call(send(&s, B, SendKind::Steer { run: run() }, 2), Millis(3));
-    r.call(send(&s, C, SendKind::Steer { run: run() }, 3), Millis(3));
-    r.line(lifecycle(B, "queued"), Millis(4));
-    r.line(lifecycle(C, "queued"), Millis(4));
-    r.line(lifecycle(A, "started"), Millis(5));
-    r.line(
-        echo(A, "First.", Some("2026-12-02T20:39:39.653Z")),
-        Millis(6),
-    );
-    r.line(reply("msg_1", "Reply to: First."), Millis(7));
-    r.line(result(A, false), Millis(8));
+    let mut r = b_and_c_queued_behind_a_that_ended("First.");
     r.line(echo(B, "Second.", None), Millis(9));
     r.line(
         stream_event(json!({"type": "content_block_delta", "index": 0,

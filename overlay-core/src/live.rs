@@ -843,28 +843,20 @@ impl LiveHub {
     }
 
     fn deliver_to_every_window(&mut self, payload: &Payload) {
-        let windows: Vec<(WindowId, u64)> = self
-            .windows
-            .iter()
-            .map(|(w, sub)| (*w, sub.subscription_id))
-            .collect();
-        for (w, sub) in windows {
-            self.stream_revision += 1;
-            self.out.push_back(Delivery::Window {
-                window: w,
-                subscription_id: sub,
-                stream_revision: self.stream_revision,
-                payload: payload.clone(),
-            });
-        }
+        self.deliver_to_windows(None, payload);
     }
 
     /// To each window subscribed to a target of `session`.
     fn deliver_to_session_windows(&mut self, session: &SessionId, payload: &Payload) {
+        self.deliver_to_windows(Some(session), payload);
+    }
+
+    /// To each window (of `session` only, when one is named).
+    fn deliver_to_windows(&mut self, session: Option<&SessionId>, payload: &Payload) {
         let windows: Vec<(WindowId, u64)> = self
             .windows
             .iter()
-            .filter(|(_, sub)| sub.session == *session)
+            .filter(|(_, sub)| session.is_none_or(|s| sub.session == *s))
             .map(|(w, sub)| (*w, sub.subscription_id))
             .collect();
         for (w, sub) in windows {
