@@ -666,14 +666,7 @@ impl ClaudeAgent {
                     live.results += 1;
                     live.last_failed = r.is_error;
                 }
-                Output::Event(e) => {
-                    if let Some(fragment) = host_core::Fragment::of_event(e) {
-                        inputs.push(AgentInput::Delta {
-                            session: session.clone(),
-                            fragment,
-                        });
-                    }
-                }
+                Output::Event(e) => inputs.extend(AgentInput::delta(session, e)),
                 _ => {}
             }
         }

@@ -1194,11 +1194,8 @@ impl CodexAgent {
             match p {
                 Projected::Row(row) => rows.push(row),
                 Projected::Delta(e) => {
-                    if let Some(fragment) = host_core::Fragment::of_event(e) {
-                        self.input(AgentInput::Delta {
-                            session: session.clone(),
-                            fragment,
-                        });
+                    if let Some(delta) = AgentInput::delta(&session, e) {
+                        self.input(delta);
                     }
                 }
                 _ => {}

@@ -307,6 +307,11 @@ mod tests {
         "log-1".to_owned()
     }
 
+    /// What the log counts for one fragment `x` of block `m1`.
+    fn one_fragment() -> usize {
+        cost(&SessionEvent::delta(1, 0, "s1", DeltaKind::Text, "m1", "x"))
+    }
+
     // PK-01, PK-02: a page is chosen over logical events and packed: a reply's fragments
     // are one row, and unpacking gives back every event with its sequence number.
     #[test]
@@ -375,7 +380,7 @@ mod tests {
     // says where the log starts.
     #[test]
     fn the_log_drops_its_oldest_messages_past_its_bound() {
-        let one = cost(&SessionEvent::delta(1, 0, "s1", DeltaKind::Text, "m1", "x"));
+        let one = one_fragment();
         let mut logs = SessionLogs::new(one * 10, SESSION_LOGS_BYTES);
         for i in 0..10 {
             logs.delta(&s(), Fragment::new(DeltaKind::Text, "m1", "x"), i, id);
@@ -394,7 +399,7 @@ mod tests {
     // A single message past the bound keeps its newest part.
     #[test]
     fn a_message_larger_than_the_bound_keeps_its_newest_part() {
-        let one = cost(&SessionEvent::delta(1, 0, "s1", DeltaKind::Text, "m1", "x"));
+        let one = one_fragment();
         let mut logs = SessionLogs::new(one * 10, SESSION_LOGS_BYTES);
         for i in 0..11 {
             logs.delta(&s(), Fragment::new(DeltaKind::Text, "m1", "x"), i, id);
@@ -408,7 +413,7 @@ mod tests {
     // longest ago goes whole, and forgetting a log gives its bytes back.
     #[test]
     fn the_logs_together_are_bounded_and_the_oldest_goes_whole() {
-        let one = cost(&SessionEvent::delta(1, 0, "s1", DeltaKind::Text, "m1", "x"));
+        let one = one_fragment();
         let mut logs = SessionLogs::new(one * 100, one * 10);
         let sid = |n: u32| SessionId::new(format!("s{n}")).unwrap();
         for n in 1..=5 {

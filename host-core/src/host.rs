@@ -10,7 +10,6 @@ use outbox_core::store::{OutboxError, OutboxStore};
 use overlay_core::live::{Delivery, LiveHub, LiveProtocol, Payload, RelayOutcome};
 
 use crate::events::SessionLogs;
-use overlay_core::live::SESSION_EVENT;
 use overlay_core::live::{RunEvent, RunEventKind};
 use overlay_core::overlay::{Change, LiveSequencer};
 use overlay_core::replay::{EventKind, ReplayBuffers, ReplayConfig, RunningState};
@@ -1607,6 +1606,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                 progressed = true;
                 self.stats.deliveries += 1;
                 if let Delivery::Relay(event) = &delivery {
+                    let fragment = event.is_session_event();
                     let (session, json) = (event.session.clone(), event.json.clone());
                     let mut bytes = ByteCount(0);
                     self.stats.relay_events += 1;
@@ -1619,8 +1619,7 @@ impl<O: OutboxStore, V: OverlayStore + CleanupJournal> Host<O, V> {
                     // A streamed fragment is not kept for a joining phone: it would
                     // push the events the replay exists for out of its bounds, and the
                     // log serves it (`session.page`, from the page's `nextSeq` on).
-                    if json.get("event").and_then(serde_json::Value::as_str) != Some(SESSION_EVENT)
-                    {
+                    if !fragment {
                         self.append_replay(&session, EventKind::Other, &json, now);
                     }
                 }

@@ -360,6 +360,21 @@ pub enum AgentInput {
     },
 }
 
+impl AgentInput {
+    /// The [`AgentInput::Delta`] of a delta event an agent's projector built (the host
+    /// numbers and times what it logs; the event's own `seq` and `time` are not kept).
+    /// `None` for an event that is not a delta.
+    pub fn delta(
+        session: &SessionId,
+        event: timeline_core::history::SessionEvent,
+    ) -> Option<AgentInput> {
+        crate::Fragment::of_event(event).map(|fragment| AgentInput::Delta {
+            session: session.clone(),
+            fragment,
+        })
+    }
+}
+
 /// Work for the agent. Each is answered with the [`AgentInput`] its doc names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -533,8 +533,7 @@ async fn pump(
                     continue;
                 }
                 let frame = host_wire::relay_frame(&event);
-                let fragment = event.json.get("event").and_then(serde_json::Value::as_str)
-                    == Some(overlay_core::live::SESSION_EVENT);
+                let fragment = event.is_session_event();
                 for conn in conns {
                     if fragment {
                         // Only to the joins that asked, once live (one that falls in a

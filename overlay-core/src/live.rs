@@ -227,6 +227,14 @@ pub struct RelayEvent {
     pub json: serde_json::Value,
 }
 
+impl RelayEvent {
+    /// Whether it carries one streamed fragment ([`SESSION_EVENT`]): kept out of the
+    /// replay, and sent only to the phones that asked for fragments.
+    pub fn is_session_event(&self) -> bool {
+        self.json.get("event").and_then(serde_json::Value::as_str) == Some(SESSION_EVENT)
+    }
+}
+
 /// Where one delivery goes.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
